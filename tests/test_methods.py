@@ -1,0 +1,282 @@
+"""The attention methods against exact attention: one matrix over every registered method, then
+method-specific properties (PAPER.md §1-2)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from magicpig import KeyLayout, merge_attention, parse_method
+from magicpig.methods import METHODS, MagicPIG
+
+ALL_SPECS = ["dense", "streaming", "topk:budget=0.1", "oracle:budget=32", "quest:page_size=8,ratio=0.1",
+             "magicpig:K=4,L=30", "magicpig:K=10,L=150,centering=false"]
+DETERMINISTIC = [s for s in ALL_SPECS if not s.startswith("oracle")]
+
+
+def make_inputs(B=2, H=8, Hkv=2, n=203, d=32, offset=0.0, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, d, generator=g)
+    k = torch.randn(B, Hkv, n, d, generator=g) + offset
+    v = torch.randn(B, Hkv, n, d, generator=g)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+def sdpa(q, k, v):
+    G = q.shape[1] // k.shape[1]
+    return F.scaled_dot_product_attention(q[:, :, None], k.repeat_interleave(G, 1),
+                                          v.repeat_interleave(G, 1))[:, :, 0]
+
+
+def test_every_registered_method_is_covered():
+    assert {s.split(":")[0] for s in ALL_SPECS} == set(METHODS)
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS)
+@pytest.mark.parametrize("H,Hkv", [(4, 4), (8, 2), (7, 1)])
+def test_shapes_finite_and_costs(spec, H, Hkv):
+    q, k, v = make_inputs(H=H, Hkv=Hkv, n=157, offset=1.5)
+    method = parse_method(spec)
+    r = method.attend(q, k, v, KeyLayout.simple(2, 157, 140))
+    assert r.output.shape == (2, H, 32) and r.output.dtype == torch.float32
+    assert r.lse.shape == (2, H) and torch.isfinite(r.output).all() and torch.isfinite(r.lse).all()
+    assert 0 <= r.cost2 <= 1
+    assert bool((r.used <= r.candidates).all())
+    expected_cost1 = {"dense": 0.0, "streaming": 0.0, "topk": 0.5, "oracle": 0.5, "magicpig": 0.0,
+                      "quest": 1 / 8}[method.name]
+    assert r.cost1 == pytest.approx(expected_cost1)
+
+
+@pytest.mark.parametrize("spec", DETERMINISTIC)
+def test_left_padding_equals_unpadded(spec):
+    """A left-padded row of a batch gives the same result as the sequence alone."""
+    method = parse_method(spec)
+    q, k, v = make_inputs(B=2, n=150, offset=1.0, seed=3)
+    pad = 37
+    kp = torch.cat([torch.randn(2, 2, pad, 32) * 50, k], 2)  # garbage in the padding
+    vp = torch.cat([torch.randn(2, 2, pad, 32) * 50, v], 2)
+    lay = KeyLayout(150 + pad, torch.tensor([pad, pad]), torch.tensor([pad + 140, pad + 140]))
+    padded = method.attend(q, kp, vp, lay)
+    alone = method.attend(q, k, v, KeyLayout.simple(2, 150, 140))
+    torch.testing.assert_close(padded.output, alone.output, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(padded.used, alone.used)
+
+
+@pytest.mark.parametrize("H,Hkv,n", [(4, 4, 1), (8, 2, 203), (7, 1, 64), (12, 3, 1000)])
+def test_dense_equals_sdpa(H, Hkv, n):
+    q, k, v = make_inputs(H=H, Hkv=Hkv, n=n)
+    r = parse_method("dense").attend(q, k, v, KeyLayout.simple(2, n))
+    torch.testing.assert_close(r.output, sdpa(q, k, v), atol=1e-5, rtol=1e-5)
+    scores = (q.reshape(2, Hkv, H // Hkv, -1) @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    torch.testing.assert_close(r.lse, torch.logsumexp(scores, -1).reshape(2, H))
+
+
+@pytest.mark.parametrize("centering", [True, False])
+def test_magicpig_sampling_everything_equals_dense(centering):
+    """K=1 with many tables samples every offloaded key; the importance weights are then a constant
+    -ln(1 + 1e-4) shift, so the output equals dense attention."""
+    q, k, v = make_inputs(H=8, Hkv=2, n=301, offset=0.5)
+    m = MagicPIG(K=1, L=400, centering=centering)
+    r = m.attend(q, k, v, KeyLayout.simple(2, 301))
+    assert torch.equal(r.used, r.candidates) and float(r.candidates[0, 0]) == 301 - 4 - 64
+    torch.testing.assert_close(r.output, sdpa(q, k, v), atol=2e-4, rtol=2e-4)
+
+
+def test_magicpig_sampling_nothing_equals_static_attention():
+    q, k, v = make_inputs(H=8, Hkv=2, n=300)
+    m = MagicPIG(K=16, L=2)
+    r = m.attend(q, k, v, KeyLayout.simple(2, 300))
+    assert float(r.used.sum()) == 0
+    static = torch.zeros(300, dtype=torch.bool)
+    static[:4] = True
+    static[-64:] = True
+    torch.testing.assert_close(r.output, sdpa(q, k[:, :, static], v[:, :, static]), atol=1e-5, rtol=1e-5)
+
+
+def test_magicpig_matches_a_direct_transcription_of_the_estimator():
+    """Recompute PAPER.md §1 literally (loops over heads) and compare to the batched reference."""
+    B, H, Hkv, n, d, K, L = 1, 6, 3, 240, 16, 3, 12
+    q, k, v = make_inputs(B, H, Hkv, n, d, offset=2.0, seed=11)
+    m = MagicPIG(K=K, L=L, sinks=4, local=16)
+    r = m.attend(q, k, v, KeyLayout.simple(B, n))
+    W = m.projections(0, Hkv, d)
+    for h in range(H):
+        g = h // (H // Hkv)
+        off = torch.arange(4, n - 16)
+        c = k[0, g, off].mean(0)
+        kc = k[0, g] - c
+        bits_k = (kc @ W[g] > 0).reshape(n, L, K)
+        bits_q = (q[0, h] @ W[g] > 0).reshape(L, K)
+        agree = (bits_k == bits_q).all(-1).sum(-1)  # tables whose whole code matches
+        sampled = torch.zeros(n, dtype=torch.bool)
+        sampled[off] = agree[off] >= 2
+        static = torch.ones(n, dtype=torch.bool)
+        static[off] = False
+        cos = (kc @ q[0, h]) / kc.norm(dim=-1) / q[0, h].norm()
+        p = 1 - torch.arccos(cos.clamp(-1, 1)) / math.pi
+        P = p ** K
+        u = 1 - (1 - P) ** L - L * P * (1 - P) ** (L - 1)
+        logits = kc @ q[0, h] / math.sqrt(d) - torch.log(u + 1e-4) * sampled
+        logits = logits.masked_fill(~(sampled | static), float("-inf"))
+        out = torch.softmax(logits, 0) @ v[0, g]
+        torch.testing.assert_close(r.output[0, h], out, atol=1e-5, rtol=1e-4)
+        assert float(r.used[0, h]) == float(sampled.sum())
+
+
+def test_magicpig_state_keeps_generated_keys_exact():
+    q, k, v = make_inputs(B=1, H=4, Hkv=2, n=200, seed=5)
+    m = MagicPIG(K=16, L=2, local=8)
+    lay0 = KeyLayout.simple(1, 180)
+    state = m.prepare(k[:, :, :180], v[:, :, :180], lay0)
+    r = m.attend(q, k, v, lay0.grow(20), state=state)
+    static = torch.zeros(200, dtype=torch.bool)
+    static[:4] = True
+    static[172:] = True  # last 8 prompt keys and the 20 generated ones
+    # generated keys are centered with the prefill center: softmax is unchanged by the shift
+    torch.testing.assert_close(r.output, sdpa(q, k[:, :, static], v[:, :, static]), atol=1e-5, rtol=1e-5)
+
+
+def test_no_nan_on_degenerate_inputs():
+    B, H, Hkv, n, d = 1, 4, 2, 100, 16
+    q, k, v = make_inputs(B, H, Hkv, n, d)
+    k[:, :, 10] = 0.0  # zero key
+    q[:, 0] = 0.0  # zero query
+    k[:, 0, 20] = q[:, 1] * 3  # cos = +1 for head 1
+    k[:, 0, 21] = -q[:, 1]  # cos = -1
+    for spec in ALL_SPECS + ["magicpig:K=1,L=50", "magicpig:sinks=0,local=0,K=16,L=2"]:
+        r = parse_method(spec).attend(q, k, v, KeyLayout.simple(B, n))
+        assert not torch.isnan(r.output).any() and not torch.isnan(r.lse).any(), spec
+        assert torch.isfinite(r.output).all(), spec
+
+
+def test_magicpig_with_no_static_and_no_sample_returns_zero():
+    q, k, v = make_inputs(B=1, H=2, Hkv=1, n=50)
+    r = MagicPIG(K=16, L=2, sinks=0, local=0).attend(q, k, v, KeyLayout.simple(1, 50))
+    assert torch.equal(r.output, torch.zeros_like(r.output))
+    assert bool(torch.isneginf(r.lse).all())
+
+
+def test_oracle_sampling_is_unbiased():
+    """The mean of many independent oracle-sampling estimates converges to dense attention within a
+    tolerance derived from the per-draw variance."""
+    q, k, v = make_inputs(B=1, H=2, Hkv=1, n=120, d=8, seed=2)
+    q = q * 3  # peaked but not degenerate attention
+    lay = KeyLayout.simple(1, 120)
+    dense = parse_method("dense").attend(q, k, v, lay).output
+    m = parse_method("oracle:budget=16")
+    gen = torch.Generator().manual_seed(0)
+    trials = 400
+    est = torch.stack([m.attend(q, k, v, lay, generator=gen).output for _ in range(trials)]).mean(0)
+    probs = torch.softmax((q[0] @ k[0, 0].T) / math.sqrt(8), -1)  # (H, n)
+    var = probs @ v[0, 0] ** 2 - (probs @ v[0, 0]) ** 2  # per-draw variance of each output coordinate
+    tol = 5 * torch.sqrt(var / (16 * trials)) + 1e-6
+    assert bool(((est[0] - dense[0]).abs() <= tol).all())
+    # and a single estimate is not exact (it really samples)
+    assert not torch.allclose(m.attend(q, k, v, lay, generator=gen).output, dense, atol=1e-4)
+
+
+def _kept_sets(spec, n=96, page_local=None):
+    """Attend with identity values: the output row is the attention distribution, so its support is
+    the set of kept keys."""
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(1, 2, n, generator=g)
+    k = torch.randn(1, 1, n, n, generator=g)
+    v = torch.eye(n)[None, None]
+    r = parse_method(spec).attend(q, k, v, KeyLayout.simple(1, n))
+    return [set(torch.nonzero(r.output[0, h] > 0).flatten().tolist()) for h in range(2)], r
+
+
+def test_topk_keeps_exactly_the_budget_of_highest_scores():
+    kept, r = _kept_sets("topk:budget=0.1", n=96)
+    assert all(len(s) == math.ceil(0.1 * 96) for s in kept)
+    kept, r = _kept_sets("topk:budget=7", n=96)
+    assert all(len(s) == 7 for s in kept) and float(r.used[0, 0]) == 7
+    assert r.cost2 == pytest.approx(7 / 96)
+
+
+def test_quest_keeps_whole_pages_and_the_local_window():
+    n, ps, local = 96, 8, 16
+    kept, r = _kept_sets(f"quest:page_size={ps},ratio=0.2,local={local}", n=n)
+    for s in kept:
+        assert set(range(n - local, n)) <= s
+        middle = s - set(range(n - local, n))
+        pages = {i // ps for i in middle}
+        assert all(set(range(p * ps, (p + 1) * ps)) <= s for p in pages), "pages must be kept whole"
+        assert len(pages) == math.ceil(0.2 * n / ps)
+    assert r.cost1 == pytest.approx(1 / ps)
+    assert r.cost2 == pytest.approx((math.ceil(0.2 * n / ps) * ps + local) / n)
+
+
+def test_quest_selects_the_page_holding_the_best_key():
+    n, d = 128, 16
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(1, 1, d, generator=g)
+    k = torch.randn(1, 1, n, d, generator=g) * 0.1
+    k[0, 0, 37] = q[0, 0] * 5  # a dominant key in page 37 // 16 = 2
+    v = torch.eye(n, d * 8)[None, None]
+    r = parse_method("quest:page_size=16,ratio=0.0625,local=16").attend(q, k, v, KeyLayout.simple(1, n))
+    support = set(torch.nonzero(r.output[0, 0] > 0).flatten().tolist())
+    assert set(range(32, 48)) <= support
+
+
+def test_streaming_keeps_sinks_and_recent():
+    kept, r = _kept_sets("streaming:sinks=4,local=10", n=96)
+    assert kept[0] == set(range(4)) | set(range(86, 96))
+
+
+def test_merge_of_disjoint_sets_equals_attention_over_the_union():
+    q, k, v = make_inputs(B=2, H=8, Hkv=2, n=150)
+    dense = parse_method("dense")
+    mask = torch.rand(150, generator=torch.Generator().manual_seed(1)) < 0.3
+    a = dense.attend(q, k[:, :, mask], v[:, :, mask], KeyLayout.simple(2, int(mask.sum())))
+    b = dense.attend(q, k[:, :, ~mask], v[:, :, ~mask], KeyLayout.simple(2, int((~mask).sum())))
+    full = dense.attend(q, k, v, KeyLayout.simple(2, 150))
+    out, lse = merge_attention(a.output, a.lse, b.output, b.lse)
+    torch.testing.assert_close(out, full.output, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse, full.lse, atol=1e-5, rtol=1e-5)
+
+
+def test_merge_with_empty_sets_never_nans():
+    o = torch.randn(3, 4)
+    lse = torch.randn(3)
+    empty_o, empty_lse = torch.zeros(3, 4), torch.full((3,), float("-inf"))
+    out, l2 = merge_attention(o, lse, empty_o, empty_lse)
+    torch.testing.assert_close(out, o)
+    torch.testing.assert_close(l2, lse)
+    out, l2 = merge_attention(empty_o, empty_lse, empty_o, empty_lse)
+    assert torch.equal(out, torch.zeros(3, 4)) and bool(torch.isneginf(l2).all())
+
+
+def test_bf16_inputs_are_accepted():
+    q, k, v = make_inputs(dtype=torch.bfloat16)
+    for spec in ALL_SPECS:
+        r = parse_method(spec).attend(q, k, v, KeyLayout.simple(2, 203))
+        assert r.output.dtype == torch.float32 and torch.isfinite(r.output).all()
+
+
+def test_shape_errors_are_clear():
+    q, k, v = make_inputs(H=6, Hkv=4)
+    with pytest.raises(ValueError, match="multiple"):
+        parse_method("dense").attend(q, k, v, KeyLayout.simple(2, 203))
+    q, k, v = make_inputs()
+    with pytest.raises(ValueError, match="layout"):
+        parse_method("dense").attend(q, k, v, KeyLayout.simple(2, 100))
+
+
+def test_dense_layer_defaults():
+    assert parse_method("magicpig").dense_layer_set(32) == {0, 16}
+    assert parse_method("magicpig").dense_layer_set(80) == {0, 16, 32, 48}
+    assert parse_method("magicpig").dense_layer_set(30) == {0, 15}
+    assert parse_method("quest").dense_layer_set(32) == {0, 1}
+    assert parse_method("streaming").dense_layer_set(32) == set()
+    assert parse_method("magicpig:dense_layers=none").dense_layer_set(32) == set()
+    assert parse_method("topk:dense_layers=0;5;40").dense_layer_set(32) == {0, 5}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+@pytest.mark.parametrize("spec", DETERMINISTIC)
+def test_cuda_matches_cpu(spec):
+    q, k, v = make_inputs(offset=1.0)
+    cpu = parse_method(spec).attend(q, k, v, KeyLayout.simple(2, 203))
+    gpu = parse_method(spec).attend(q.cuda(), k.cuda(), v.cuda(), KeyLayout.simple(2, 203, device="cuda"))
+    torch.testing.assert_close(gpu.output.cpu(), cpu.output, atol=1e-3, rtol=1e-3)

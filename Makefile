@@ -23,7 +23,7 @@ test: setup
 	$(VENV)/bin/pytest -q
 
 reproduce: setup
-	$(VENV)/bin/snakemake --cores $(CORES)
+	$(VENV)/bin/snakemake --cores $(CORES) $(if $(CONFIG),--config $(CONFIG))
 
 smoke: setup
 	$(VENV)/bin/snakemake --cores $(CORES) --configfile config/smoke.yaml

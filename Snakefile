@@ -1,0 +1,30 @@
+# MagicPIG reproduction pipeline: `snakemake --cores all` (preset from config/config.yaml).
+# Every table and figure of the report comes from the results files written by the rules below.
+from snakemake.utils import min_version, validate
+
+min_version("8.0")
+
+configfile: "config/config.yaml"
+validate(config, "workflow/schemas/config.schema.yaml")
+
+PRESET = config["preset"]
+if PRESET not in config["presets"]:
+    raise ValueError(f"config: preset {PRESET!r} is not one of {sorted(config['presets'])}")
+P = config["presets"][PRESET]
+SEED = config.get("seed", 0)
+RES = f"results/{PRESET}"
+FIG = f"figures/generated/{PRESET}"
+MAGICPIG = "magicpig"
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/build.smk"
+include: "workflow/rules/accuracy.smk"
+include: "workflow/rules/ablations.smk"
+include: "workflow/rules/estimation.smk"
+include: "workflow/rules/throughput.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        f"{FIG}/REPORT.md",

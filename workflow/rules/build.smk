@@ -1,0 +1,8 @@
+# Build the C++/OpenMP CPU module for this machine and self-check it against the torch reference.
+rule build_cpu_module:
+    output:
+        f"{RES}/build/cpu_module.txt",
+    log:
+        f"{RES}/logs/build_cpu_module.log",
+    shell:
+        "{MAGICPIG} build > {output} 2> {log}"

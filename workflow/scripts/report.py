@@ -1,0 +1,11 @@
+"""Thin entry point: regenerate the report of one preset (logic in magicpig.report)."""
+import argparse
+
+from magicpig.report import build_report
+
+parser = argparse.ArgumentParser(description=__doc__)
+parser.add_argument("--results", required=True)
+parser.add_argument("--out", required=True)
+parser.add_argument("--preset", required=True)
+args = parser.parse_args()
+print(build_report(args.results, args.out, args.preset))

@@ -4,7 +4,8 @@ DB = P["decode_bench"]
 
 
 def throughput_outputs():
-    return [f"{RES}/throughput/kernel.csv", f"{RES}/throughput/decode.csv"]
+    return [f"{RES}/throughput/kernel.csv", f"{RES}/throughput/decode.csv",
+            f"{RES}/throughput/projection_paper_hardware.csv"]
 
 
 rule bench_kernel:
@@ -34,3 +35,14 @@ rule bench_decode:
         args=" ".join([f"--length {n}" for n in DB["lengths"]] + [method_args(DB["methods"])]),
     shell:
         "{MAGICPIG} bench decode --model {P[model]} {params.args} --csv {output} > {log} 2>&1"
+
+
+rule project_hardware:
+    input:
+        f"{RES}/throughput/kernel.csv",
+    output:
+        f"{RES}/throughput/projection_paper_hardware.csv",
+    log:
+        f"{RES}/logs/project_hardware.log",
+    shell:
+        "{MAGICPIG} project --kernel-csv {input} --csv {output} > {log} 2>&1"

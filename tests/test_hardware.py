@@ -1,0 +1,59 @@
+"""The bandwidth model used for hardware projections: hand-checked cases and monotonicity."""
+import math
+
+import pytest
+
+from magicpig.hardware import HARDWARE, MODELS, Hardware, ModelShape, gpu_full_attention, magicpig_offload
+
+TOY = ModelShape("toy", params_b=1.0, layers=4, heads=8, kv_heads=2, head_dim=64)
+HW = Hardware("toy-gpu", gpu_mem_gb=10, gpu_read_gbps=1000, host_mem_gb=100, cpu_read_gbps=100, cpu_efficiency=0.5)
+
+
+def test_full_attention_by_hand():
+    # KV per sequence: 4 layers * 1000 tokens * (2 * 2 kv heads * 64 * 2 bytes) = 2.048 MB
+    p = gpu_full_attention(TOY, HW, 1000, batch=3)
+    assert p.batch == 3
+    assert p.step_s == pytest.approx((2e9 + 3 * 2.048e6) / 1e12)
+    assert p.tokens_per_s == pytest.approx(3 / p.step_s)
+
+
+def test_full_attention_batch_is_capped_by_gpu_memory():
+    p = gpu_full_attention(TOY, HW, 1_000_000)  # 2.048 GB per sequence, 7.5 GB free
+    assert p.batch == 3
+    assert gpu_full_attention(MODELS["llama-3.1-8b"], HARDWARE["RTX4090"], 98304).batch == 0
+
+
+def test_magicpig_step_is_the_slower_of_gpu_and_cpu():
+    p = magicpig_offload(TOY, HW, 100_000, 0.02, 10, 150, dense_layers=1, batch=8)
+    assert p.step_s == pytest.approx(max(p.gpu_s, p.cpu_s))
+    faster_cpu = magicpig_offload(TOY, Hardware(**{**HW.__dict__, "cpu_efficiency": 1.0}), 100_000, 0.02, 10, 150,
+                                  dense_layers=1, batch=8)
+    assert faster_cpu.cpu_s == pytest.approx(p.cpu_s / 2)
+
+
+def test_more_sampling_costs_more_cpu_time():
+    lo = magicpig_offload(TOY, HW, 100_000, 0.01, 10, 150, batch=4)
+    hi = magicpig_offload(TOY, HW, 100_000, 0.05, 10, 150, batch=4)
+    assert hi.cpu_s > lo.cpu_s
+
+
+def test_offload_beats_gpu_only_when_kv_dominates():
+    m, hw = MODELS["codellama-13b"], HARDWARE["L20"]
+    full = gpu_full_attention(m, hw, 16384)
+    pig = magicpig_offload(m, hw, 16384, 0.02, 10, 150)
+    assert pig.batch > full.batch and pig.tokens_per_s > full.tokens_per_s
+    assert math.isfinite(pig.step_s)
+
+
+def test_project_cli_writes_labelled_rows(tmp_path, capsys):
+    import pandas as pd
+
+    from magicpig.cli import main
+
+    out = tmp_path / "p.csv"
+    assert main(["project", "--cpu-efficiency", "0.4", "--csv", str(out)]) == 0
+    df = pd.read_csv(out)
+    assert len(df) == 6 and df["kind"].str.contains("not a measurement").all()
+    assert set(df["paper_speedup"]) == {1.5, 5.0, 3.3}
+    assert "PROJECTION" in capsys.readouterr().out
+    assert main(["project", "--cpu-efficiency", "1.5"]) == 2

@@ -6,4 +6,18 @@ from .methods import AttentionResult, KeyLayout, METHODS, parse_method
 from .merge import merge_attention
 
 __version__ = "0.1.0"
-__all__ = ["AttentionResult", "KeyLayout", "METHODS", "merge_attention", "parse_method", "__version__"]
+__all__ = ["AttentionResult", "KeyLayout", "METHODS", "merge_attention", "parse_method", "__version__",
+           "patch", "Engine", "GenerationConfig", "MagicPIGCache"]
+
+# Heavy parts (transformers) load on first use only.
+_LAZY = {"patch": ("attention", "patch"), "Engine": ("engine", "Engine"),
+         "GenerationConfig": ("engine", "GenerationConfig"), "MagicPIGCache": ("cache", "MagicPIGCache")}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

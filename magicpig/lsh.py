@@ -47,9 +47,10 @@ def hash_codes(x: torch.Tensor, projections: torch.Tensor, K: int, L: int) -> to
     (S may be 1 on either side). Returns int32 codes ``(..., S, n, L)`` in ``[0, 2**K)``.
     """
     proj = x.to(projections.dtype) @ projections  # (..., S, n, K*L)
-    bits = (proj > 0).reshape(*proj.shape[:-1], L, K).to(torch.int32)
-    weights = (1 << torch.arange(K, device=x.device, dtype=torch.int32))
-    return (bits * weights).sum(-1, dtype=torch.int32)
+    bits = (proj > 0).reshape(*proj.shape[:-1], L, K).to(torch.float32)
+    # bits @ 2**b in float32 is exact for K <= 16 (codes < 2**24) and much faster than an integer sum
+    weights = 2.0 ** torch.arange(K, device=x.device, dtype=torch.float32)
+    return (bits @ weights).to(torch.int32)
 
 
 def collision_probability(cos: torch.Tensor, K: int, L: int, min_collisions: int = 2) -> torch.Tensor:

@@ -107,3 +107,13 @@ def _missing_weights(model: str, exc: Exception) -> FileNotFoundError:
         f"model: could not load {model!r} ({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
         f"{'HF_HUB_OFFLINE=1 is set; ' if offline else ''}Pass a local folder with config.json and weights, "
         "a .gguf file, or 'smollm2' for the embedded model.")
+
+
+def prompt_ids(tokenizer, text: str, *, chat: bool = True, system: str | None = None) -> list[int]:
+    """Token ids of ``text`` as the user turn of the tokenizer's chat template (``chat=False`` or no
+    template: the plain text with the tokenizer's own special tokens)."""
+    if chat and getattr(tokenizer, "chat_template", None):
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
+    return list(tokenizer(text)["input_ids"])

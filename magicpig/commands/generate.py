@@ -1,0 +1,75 @@
+"""``magicpig generate``: answer one prompt with a chosen attention method and report speed and cost.
+
+The file's text becomes the user turn of the model's chat template (``--no-chat-template``: raw text).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("generate", help="decode one prompt with an attention method (answer, tokens/s, cost)")
+    p.add_argument("--model", default="smollm2", help="'smollm2' (embedded), a .gguf file, a folder or a hub id")
+    p.add_argument("--method", default="magicpig", help="method spec, e.g. 'magicpig:K=10,L=150' or 'dense'")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt-file", help="text file used as the user turn")
+    src.add_argument("--prompt", help="the user turn as text")
+    p.add_argument("--backend", choices=["reference", "offload"], default="offload",
+                   help="offload: MagicPIG's device + CPU split (default); reference: pure torch on the device")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available)")
+    p.add_argument("--no-chat-template", action="store_true", help="feed the text as is")
+    p.add_argument("--allow-long-context", action="store_true",
+                   help="allow prompts beyond the model's max_position_embeddings (quality is not expected)")
+    p.add_argument("--prefill-chunk", type=int, default=4096, help="prompt tokens per prefill forward")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..methods import parse_method
+
+    method = parse_method(args.method)  # bad specs fail before any loading
+    if args.max_new_tokens < 0:
+        raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    if args.prompt_file is not None:
+        path = Path(args.prompt_file)
+        if not path.is_file():
+            raise FileNotFoundError(f"--prompt-file: {path} does not exist")
+        text = path.read_text(encoding="utf-8")
+    else:
+        text = args.prompt
+
+    from ..engine import Engine, GenerationConfig
+    from ..models import load_model, prompt_ids, resolve
+
+    resolve(args.model)
+    config = GenerationConfig(max_new_tokens=args.max_new_tokens, stop=tuple(args.stop), do_sample=args.do_sample,
+                              temperature=args.temperature, top_p=args.top_p, seed=args.seed)
+    model, tokenizer = load_model(args.model, device=args.device)
+    ids = prompt_ids(tokenizer, text, chat=not args.no_chat_template)
+    engine = Engine(model, tokenizer, backend=args.backend, prefill_chunk=args.prefill_chunk,
+                    allow_long_context=args.allow_long_context)
+    pre = engine.prefill(ids)
+    res = engine.decode(pre, method, config)[0]
+    record = {"answer": res.text, "cost": res.cost, "cost1": res.cost1, "total_cost": res.total_cost,
+              "tokens_per_s": res.tokens_per_s, "prompt_tokens": res.prompt_tokens, "new_tokens": res.new_tokens,
+              "stop_reason": res.stop_reason, "prefill_seconds": pre.seconds, "setup_seconds": res.setup_seconds,
+              "decode_seconds": res.seconds,
+              "method": res.method, "params": method.params(), "backend": res.backend, "model": args.model,
+              "device": str(engine.device)}
+    if args.json:
+        print(json.dumps(record))
+    else:
+        print(res.text)
+        print(f"-- {res.new_tokens} tokens in {res.seconds:.2f} s ({res.tokens_per_s:.2f} tokens/s), "
+              f"prompt {res.prompt_tokens} tokens (prefill {pre.seconds:.2f} s), method {res.method} "
+              f"[{res.backend}], cost {res.cost:.4f} (+ search {res.cost1:.3f})", file=sys.stderr)
+    return 0

@@ -1,0 +1,398 @@
+"""Generation engine: exact prefill once, then decode with any attention method.
+
+API contract (other modules, e.g. ``magicpig eval``, code against exactly this)::
+
+    from magicpig.engine import Engine, GenerationConfig, GenerationResult
+    engine = Engine(model, tokenizer, backend="reference")          # or "offload"
+    pre = engine.prefill(prompt_ids)   # list[int] (one prompt) or list[list[int]] (a batch); exact prefill
+    results = engine.decode(pre, method, GenerationConfig(max_new_tokens=32, stop=["\\n"], do_sample=False,
+                            seed=0), continuation_ids=None)
+    # continuation_ids (setup B): ids fed one decode step at a time with the method before generating;
+    # list[int] (every row) or list[list[int]] (one per row). None = setup A.
+    # decode never mutates `pre` (fork semantics); method is an AttentionMethod or a spec string
+    # -> list[GenerationResult] with .text, .token_ids, .new_tokens, .cost (float: mean used/candidates
+    #    over sparse layers, heads, steps), .cost1, .seconds, .tokens_per_s, .prompt_tokens
+    results = engine.generate(prompt_ids, method, config)   # prefill + decode
+    table = engine.fork(pre, ["dense", "magicpig:K=10,L=150"], config)  # {spec: list[GenerationResult]}
+
+Batches: prompts of different lengths are left-padded; ``KeyLayout(start, prompt_end)`` tells the methods
+where each row's keys begin. Prefill runs in chunks of ``prefill_chunk`` tokens (exact attention, query
+blocks through SDPA) and keeps only the last position's logits.
+
+Cost: for every decode forward in which a row consumes a real token, each sparse layer (not in
+``method.dense_layer_set``) contributes used/candidates averaged over heads; ``cost`` is the mean over
+sparse layers and those steps (Cost2 of the paper), ``cost1`` the method's search cost. A decode that
+needs no forward (one new token in setup A) reports cost 0.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from . import attention as _attention
+from .cache import BACKENDS, OFFLOAD_IMPLS, MagicPIGCache, offload_layer_class
+from .methods import AttentionMethod, KeyLayout, parse_method
+from .models import max_context
+
+
+@dataclass
+class GenerationConfig:
+    """Decoding settings. ``stop``: strings that end generation (the text is cut before them);
+    ``eos_token_ids``: None = the model's and tokenizer's EOS ids; ``return_logits`` keeps the float32
+    logits each generated token was chosen from (for tests)."""
+
+    max_new_tokens: int = 32
+    stop: Sequence[str] = ()
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    eos_token_ids: Sequence[int] | None = None
+    ignore_eos: bool = False
+    return_logits: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an integer >= 0, got {self.max_new_tokens!r}")
+        if isinstance(self.stop, str):
+            self.stop = (self.stop,)
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ValueError(f"stop must be a list of non-empty strings, got {self.stop!r}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+
+
+@dataclass
+class GenerationResult:
+    """One row's decode. ``token_ids`` are the generated ids (EOS and stop text excluded from ``text``,
+    the EOS id excluded from ``token_ids``). ``seconds``: wall time of the decode loop of the whole batch
+    (``tokens_per_s`` = new_tokens / seconds); ``setup_seconds``: building the decoders from the prefill
+    (centering, hashing, offloading, table build); ``step_seconds``: wall time of each decode forward."""
+
+    text: str
+    token_ids: list[int]
+    new_tokens: int
+    cost: float
+    cost1: float
+    seconds: float
+    tokens_per_s: float
+    prompt_tokens: int
+    method: str = ""
+    backend: str = ""
+    stop_reason: str = "length"  # "eos" | "stop" | "length"
+    continuation_tokens: int = 0
+    decode_steps: int = 0
+    setup_seconds: float = 0.0
+    step_seconds: list[float] = field(default_factory=list, repr=False)
+    logits: list[torch.Tensor] | None = field(default=None, repr=False)
+
+    @property
+    def total_cost(self) -> float:
+        return self.cost + self.cost1
+
+
+@dataclass
+class Prefill:
+    """Result of an exact prefill; read-only for decoders.
+
+    keys / values: per layer (B, H_kv, n, d) on the model's device; layout: KeyLayout(n, start,
+    prompt_end = n); logits: (B, V) float32 of the last prompt position; prompt_ids: the unpadded prompts.
+    """
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    layout: KeyLayout
+    logits: torch.Tensor
+    prompt_ids: list[list[int]]
+    seconds: float
+
+    @property
+    def batch(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def n(self) -> int:
+        return self.layout.n
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(p) for p in self.prompt_ids]
+
+
+def _rows(ids: Any, what: str) -> list[list[int]]:
+    """list[int] -> [list]; list[list[int]] -> itself (validated)."""
+    if isinstance(ids, torch.Tensor):
+        ids = ids.tolist()
+    if not isinstance(ids, (list, tuple)) or not ids:
+        raise ValueError(f"{what} must be a non-empty list of token ids or a list of such lists")
+    rows = [list(ids)] if all(isinstance(t, int) for t in ids) else [list(r) for r in ids]
+    for r in rows:
+        if not r and what == "prompt_ids":
+            raise ValueError("prompt_ids: every prompt needs at least one token")
+        if any(not isinstance(t, int) or t < 0 for t in r):
+            raise ValueError(f"{what} must hold non-negative integer token ids")
+    return rows
+
+
+class Engine:
+    """Prefill/decode driver around a transformers causal LM (Llama / Qwen2 / Mistral family).
+
+    The model is switched to the ``magicpig`` attention implementation (exact in prefill, so its prefill
+    outputs equal sdpa's). backend: ``reference`` or ``offload``; prefill_chunk: prompt tokens per
+    prefill forward; allow_long_context: permit contexts beyond ``max_position_embeddings``.
+    """
+
+    def __init__(self, model, tokenizer=None, backend: str = "reference", *, prefill_chunk: int = 4096,
+                 offload_impl: str = "auto", concurrent: bool = True, allow_long_context: bool = False):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        if offload_impl not in OFFLOAD_IMPLS:
+            raise ValueError(f"offload_impl must be one of {', '.join(OFFLOAD_IMPLS)}, got {offload_impl!r}")
+        if not isinstance(prefill_chunk, int) or prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be a positive integer, got {prefill_chunk!r}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.backend = backend
+        self.prefill_chunk = prefill_chunk
+        self.offload_impl = offload_impl
+        self.concurrent = concurrent
+        self.allow_long_context = allow_long_context
+        _attention.use_hook(model)
+        if backend == "offload":  # build/load the CPU module now, not inside the first decode's timing
+            offload_layer_class(offload_impl)
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.device = next(model.parameters()).device
+        self.max_context = max_context(model.config)
+
+    # ---- helpers -------------------------------------------------------------------------------------
+    @property
+    def pad_id(self) -> int:
+        tok = self.tokenizer
+        for cand in (getattr(tok, "pad_token_id", None), getattr(tok, "eos_token_id", None)):
+            if isinstance(cand, int):
+                return cand
+        return 0
+
+    def eos_ids(self, config: GenerationConfig) -> set[int]:
+        if config.ignore_eos:
+            return set()
+        if config.eos_token_ids is not None:
+            return set(int(t) for t in config.eos_token_ids)
+        ids: set[int] = set()
+        gen = getattr(self.model, "generation_config", None)
+        for src in (getattr(gen, "eos_token_id", None), getattr(self.model.config, "eos_token_id", None),
+                    getattr(self.tokenizer, "eos_token_id", None)):
+            if isinstance(src, int):
+                ids.add(src)
+            elif isinstance(src, (list, tuple)):
+                ids.update(int(t) for t in src)
+        return ids
+
+    def _check_length(self, total: int, what: str) -> None:
+        if self.max_context and total > self.max_context and not self.allow_long_context:
+            raise ValueError(
+                f"{what} of {total} tokens exceeds the model's max_position_embeddings = {self.max_context}; "
+                "pass allow_long_context=True (CLI: --allow-long-context) to run beyond the trained length")
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, cache, mask: torch.Tensor | None):
+        kwargs = {self._cache_kw: cache}
+        return self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True,
+                          logits_to_keep=1, **kwargs)
+
+    # ---- prefill -------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def prefill(self, prompt_ids) -> Prefill:
+        """Exact prefill of one prompt (list[int]) or a batch (list[list[int]], left-padded)."""
+        rows = _rows(prompt_ids, "prompt_ids")
+        B, n = len(rows), max(len(r) for r in rows)
+        self._check_length(n, "prompt")
+        t0 = time.perf_counter()
+        ids = torch.full((B, n), self.pad_id, dtype=torch.long)
+        start = torch.tensor([n - len(r) for r in rows], dtype=torch.long)
+        for b, r in enumerate(rows):
+            ids[b, n - len(r):] = torch.tensor(r, dtype=torch.long)
+        positions = (torch.arange(n)[None] - start[:, None]).clamp_min(0)
+        padded = bool((start > 0).any())
+        mask2d = (torch.arange(n)[None] >= start[:, None]).long() if padded else None
+        ids, positions = ids.to(self.device), positions.to(self.device)
+        mask2d = mask2d.to(self.device) if mask2d is not None else None
+        cache = MagicPIGCache(self.model, "dense", prefill_only=True)
+        try:
+            out = None
+            for lo in range(0, n, self.prefill_chunk):
+                hi = min(n, lo + self.prefill_chunk)
+                out = self._forward(ids[:, lo:hi], positions[:, lo:hi], cache,
+                                    mask2d[:, :hi] if mask2d is not None else None)
+        finally:
+            _attention.clear_active()
+        logits = out.logits[:, -1].float()
+        self._sync()
+        layout = KeyLayout(n, start.to(self.device), torch.full((B,), n, dtype=torch.long, device=self.device))
+        return Prefill([l.keys for l in cache.layers], [l.values for l in cache.layers], layout, logits, rows,
+                       time.perf_counter() - t0)
+
+    # ---- decode --------------------------------------------------------------------------------------
+    def _choose(self, logits: torch.Tensor, config: GenerationConfig, gen: torch.Generator) -> int:
+        """logits (V,) float32 -> token id (greedy or sampled)."""
+        if not config.do_sample:
+            return int(torch.argmax(logits))
+        x = logits.detach().float().cpu() / config.temperature
+        if config.top_k:
+            kth = torch.topk(x, min(config.top_k, x.numel())).values[-1]
+            x = x.masked_fill(x < kth, float("-inf"))
+        if config.top_p < 1:
+            sorted_x, order = torch.sort(x, descending=True)
+            probs = torch.softmax(sorted_x, -1)
+            drop = probs.cumsum(-1) - probs >= config.top_p
+            x[order[drop]] = float("-inf")
+        return int(torch.multinomial(torch.softmax(x, -1), 1, generator=gen))
+
+    @torch.no_grad()
+    def decode(self, pre: Prefill, method: AttentionMethod | str, config: GenerationConfig | None = None,
+               continuation_ids=None) -> list[GenerationResult]:
+        """Decode every row of ``pre`` with ``method`` (see the module docstring); ``pre`` is not changed."""
+        method = parse_method(method)
+        config = config or GenerationConfig()
+        B = pre.batch
+        if continuation_ids is None:
+            forced = [[] for _ in range(B)]
+        else:
+            forced = _rows(continuation_ids, "continuation_ids")
+            if len(forced) == 1 and B > 1:
+                forced = forced * B
+            if len(forced) != B:
+                raise ValueError(f"continuation_ids has {len(forced)} rows for a batch of {B} prompts")
+        self._check_length(pre.n + max(len(f) for f in forced) + config.max_new_tokens, "prompt + decode")
+        eos = self.eos_ids(config)
+        sample_gen = torch.Generator(device="cpu").manual_seed(int(config.seed))
+        method_gen = torch.Generator(device="cpu").manual_seed(int(config.seed) + 1)
+        cache = MagicPIGCache(self.model, method, self.backend, generator=method_gen,
+                              offload_impl=self.offload_impl, concurrent=self.concurrent)
+        t_setup = time.perf_counter()
+        cache.start_decoding(pre.keys, pre.values, pre.layout)
+        self._sync()
+        t0 = time.perf_counter()
+        setup_seconds = t0 - t_setup
+        step_seconds: list[float] = []
+        position = torch.tensor(pre.lengths, dtype=torch.long, device=self.device)
+        logits = pre.logits
+        generated: list[list[int]] = [[] for _ in range(B)]
+        kept_logits: list[list[torch.Tensor]] = [[] for _ in range(B)]
+        texts = [""] * B
+        done = [config.max_new_tokens == 0] * B
+        reason = ["length"] * B
+        cost_sum = torch.zeros(B)
+        cost1_sum = torch.zeros(B)
+        steps = torch.zeros(B)
+        step = 0
+        try:
+            while True:
+                tokens, active = [], []
+                for b in range(B):
+                    if step < len(forced[b]):
+                        tokens.append(forced[b][step])
+                        active.append(True)
+                        continue
+                    if done[b]:
+                        tokens.append(self.pad_id)
+                        active.append(False)
+                        continue
+                    row_logits = logits[b]
+                    tok = self._choose(row_logits, config, sample_gen)
+                    if config.return_logits:
+                        kept_logits[b].append(row_logits.detach().float().cpu().clone())
+                    if tok in eos:
+                        done[b], reason[b] = True, "eos"
+                    else:
+                        generated[b].append(tok)
+                        if config.stop and self.tokenizer is not None:
+                            text = self.tokenizer.decode(generated[b], skip_special_tokens=True)
+                            cut = min((text.find(s) for s in config.stop if s in text), default=-1)
+                            if cut >= 0:
+                                texts[b] = text[:cut]
+                                done[b], reason[b] = True, "stop"
+                        if not done[b] and len(generated[b]) >= config.max_new_tokens:
+                            done[b] = True
+                    tokens.append(tok if not done[b] else self.pad_id)
+                    active.append(not done[b])
+                if not any(active):
+                    break
+                t_step = time.perf_counter()
+                ids = torch.tensor(tokens, dtype=torch.long, device=self.device)[:, None]
+                out = self._forward(ids, position[:, None], cache, None)
+                position += 1
+                logits = out.logits[:, -1].float()
+                self._sync()
+                step_seconds.append(time.perf_counter() - t_step)
+                recorded = cache.pop_step()
+                act = torch.tensor(active, dtype=torch.bool)
+                if recorded is not None:
+                    cost2, cost1 = recorded
+                    cost_sum += torch.where(act, cost2, torch.zeros_like(cost2))
+                    cost1_sum += act.float() * cost1
+                steps += act.float()
+                step += 1
+        finally:
+            _attention.clear_active()
+        self._sync()
+        seconds = time.perf_counter() - t0
+        sparse = len(cache.dense_layers) < cache.num_layers
+        results = []
+        for b in range(B):
+            if reason[b] != "stop" and self.tokenizer is not None:
+                texts[b] = self.tokenizer.decode(generated[b], skip_special_tokens=True)
+            s = float(steps[b])
+            cost = float(cost_sum[b] / s) if s and sparse else (1.0 if s and not sparse else 0.0)
+            cost1 = float(cost1_sum[b] / s) if s and sparse else 0.0
+            results.append(GenerationResult(
+                text=texts[b], token_ids=generated[b], new_tokens=len(generated[b]), cost=cost, cost1=cost1,
+                seconds=seconds, tokens_per_s=len(generated[b]) / seconds if seconds > 0 else math.inf,
+                prompt_tokens=len(pre.prompt_ids[b]), method=method.spec(), backend=self.backend,
+                stop_reason=reason[b], continuation_tokens=len(forced[b]), decode_steps=int(s),
+                setup_seconds=setup_seconds, step_seconds=list(step_seconds),
+                logits=kept_logits[b] if config.return_logits else None))
+        return results
+
+    def generate(self, prompt_ids, method: AttentionMethod | str, config: GenerationConfig | None = None,
+                 continuation_ids=None) -> list[GenerationResult]:
+        """prefill + decode."""
+        method = parse_method(method)  # spec errors before the expensive prefill
+        return self.decode(self.prefill(prompt_ids), method, config, continuation_ids)
+
+    def answer(self, context_ids, question_ids, method: AttentionMethod | str,
+               config: GenerationConfig | None = None, setup: str = "A") -> list[GenerationResult]:
+        """Evaluation setups (PAPER.md §6). ``A`` (default, the paper's): prefill context + question
+        exactly, then decode. ``B``: prefill the context, feed the question one decode step at a time
+        with the method, then decode. context_ids / question_ids: one prompt or a batch (same rows)."""
+        if setup not in ("A", "B"):
+            raise ValueError(f"setup must be 'A' or 'B', got {setup!r}")
+        method = parse_method(method)
+        ctx, qs = _rows(context_ids, "context_ids"), _rows(question_ids, "question_ids")
+        if len(qs) == 1 and len(ctx) > 1:
+            qs = qs * len(ctx)
+        if len(qs) != len(ctx):
+            raise ValueError(f"question_ids has {len(qs)} rows for {len(ctx)} contexts")
+        if setup == "A":
+            return self.generate([c + q for c, q in zip(ctx, qs)], method, config)
+        return self.decode(self.prefill(ctx), method, config, continuation_ids=qs)
+
+    def fork(self, pre: Prefill, methods: Sequence[AttentionMethod | str],
+             config: GenerationConfig | None = None, continuation_ids=None) -> dict[str, list[GenerationResult]]:
+        """Decode one prefill with several methods (the prefill is paid once). Keyed by method spec."""
+        parsed = [parse_method(m) for m in methods]
+        return {m.spec(): self.decode(pre, m, config, continuation_ids) for m in parsed}

@@ -32,7 +32,8 @@ rule bench_decode:
         f"{RES}/logs/bench_decode.log",
     threads: workflow.cores
     params:
-        args=" ".join([f"--length {n}" for n in DB["lengths"]] + [method_args(DB["methods"])]),
+        args=" ".join([f"--context {n}" for n in DB["lengths"]] + [method_args(DB["methods"])]
+                      + [f"--fill {DB.get('fill', 'prefill')}"]),
     shell:
         "{MAGICPIG} bench decode --model {P[model]} {params.args} --csv {output} > {log} 2>&1"
 

@@ -1,0 +1,266 @@
+"""Kernel benchmark of the CPU module (``magicpig bench kernel``): one decode step of one layer.
+
+For each configuration (n, head_dim, K, L, key distribution) it measures, in one run: time per decode step
+(retrieval + sparse attention, one ``OffloadedLayer.attend`` call for 32 query / 8 kv heads), the sampled
+fraction, bytes touched, achieved GB/s, the machine's streaming-read GB/s (a tensor far larger than the
+caches, read with the same threads) and their ratio, and the speedup over exact CPU attention (the faster
+of torch SDPA and a GQA-grouped matmul-softmax-matmul, same data, dtype and threads) and over the torch
+reference ``MagicPIG.attend``.
+
+Bytes touched = sum over query heads of (sampled keys x 2 x head_dim x element size + bucket entries read x
+id size).
+"""
+from __future__ import annotations
+
+import csv
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from . import cpu, lsh
+
+NS = (16384, 65536, 131072)
+HEAD_DIMS = (64, 128)
+KLS = ((10, 150), (9, 120), (8, 75))
+DISTS = ("offset", "random")
+HEADS, KV_HEADS = 32, 8
+STREAM_BYTES = 1 << 29  # 512 MiB: far beyond any cache
+HASH_CHUNK = 4096
+
+
+@dataclass
+class Row:
+    n: int
+    head_dim: int
+    K: int
+    L: int
+    dist: str
+    dtype: str
+    threads: int
+    isa: str
+    sampled_fraction: float
+    retrieve_ms: float
+    ms_per_step: float
+    bytes_touched: int
+    gb_per_s: float
+    read_gb_per_s: float
+    bandwidth_ratio: float
+    dense_ms: float
+    dense_kind: str
+    sdpa_ms: float
+    grouped_ms: float
+    speedup_vs_dense: float
+    reference_ms: float
+    speedup_vs_reference: float
+    load_avg: float
+    # the same measured in one thread's CPU time (time.thread_time, torch / OpenMP set to 1 thread):
+    # insensitive to preemption by other processes on a shared machine, so comparable across loads
+    cpu1_ms_per_step: float
+    cpu1_read_gb_per_s: float
+    cpu1_bandwidth_ratio: float
+    cpu1_dense_ms: float
+    cpu1_speedup_vs_dense: float
+
+
+def timed(fn, reps: int, warmup: int = 1) -> float:
+    """Fastest of ``reps`` calls (seconds) after ``warmup`` calls: on a shared machine the minimum is the
+    estimate least disturbed by other processes (the median is printed by --verbose runs)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def stream_read_gbps(threads: int, nbytes: int = STREAM_BYTES, rounds: int = 3) -> float:
+    """Streaming-read bandwidth (GB/s, 1e9 bytes) over a buffer far larger than the caches.
+
+    The buffer is read in consecutive slices of 1/8 of it (each still beyond the last-level cache, and
+    not cached from the previous slice), each slice timed on its own; the fastest slice counts, the same
+    fastest-of-repetitions rule as the kernel timings (a long single read is more exposed to preemption
+    on a shared machine)."""
+    mod = cpu.load()
+    buf = torch.ones(nbytes // 8, dtype=torch.int64)
+    slices = buf.chunk(8)
+    best = float("inf")
+    for _ in range(rounds):
+        for piece in slices:
+            t0 = time.perf_counter()
+            mod.stream_read(piece, threads)
+            best = min(best, (time.perf_counter() - t0) / (piece.numel() * 8))
+    del buf, slices
+    return 1.0 / best / 1e9
+
+
+def thread_cpu_time(fn, reps: int, warmup: int = 1) -> float:
+    """Fastest of ``reps`` calls in this thread's CPU seconds (call it with one thread)."""
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.thread_time()
+        fn()
+        best = min(best, time.thread_time() - t0)
+    return best
+
+
+def single_thread_measures(layer, q, q_codes, keys, values, reps: int, stream_bytes: int):
+    """(step s, streaming-read GB/s, exact-attention s) in one thread's CPU time."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        step = thread_cpu_time(lambda: layer.attend(q, q_codes, 2), reps)
+        mod = cpu.load()
+        buf = torch.ones(stream_bytes // 8, dtype=torch.int64)
+        per_byte = min(thread_cpu_time(lambda p=p: mod.stream_read(p, 1), 1, warmup=0) / (p.numel() * 8)
+                       for p in buf.chunk(8))
+        del buf
+        dense = min(thread_cpu_time(f, 2) for f in grouped_attention(q, keys, values))
+    finally:
+        torch.set_num_threads(old)
+    return step, 1.0 / per_byte / 1e9, dense
+
+
+def make_data(n: int, d: int, K: int, L: int, dist: str, dtype: torch.dtype, seed: int = 0):
+    """Keys (1, 8, n, d) from ``dist`` ("offset": a shared offset direction plus noise, so centering
+    matters; "random": isotropic Gaussian), values, queries (1, 32, d) and the codes of the centered keys /
+    the queries under one projection set per kv-head."""
+    if dist not in DISTS:
+        raise ValueError(f"dist must be one of {DISTS}, got {dist!r}")
+    gen = torch.Generator().manual_seed(seed)
+    keys = torch.randn(1, KV_HEADS, n, d, generator=gen)
+    if dist == "offset":
+        direction = torch.randn(1, KV_HEADS, 1, d, generator=gen)
+        direction = direction / direction.norm(dim=-1, keepdim=True)
+        keys = keys + 3.0 * d ** 0.5 * direction
+    values = torch.randn(1, KV_HEADS, n, d, generator=gen).to(dtype)
+    q = torch.randn(1, HEADS, d, generator=gen)
+    keys = keys.to(dtype)
+    center = keys.float().mean(2, keepdim=True)
+    centered = (keys.float() - center).to(dtype)
+    proj = lsh.make_projections(d, K, L, num_sets=KV_HEADS, seed=seed + 43)
+    codes = torch.empty(1, KV_HEADS, n, L, dtype=torch.int32)
+    for lo in range(0, n, HASH_CHUNK):
+        codes[:, :, lo:lo + HASH_CHUNK] = lsh.hash_codes(centered[:, :, lo:lo + HASH_CHUNK].float(), proj, K, L)
+    q_codes = lsh.hash_codes(q.reshape(1, KV_HEADS, HEADS // KV_HEADS, d), proj, K, L).reshape(1, HEADS, L)
+    return keys, centered, values, q, codes, q_codes, center, proj
+
+
+def grouped_attention(q, keys, values):
+    """Two GQA-grouped matmul-softmax-matmul formulations of exact attention (B, H, d) in the keys'
+    dtype: scores as q @ k^T (G x n) or as k @ q^T (n x G; its bf16 p^T @ v takes a much faster torch
+    path). The benchmark uses the faster."""
+    B, H, d = q.shape
+    Hkv = keys.shape[1]
+    qg = q.to(keys.dtype).reshape(B, Hkv, H // Hkv, d)
+
+    def rows():
+        s = (qg @ keys.transpose(-1, -2)).float() * d ** -0.5
+        return torch.softmax(s, dim=-1).to(keys.dtype) @ values
+
+    def cols():
+        s = (keys @ qg.transpose(-1, -2)).float() * d ** -0.5  # (B, Hkv, n, G)
+        return torch.softmax(s, dim=2).to(keys.dtype).transpose(-1, -2) @ values
+
+    return rows, cols
+
+
+def dense_times(q, keys, values, reps: int) -> tuple[float, float]:
+    """(SDPA seconds, grouped matmul seconds, the faster formulation) of exact attention over all keys,
+    in the keys' dtype."""
+    qd = q.to(keys.dtype)
+    sdpa = timed(lambda: torch.nn.functional.scaled_dot_product_attention(
+        qd.unsqueeze(2), keys, values, enable_gqa=True), reps)
+    return sdpa, min(timed(f, reps) for f in grouped_attention(q, keys, values))
+
+
+def reference_time(q, centered, values, center, codes, proj, K, L) -> float:
+    """Seconds of one torch-reference MagicPIG.attend call over the same (all offloaded) keys."""
+    from .methods import KeyLayout, MagicPIG, MagicPIGState
+
+    n = centered.shape[2]
+    method = MagicPIG(K=K, L=L, sinks=0, local=0, centering=True)
+    layout = KeyLayout.simple(1, n)
+    state = MagicPIGState(torch.zeros_like(center[:, :, 0]), codes, torch.ones(1, n, dtype=torch.bool), proj)
+    k = centered.float()
+    return timed(lambda: method.attend(q, k, values.float(), layout, state=state), 1, warmup=0)
+
+
+def run_config(n: int, d: int, K: int, L: int, dist: str, dtype: torch.dtype, *, reps: int = 20,
+               read_gbps: float, reference: bool = True, dense_reps: int = 3,
+               stream_bytes: int = STREAM_BYTES) -> Row:
+    threads = cpu.num_threads()
+    keys, centered, values, q, codes, q_codes, center, proj = make_data(n, d, K, L, dist, dtype)
+    layer = cpu.OffloadedLayer.build(centered, values, codes, torch.tensor([n]), K, L)
+    _, sampled, entries = layer.retrieve_raw(q_codes, 2)
+    retrieve_s = timed(lambda: layer.retrieve_raw(q_codes, 2), reps)
+    step_s = timed(lambda: layer.attend(q, q_codes, 2), reps)
+    elt = centered.element_size()
+    id_bytes = layer.ids.element_size()
+    touched = int(sampled.sum()) * 2 * d * elt + int(entries.sum()) * id_bytes
+    sdpa_s, grouped_s = dense_times(q, keys, values, dense_reps)
+    dense_s, dense_kind = (sdpa_s, "sdpa") if sdpa_s <= grouped_s else (grouped_s, "grouped")
+    ref_s = reference_time(q, centered, values, center, codes, proj, K, L) if reference else float("nan")
+    gbps = touched / step_s / 1e9
+    step1, read1, dense1 = single_thread_measures(layer, q, q_codes, keys, values, reps, stream_bytes)
+    return Row(n=n, head_dim=d, K=K, L=L, dist=dist, dtype=str(dtype).replace("torch.", ""), threads=threads,
+               isa=cpu.isa(), sampled_fraction=float(sampled.sum()) / (HEADS * n),
+               retrieve_ms=retrieve_s * 1e3, ms_per_step=step_s * 1e3, bytes_touched=touched, gb_per_s=gbps,
+               read_gb_per_s=read_gbps, bandwidth_ratio=gbps / read_gbps, dense_ms=dense_s * 1e3,
+               dense_kind=dense_kind, sdpa_ms=sdpa_s * 1e3, grouped_ms=grouped_s * 1e3,
+               speedup_vs_dense=dense_s / step_s, reference_ms=ref_s * 1e3, speedup_vs_reference=ref_s / step_s,
+               load_avg=os.getloadavg()[0], cpu1_ms_per_step=step1 * 1e3, cpu1_read_gb_per_s=read1,
+               cpu1_bandwidth_ratio=touched / step1 / 1e9 / read1, cpu1_dense_ms=dense1 * 1e3,
+               cpu1_speedup_vs_dense=dense1 / step1)
+
+
+HEADER = (f"{'n':>7} {'hd':>4} {'K':>3} {'L':>4} {'dist':>6} {'frac%':>6} {'retr ms':>8} {'ms/step':>8} "
+          f"{'MB':>6} {'GB/s':>6} {'read':>6} {'ratio':>6} {'dense ms':>9} {'x dense':>8} {'x ref':>7} {'load':>5} |"
+          f" 1-thread cpu: {'ms':>6} {'ratio':>6} {'x dense':>8}")
+
+
+def format_row(r: Row) -> str:
+    return (f"{r.n:>7} {r.head_dim:>4} {r.K:>3} {r.L:>4} {r.dist:>6} {100 * r.sampled_fraction:>6.2f} "
+            f"{r.retrieve_ms:>8.3f} {r.ms_per_step:>8.3f} {r.bytes_touched / 1e6:>6.2f} {r.gb_per_s:>6.1f} "
+            f"{r.read_gb_per_s:>6.1f} {r.bandwidth_ratio:>6.2f} {r.dense_ms:>7.1f}{r.dense_kind[0]:>2} "
+            f"{r.speedup_vs_dense:>8.1f} {r.speedup_vs_reference:>7.0f} {r.load_avg:>5.2f} |"
+            f"               {r.cpu1_ms_per_step:>6.2f} {r.cpu1_bandwidth_ratio:>6.2f} {r.cpu1_speedup_vs_dense:>8.1f}")
+
+
+def run(ns=NS, head_dims=HEAD_DIMS, kls=KLS, dists=DISTS, dtype: torch.dtype = torch.bfloat16, *,
+        csv_path: str | Path | None = None, reps: int = 20, reference: bool = True, dense_reps: int = 3,
+        stream_bytes: int = STREAM_BYTES, echo=print) -> list[Row]:
+    """Run the grid, print one line per configuration and write the CSV; returns the rows."""
+    echo(f"# MagicPIG CPU kernel bench: {platform.processor() or platform.machine()}, isa {cpu.isa()}, "
+         f"{cpu.num_threads()} threads, dtype {dtype}, {HEADS} query / {KV_HEADS} kv heads, B=1")
+    read = stream_read_gbps(cpu.num_threads(), stream_bytes)
+    echo(f"# streaming read: {read:.1f} GB/s ({stream_bytes / 2**20:.0f} MiB buffer, best 1/8 slice); "
+         f"load average {os.getloadavg()[0]:.2f}; times are the fastest of the repetitions")
+    echo(HEADER)
+    rows = []
+    if csv_path is None:
+        csv_path = Path("results") / "bench" / f"kernel_{time.strftime('%Y%m%d-%H%M%S')}.csv"
+    csv_path = Path(csv_path)
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(csv_path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(Row.__dataclass_fields__))
+        writer.writeheader()
+        for n in ns:
+            for d in head_dims:
+                for K, L in kls:
+                    for dist in dists:
+                        row = run_config(n, d, K, L, dist, dtype, reps=reps, read_gbps=read, reference=reference,
+                                         dense_reps=dense_reps, stream_bytes=stream_bytes)
+                        rows.append(row)
+                        writer.writerow(asdict(row))
+                        fh.flush()
+                        echo(format_row(row))
+    echo(f"# wrote {csv_path}")
+    return rows

@@ -1,0 +1,420 @@
+"""The MagicPIG CPU runtime: hash tables, retrieval and importance-weighted sparse attention over the
+offloaded keys, in C++/OpenMP (``magicpig/csrc``).
+
+The module is compiled on first use (``load()``) with ``torch.utils.cpp_extension.load`` and ninja into
+``$MAGICPIG_BUILD_DIR`` or ``~/.cache/magicpig/<hash of sources and flags>``; importing this file compiles
+nothing. The attention kernel has scalar, AVX2+FMA and AVX-512 variants in one binary, chosen at run time
+from what the CPU supports; ``MAGICPIG_ISA=scalar|avx2|avx512|auto`` forces one. Threads: torch's setting
+(``torch.get_num_threads()``, which follows ``OMP_NUM_THREADS``).
+
+Typical use, one layer of B sequences::
+
+    layer = OffloadedLayer.build(keys, values, codes, counts, K=10, L=150)   # once, after prefill
+    out, lse, sampled = layer.attend(q, q_codes)                              # every decode step
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from . import lsh
+
+ISA_CODES = {"scalar": 0, "avx2": 1, "avx512": 2}
+ISA_ENV = "MAGICPIG_ISA"
+BUILD_DIR_ENV = "MAGICPIG_BUILD_DIR"
+CFLAGS = ["-O3", "-fopenmp", "-fno-math-errno"]
+LDFLAGS = ["-fopenmp"]
+CSRC = Path(__file__).resolve().parent / "csrc"
+SOURCES = ["bindings.cpp", "build_tables.cpp", "retrieve.cpp", "attend.cpp", "attend_scalar.cpp",
+           "attend_avx2.cpp", "attend_avx512.cpp"]
+HEADERS = ["magicpig_cpu.h", "attend_impl.h"]
+TABLE_INTERVALS = 8192  # correction -ln(u + 1e-4) is interpolated on this many intervals of the cosine...
+TABLE_LIMIT = 1.0 - 1.0 / 32  # ...for |cos| <= TABLE_LIMIT (interpolation error < 1e-5); exact beyond
+PREFETCH = 16  # tokens ahead whose key/value rows the attention kernel prefetches
+SPLIT_TOKENS = 4096  # token range of one attention work item (its gathered rows stay in the core's cache)
+MAX_MIN_COLLISIONS = 255  # per-token collision counters are 8-bit
+
+
+class InsufficientMemoryError(ValueError, MemoryError):
+    """A configuration that would not fit in the available RAM (raised before allocating)."""
+
+
+# ---- building and loading the extension ------------------------------------------------------------
+
+def _source_hash() -> str:
+    h = hashlib.sha256()
+    for name in SOURCES + HEADERS:
+        h.update(name.encode())
+        h.update((CSRC / name).read_bytes())
+    h.update(" ".join(CFLAGS + LDFLAGS).encode())
+    h.update(torch.__version__.encode())
+    h.update(sys.version.encode())
+    return h.hexdigest()[:16]
+
+
+def build_dir() -> Path:
+    """Folder holding the compiled module: ``$MAGICPIG_BUILD_DIR`` or ``~/.cache/magicpig/<hash>``."""
+    env = os.environ.get(BUILD_DIR_ENV)
+    base = Path(env).expanduser() if env else Path.home() / ".cache" / "magicpig"
+    return base / _source_hash()
+
+
+@functools.lru_cache(maxsize=1)
+def load():
+    """Build the extension if needed (cached on disk) and return the loaded module.
+
+    Raises RuntimeError carrying the compiler output when the build fails.
+    """
+    from torch.utils import cpp_extension
+
+    folder = build_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        return cpp_extension.load(
+            name=f"magicpig_cpu_{folder.name}",
+            sources=[str(CSRC / s) for s in SOURCES],
+            extra_cflags=CFLAGS,
+            extra_ldflags=LDFLAGS,
+            extra_include_paths=[str(CSRC)],
+            build_directory=str(folder),
+            verbose=False,
+        )
+    except Exception as exc:  # compiler / ninja failures come as RuntimeError or CalledProcessError
+        output = getattr(exc, "output", None)
+        if isinstance(output, bytes):
+            output = output.decode(errors="replace")
+        raise RuntimeError(f"building the MagicPIG CPU module in {folder} failed: {exc}"
+                           + (f"\n{output}" if output else "")) from exc
+
+
+@functools.lru_cache(maxsize=1)
+def available() -> bool:
+    """Whether the module can be built / loaded here (cached); never raises."""
+    try:
+        load()
+        return True
+    except Exception:
+        return False
+
+
+def supported_isas() -> list[str]:
+    """Instruction-set variants this CPU can run, best first."""
+    mod = load()
+    return [name for name in ("avx512", "avx2", "scalar") if mod.cpu_supports(ISA_CODES[name])]
+
+
+def isa() -> str:
+    """The attention variant in use: ``$MAGICPIG_ISA`` if set (and supported), else the best supported."""
+    want = os.environ.get(ISA_ENV, "auto").strip().lower() or "auto"
+    if want != "auto" and want not in ISA_CODES:
+        raise ValueError(f"{ISA_ENV} must be one of auto, {', '.join(ISA_CODES)}; got {want!r}")
+    supported = supported_isas()
+    if want == "auto":
+        return supported[0]
+    if want not in supported:
+        raise RuntimeError(f"{ISA_ENV}={want} but this CPU supports only {', '.join(supported)}")
+    return want
+
+
+def num_threads() -> int:
+    """OpenMP threads used by the kernels: torch's intra-op setting (follows OMP_NUM_THREADS)."""
+    return max(1, torch.get_num_threads())
+
+
+# ---- correction table ------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=64)
+def correction_table(K: int, L: int, min_collisions: int) -> torch.Tensor:
+    """-ln(u(c) + 1e-4) at c = -1 + 2 i / TABLE_INTERVALS, float32 (TABLE_INTERVALS + 1,), computed with
+    magicpig.lsh in float64 (the same formula as the torch reference)."""
+    c = torch.linspace(-1.0, 1.0, TABLE_INTERVALS + 1, dtype=torch.float64)
+    u = lsh.collision_probability(c, K, L, min_collisions)
+    return lsh.importance_log_weight(u).float().contiguous()
+
+
+# ---- memory accounting -----------------------------------------------------------------------------
+
+def table_nbytes(B: int, Hkv: int, n_max: int, K: int, L: int) -> int:
+    """Bytes of one layer's hash tables: CSR offsets plus 16-bit (n_max <= 65536) or 32-bit token ids."""
+    id_bytes = 2 if n_max <= 65536 else 4
+    return B * Hkv * L * (((1 << K) + 1) * 4 + n_max * id_bytes)
+
+
+def estimate_nbytes(B: int, Hkv: int, n_max: int, d: int, K: int, L: int,
+                    dtype: torch.dtype = torch.bfloat16) -> dict[str, int]:
+    """Bytes an OffloadedLayer of this shape holds: {"tables", "keys", "values", "norms", "total"}."""
+    kv = B * Hkv * n_max * d * torch.empty((), dtype=dtype).element_size()
+    sizes = {"tables": table_nbytes(B, Hkv, n_max, K, L), "keys": kv, "values": kv, "norms": B * Hkv * n_max * 4}
+    sizes["total"] = sum(sizes.values())
+    return sizes
+
+
+def check_fits(new_bytes: int, what: str, margin: float = 0.9) -> None:
+    """Raise InsufficientMemoryError if allocating ``new_bytes`` more would exceed ``margin`` of the
+    RAM psutil reports as available."""
+    import psutil
+
+    available_bytes = psutil.virtual_memory().available
+    if new_bytes > margin * available_bytes:
+        raise InsufficientMemoryError(
+            f"{what} needs {new_bytes / 2**30:.2f} GiB ({new_bytes} bytes) but only "
+            f"{available_bytes / 2**30:.2f} GiB ({available_bytes} bytes) of RAM is available")
+
+
+# ---- one layer's CPU-side state ---------------------------------------------------------------------
+
+def _check_codes(codes: torch.Tensor, name: str, shape: tuple, K: int) -> torch.Tensor:
+    if not isinstance(codes, torch.Tensor) or codes.dtype != torch.int32:
+        raise ValueError(f"{name} must be an int32 tensor, got {getattr(codes, 'dtype', type(codes))}")
+    if tuple(codes.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(codes.shape)}")
+    return codes.detach().cpu().contiguous()
+
+
+@dataclass
+class OffloadedLayer:
+    """One layer's CPU-side state for B sequences: centered offloaded keys / values, key norms and the
+    L hash tables of each (sequence, kv-head).
+
+    kv: (B, H_kv, n_max, 2, d) float32 or bfloat16, each token's key row followed by its value row (one
+    contiguous block per token, backed by transparent huge pages where the OS allows: the kernels gather
+    random tokens); ``keys`` / ``values`` are views of it. counts: (B,) int64 valid rows; norms:
+    (B, H_kv, n_max) float32 key norms; offsets: (B, H_kv, L, 2^K + 1) int32 CSR bucket bounds; ids:
+    (B, H_kv, L, n_max) int16 (read as uint16, n_max <= 65536) or int32 token ids.
+    """
+
+    kv: torch.Tensor
+    counts: torch.Tensor
+    norms: torch.Tensor
+    offsets: torch.Tensor
+    ids: torch.Tensor
+    K: int
+    L: int
+
+    @classmethod
+    def build(cls, keys: torch.Tensor, values: torch.Tensor, codes: torch.Tensor, counts: torch.Tensor,
+              K: int, L: int) -> "OffloadedLayer":
+        """Build the tables and key norms once, and copy keys / values into the interleaved store.
+
+        keys, values: (B, H_kv, n_max, d) CPU float32 / bfloat16, the centered offloaded keys and their
+        values compacted to the front of each sequence; counts: (B,) int64 valid rows per sequence (rows
+        >= counts[b] are padding and never sampled); codes: (B, H_kv, n_max, L) int32 in [0, 2**K).
+        Raises ValueError naming the bad field, InsufficientMemoryError (a ValueError) when the state
+        would not fit in the available RAM.
+        """
+        lsh.check_kl(K, L)
+        for name, t in (("keys", keys), ("values", values)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 4:
+                raise ValueError(f"{name} must be a (B, H_kv, n_max, d) tensor")
+            if t.dtype not in (torch.float32, torch.bfloat16):
+                raise ValueError(f"{name} must be float32 or bfloat16, got {t.dtype}")
+            if t.device.type != "cpu":
+                raise ValueError(f"{name} must be a CPU tensor, got device {t.device}")
+        if values.shape != keys.shape or values.dtype != keys.dtype:
+            raise ValueError(f"values {tuple(values.shape)} {values.dtype} must match keys "
+                             f"{tuple(keys.shape)} {keys.dtype}")
+        B, Hkv, n_max, d = keys.shape
+        if n_max >= 2**32:
+            raise ValueError(f"keys: n_max = {n_max} exceeds 32-bit token ids")
+        codes = _check_codes(codes, "codes", (B, Hkv, n_max, L), K)
+        if not isinstance(counts, torch.Tensor) or tuple(counts.shape) != (B,):
+            raise ValueError(f"counts must be a (B,) = ({B},) tensor")
+        counts = counts.detach().cpu().to(torch.int64).contiguous()
+        if B and (int(counts.min()) < 0 or int(counts.max()) > n_max):
+            raise ValueError(f"counts must lie in [0, n_max={n_max}], got {counts.tolist()}")
+        sizes = estimate_nbytes(B, Hkv, n_max, d, K, L, keys.dtype)
+        check_fits(sizes["total"], f"the offloaded layer of B={B}, H_kv={Hkv}, n_max={n_max}, d={d}, K={K}, "
+                                   f"L={L} ({keys.dtype})")
+        mod, threads = load(), num_threads()
+        try:
+            offsets, ids = mod.build_tables(codes, counts, K, threads)
+        except RuntimeError as exc:
+            raise ValueError(f"codes: {exc}") from None
+        norms = mod.key_norms(keys.detach().contiguous(), threads)
+        kv = torch.empty(B, Hkv, n_max, 2, d, dtype=keys.dtype)
+        mod.advise_huge_pages(kv)  # before the first touch
+        kv[:, :, :, 0] = keys.detach()
+        kv[:, :, :, 1] = values.detach()
+        return cls(kv, counts, norms, offsets, ids, K, L)
+
+    @property
+    def keys(self) -> torch.Tensor:
+        """(B, H_kv, n_max, d) view of the centered keys."""
+        return self.kv[:, :, :, 0]
+
+    @property
+    def values(self) -> torch.Tensor:
+        """(B, H_kv, n_max, d) view of the values."""
+        return self.kv[:, :, :, 1]
+
+    @property
+    def nbytes(self) -> dict[str, int]:
+        """Bytes held: {"tables", "keys", "values", "norms", "total"}."""
+        def size(t):
+            return t.numel() * t.element_size()
+        half = size(self.kv) // 2
+        sizes = {"tables": size(self.offsets) + size(self.ids), "keys": half, "values": half,
+                 "norms": size(self.norms)}
+        sizes["total"] = sum(sizes.values())
+        return sizes
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """(B, H_kv, n_max, d)."""
+        return tuple(self.keys.shape)
+
+    def _query_codes(self, q_codes: torch.Tensor, min_collisions: int) -> torch.Tensor:
+        B, Hkv = self.keys.shape[:2]
+        if not isinstance(q_codes, torch.Tensor) or q_codes.dim() != 3:
+            raise ValueError(f"q_codes must be a (B, H, L) int32 tensor, got {getattr(q_codes, 'shape', q_codes)}")
+        H = q_codes.shape[1]
+        if H % Hkv or H // Hkv > 64:
+            raise ValueError(f"q_codes: query heads H={H} must be a multiple of H_kv={Hkv} with H/H_kv <= 64")
+        if not isinstance(min_collisions, int) or not 1 <= min_collisions <= min(self.L, MAX_MIN_COLLISIONS):
+            raise ValueError(f"min_collisions must be an integer in [1, {min(self.L, MAX_MIN_COLLISIONS)}], "
+                             f"got {min_collisions!r}")
+        return _check_codes(q_codes, "q_codes", (B, H, self.L), self.K)
+
+    def _retrieve_bits(self, q_codes, min_collisions):
+        try:
+            return load().retrieve(self.offsets, self.ids, self.K, q_codes, min_collisions, num_threads())
+        except RuntimeError as exc:
+            raise ValueError(f"retrieve: {exc}") from None
+
+    def retrieve_raw(self, q_codes: torch.Tensor, min_collisions: int = 2):
+        """-> (bits (B, H, ceil(n_max/64)) int64 bitsets of sampled tokens, sampled (B, H) int32,
+        bucket entries read (B, H) int64)."""
+        return self._retrieve_bits(self._query_codes(q_codes, min_collisions), min_collisions)
+
+    def retrieve(self, q_codes: torch.Tensor, min_collisions: int = 2) -> list[list[torch.Tensor]]:
+        """q_codes (B, H, L) int32 -> [b][h] sorted int64 tensors of the sampled token ids."""
+        bits, _, _ = self.retrieve_raw(q_codes, min_collisions)
+        return bits_to_ids(bits, self.keys.shape[2])
+
+    def attend(self, q: torch.Tensor, q_codes: torch.Tensor, min_collisions: int = 2,
+               scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Importance-weighted attention of each query head over its sampled offloaded keys.
+
+        q: (B, H, d) CPU float (not centered); q_codes: (B, H, L) int32 codes of q. Logit of a sampled key
+        i: scale·q·k_i − ln(u_i + 1e-4), u_i from the clamped cos(q, k_i), K, L and min_collisions.
+        Returns out (B, H, d) float32, lse (B, H) float32 natural log (-inf where nothing was sampled,
+        and then out = 0), sampled (B, H) int32.
+        """
+        B, Hkv, _, d = self.keys.shape
+        if not isinstance(q, torch.Tensor) or q.dim() != 3 or q.shape[0] != B or q.shape[2] != d:
+            raise ValueError(f"q must be (B, H, d) = ({B}, H, {d}), got {tuple(getattr(q, 'shape', ()))}")
+        q_codes = self._query_codes(q_codes, min_collisions)
+        if q_codes.shape[1] != q.shape[1]:
+            raise ValueError(f"q has {q.shape[1]} heads but q_codes has {q_codes.shape[1]}")
+        scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+        q = q.detach().to(device="cpu", dtype=torch.float32).contiguous()
+        bits, sampled, _ = self._retrieve_bits(q_codes, min_collisions)
+        out, lse = load().attend(self.kv, self.norms, q, bits, scale,
+                                 correction_table(self.K, self.L, min_collisions), TABLE_LIMIT,
+                                 self.K, self.L, min_collisions, ISA_CODES[isa()], num_threads(), PREFETCH,
+                                 SPLIT_TOKENS)
+        return out, lse, sampled
+
+
+def bits_to_ids(bits: torch.Tensor, n: int) -> list[list[torch.Tensor]]:
+    """Bitsets (B, H, W) int64 -> [b][h] sorted int64 tensors of the set positions (< n)."""
+    B, H, W = bits.shape
+    shifts = torch.arange(64, dtype=torch.int64)
+    flags = ((bits.unsqueeze(-1) >> shifts) & 1).bool().reshape(B, H, W * 64)[:, :, :n]
+    return [[flags[b, h].nonzero().squeeze(1) for h in range(H)] for b in range(B)]
+
+
+# ---- from the torch reference's prefill state to the CPU layout ----------------------------------------
+
+@dataclass
+class Offload:
+    """Offloaded rows of one layer, compacted to the front of each sequence.
+
+    keys, values: (B, H_kv, n_max, d) centered keys / values; codes: (B, H_kv, n_max, L) int32;
+    counts: (B,) int64; index: (B, n_max) int64 cache position of each row (-1 for padding).
+    """
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    codes: torch.Tensor
+    counts: torch.Tensor
+    index: torch.Tensor
+
+
+def compact_offloaded(k: torch.Tensor, v: torch.Tensor, state, dtype: torch.dtype = torch.float32) -> Offload:
+    """Gather the offloaded rows of a MagicPIGState (``MagicPIG.prepare``) from the cache k, v (B, H_kv, n, d):
+    keys are centered with ``state.center``; codes are ``state.codes`` of the same rows."""
+    offloaded = state.offloaded.cpu()
+    B, n0 = offloaded.shape
+    Hkv, d = k.shape[1], k.shape[3]
+    L = state.codes.shape[-1]
+    counts = offloaded.sum(1).to(torch.int64)
+    n_max = int(counts.max()) if B else 0
+    keys = torch.zeros(B, Hkv, n_max, d, dtype=dtype)
+    values = torch.zeros(B, Hkv, n_max, d, dtype=dtype)
+    codes = torch.zeros(B, Hkv, n_max, L, dtype=torch.int32)
+    index = torch.full((B, n_max), -1, dtype=torch.int64)
+    center = state.center.float().cpu()
+    for b in range(B):
+        idx = offloaded[b].nonzero().squeeze(1)
+        c = idx.numel()
+        keys[b, :, :c] = (k[b, :, :n0].float().cpu()[:, idx] - center[b, :, None]).to(dtype)
+        values[b, :, :c] = v[b, :, :n0].cpu()[:, idx].to(dtype)
+        codes[b, :, :c] = state.codes[b].cpu()[:, idx]
+        index[b, :c] = idx
+    return Offload(keys, values, codes, counts, index)
+
+
+# ---- self-check against the torch reference ------------------------------------------------------------
+
+def self_check(seed: int = 0) -> dict[str, float]:
+    """Compare every ISA variant this CPU runs with the torch reference ``MagicPIG.attend`` on a small
+    random layer (offloaded part merged with the exact static part). Returns {isa: max abs error of the
+    output}; raises RuntimeError when a variant disagrees or retrieval differs."""
+    from .merge import merge_attention
+    from .methods import KeyLayout, MagicPIG
+    from .methods.base import attend_logits
+
+    B, Hkv, G, d, n = 2, 2, 3, 48, 700
+    method = MagicPIG(K=5, L=20, sinks=4, local=16)
+    gen = torch.Generator().manual_seed(seed)
+    k = torch.randn(B, Hkv, n, d, generator=gen) + 0.7
+    v = torch.randn(B, Hkv, n, d, generator=gen)
+    q = torch.randn(B, Hkv * G, d, generator=gen) * 2
+    layout = KeyLayout(n, torch.tensor([0, 31]), torch.tensor([n - 8, n]))
+    state = method.prepare(k, v, layout)
+    ref = method.attend(q, k, v, layout, state=state)
+    off = compact_offloaded(k, v, state)
+    layer = OffloadedLayer.build(off.keys, off.values, off.codes, off.counts, method.K, method.L)
+    q_codes = lsh.hash_codes(q.reshape(B, Hkv, G, d), state.projections, method.K, method.L).reshape(B, -1, method.L)
+    static = layout.valid() & ~state.offloaded
+    logits = (q.reshape(B, Hkv, G, d) @ (k - state.center[:, :, None]).transpose(-1, -2)) * d ** -0.5
+    out_dev, lse_dev = attend_logits(logits.masked_fill(~static[:, None, None, :], float("-inf")), v)
+    errors = {}
+    saved = os.environ.get(ISA_ENV)
+    try:
+        for name in supported_isas():
+            os.environ[ISA_ENV] = name
+            out_cpu, lse_cpu, sampled = layer.attend(q, q_codes, method.min_collisions)
+            if not torch.equal(sampled.float(), ref.used):
+                raise RuntimeError(f"self-check ({name}): sampled counts differ from the reference")
+            out, lse = merge_attention(out_cpu, lse_cpu, out_dev, lse_dev)
+            err = float((out - ref.output).abs().max())
+            lse_err = float((lse - ref.lse).abs().max())
+            if not (err < 1e-4 and lse_err < 1e-4):
+                raise RuntimeError(f"self-check ({name}): output differs from the reference by {err:.3g}, "
+                                   f"lse by {lse_err:.3g}")
+            errors[name] = max(err, lse_err)
+    finally:
+        if saved is None:
+            os.environ.pop(ISA_ENV, None)
+        else:
+            os.environ[ISA_ENV] = saved
+    return errors

@@ -1,0 +1,191 @@
+// Python bindings of the MagicPIG CPU module (torch C++ extension). Checks shapes / dtypes, naming the
+// bad argument, then calls the raw-pointer kernels. The only translation unit that includes torch.
+#include <torch/extension.h>
+
+#include "magicpig_cpu.h"
+
+namespace {
+
+using magicpig::AttendArgs;
+using magicpig::Tables;
+
+void check_cpu_contig(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
+  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
+}
+
+void check_dtype(const torch::Tensor& t, torch::ScalarType type, const char* name) {
+  TORCH_CHECK(t.scalar_type() == type, name, " must be ", c10::toString(type), ", got ",
+              c10::toString(t.scalar_type()));
+}
+
+// codes (B, Hkv, n_max, L) int32, counts (B,) int64 -> (offsets (B, Hkv, L, 2^K + 1) int32,
+// ids (B, Hkv, L, n_max) int16 (read as uint16) when n_max <= 65536 else int32)
+std::vector<torch::Tensor> build_tables(torch::Tensor codes, torch::Tensor counts, int64_t K, int64_t threads) {
+  check_cpu_contig(codes, "codes");
+  check_cpu_contig(counts, "counts");
+  check_dtype(codes, torch::kInt32, "codes");
+  check_dtype(counts, torch::kInt64, "counts");
+  TORCH_CHECK(codes.dim() == 4, "codes must be (B, H_kv, n_max, L)");
+  TORCH_CHECK(K >= 1 && K <= 16, "K must be in [1, 16], got ", K);
+  const int64_t B = codes.size(0), Hkv = codes.size(1), n_max = codes.size(2), L = codes.size(3);
+  TORCH_CHECK(counts.dim() == 1 && counts.size(0) == B, "counts must be (B,) with B = ", B);
+  TORCH_CHECK(n_max <= (int64_t(1) << 32), "n_max too large for 32-bit ids: ", n_max);
+  const int id_bytes = n_max <= 65536 ? 2 : 4;
+  auto offsets = torch::empty({B, Hkv, L, (int64_t(1) << K) + 1}, torch::kInt32);
+  auto ids = torch::empty({B, Hkv, L, n_max}, id_bytes == 2 ? torch::kInt16 : torch::kInt32);
+  magicpig::advise_huge_pages(offsets.data_ptr(), offsets.numel() * 4);
+  magicpig::advise_huge_pages(ids.data_ptr(), ids.numel() * id_bytes);
+  const bool ok = magicpig::build_tables(codes.data_ptr<int32_t>(), counts.data_ptr<int64_t>(), B, Hkv, n_max,
+                                         L, static_cast<int>(K), id_bytes, offsets.data_ptr<int32_t>(),
+                                         ids.data_ptr(), static_cast<int>(threads));
+  TORCH_CHECK(ok, "codes must lie in [0, 2^K) = [0, ", int64_t(1) << K, ")");
+  return {offsets, ids};
+}
+
+torch::Tensor key_norms(torch::Tensor keys, int64_t threads) {
+  check_cpu_contig(keys, "keys");
+  TORCH_CHECK(keys.scalar_type() == torch::kFloat32 || keys.scalar_type() == torch::kBFloat16,
+              "keys must be float32 or bfloat16");
+  const int64_t d = keys.size(-1), rows = keys.numel() / std::max<int64_t>(d, 1);
+  auto sizes = keys.sizes().vec();
+  sizes.pop_back();
+  auto norms = torch::empty(sizes, torch::kFloat32);
+  magicpig::key_norms(keys.data_ptr(), keys.scalar_type() == torch::kBFloat16, rows, d, norms.data_ptr<float>(),
+                      static_cast<int>(threads));
+  return norms;
+}
+
+Tables tables_view(const torch::Tensor& offsets, const torch::Tensor& ids, int64_t K) {
+  check_cpu_contig(offsets, "offsets");
+  check_cpu_contig(ids, "ids");
+  check_dtype(offsets, torch::kInt32, "offsets");
+  TORCH_CHECK(ids.scalar_type() == torch::kInt16 || ids.scalar_type() == torch::kInt32, "ids must be int16 or int32");
+  TORCH_CHECK(offsets.dim() == 4 && ids.dim() == 4 && offsets.size(3) == (int64_t(1) << K) + 1 &&
+                  offsets.sizes().slice(0, 3) == ids.sizes().slice(0, 3),
+              "offsets (B, H_kv, L, 2^K + 1) and ids (B, H_kv, L, n_max) do not agree with K = ", K);
+  Tables t;
+  t.B = ids.size(0);
+  t.Hkv = ids.size(1);
+  t.L = ids.size(2);
+  t.n_max = ids.size(3);
+  t.K = static_cast<int>(K);
+  t.id_bytes = ids.scalar_type() == torch::kInt16 ? 2 : 4;
+  t.offsets = offsets.data_ptr<int32_t>();
+  t.ids = ids.data_ptr();
+  return t;
+}
+
+// -> (bits (B, H, W) int64 bitsets, sampled (B, H) int32, entries (B, H) int64)
+std::vector<torch::Tensor> retrieve(torch::Tensor offsets, torch::Tensor ids, int64_t K, torch::Tensor q_codes,
+                                    int64_t min_collisions, int64_t threads) {
+  const Tables t = tables_view(offsets, ids, K);
+  check_cpu_contig(q_codes, "q_codes");
+  check_dtype(q_codes, torch::kInt32, "q_codes");
+  TORCH_CHECK(q_codes.dim() == 3 && q_codes.size(0) == t.B && q_codes.size(2) == t.L,
+              "q_codes must be (B, H, L) = (", t.B, ", H, ", t.L, ")");
+  const int64_t H = q_codes.size(1);
+  TORCH_CHECK(H % t.Hkv == 0, "query heads H = ", H, " is not a multiple of kv heads ", t.Hkv);
+  TORCH_CHECK(min_collisions >= 1 && min_collisions <= std::min<int64_t>(t.L, 255),
+              "min_collisions must be in [1, min(L, 255)], got ", min_collisions);
+  if (q_codes.numel() > 0) {
+    TORCH_CHECK(q_codes.min().item<int32_t>() >= 0 && q_codes.max().item<int32_t>() < (int64_t(1) << K),
+                "q_codes must lie in [0, 2^K)");
+  }
+  const int64_t W = (t.n_max + 63) / 64;
+  auto bits = torch::empty({t.B, H, W}, torch::kInt64);
+  auto sampled = torch::empty({t.B, H}, torch::kInt32);
+  auto entries = torch::empty({t.B, H}, torch::kInt64);
+  magicpig::retrieve(t, q_codes.data_ptr<int32_t>(), H, static_cast<int>(min_collisions),
+                     reinterpret_cast<uint64_t*>(bits.data_ptr<int64_t>()), sampled.data_ptr<int32_t>(),
+                     entries.data_ptr<int64_t>(), static_cast<int>(threads));
+  return {bits, sampled, entries};
+}
+
+// -> (out (B, H, d) float32, lse (B, H) float32)
+std::vector<torch::Tensor> attend(torch::Tensor kv, torch::Tensor norms, torch::Tensor q,
+                                  torch::Tensor bits, double scale, torch::Tensor table, double table_limit,
+                                  int64_t K, int64_t L, int64_t min_collisions, int64_t isa, int64_t threads,
+                                  int64_t prefetch, int64_t split_tokens) {
+  check_cpu_contig(kv, "kv");
+  check_cpu_contig(norms, "norms");
+  check_cpu_contig(q, "q");
+  check_cpu_contig(bits, "bits");
+  check_cpu_contig(table, "table");
+  TORCH_CHECK(kv.scalar_type() == torch::kFloat32 || kv.scalar_type() == torch::kBFloat16,
+              "kv must be float32 or bfloat16");
+  check_dtype(norms, torch::kFloat32, "norms");
+  check_dtype(q, torch::kFloat32, "q");
+  check_dtype(bits, torch::kInt64, "bits");
+  check_dtype(table, torch::kFloat32, "table");
+  TORCH_CHECK(kv.dim() == 5 && kv.size(3) == 2, "kv must be (B, H_kv, n_max, 2, d)");
+  const int64_t B = kv.size(0), Hkv = kv.size(1), n_max = kv.size(2), d = kv.size(4);
+  TORCH_CHECK(norms.sizes() == kv.sizes().slice(0, 3), "norms must be (B, H_kv, n_max)");
+  TORCH_CHECK(q.dim() == 3 && q.size(0) == B && q.size(2) == d, "q must be (B, H, d) = (", B, ", H, ", d, ")");
+  const int64_t H = q.size(1);
+  TORCH_CHECK(H % Hkv == 0 && H / Hkv <= 64, "H / H_kv must be an integer <= 64, got H = ", H, ", H_kv = ", Hkv);
+  TORCH_CHECK(bits.dim() == 3 && bits.size(0) == B && bits.size(1) == H && bits.size(2) == (n_max + 63) / 64,
+              "bits must be (B, H, ceil(n_max / 64))");
+  TORCH_CHECK(table.dim() == 1 && table.size(0) >= 2, "table must be 1-D with >= 2 entries");
+  AttendArgs a;
+  a.B = B;
+  a.H = H;
+  a.Hkv = Hkv;
+  a.n_max = n_max;
+  a.d = d;
+  a.bf16 = kv.scalar_type() == torch::kBFloat16;
+  a.kv = kv.data_ptr();
+  a.norms = norms.data_ptr<float>();
+  a.q = q.data_ptr<float>();
+  a.bits = reinterpret_cast<const uint64_t*>(bits.data_ptr<int64_t>());
+  a.scale = static_cast<float>(scale);
+  a.table = table.data_ptr<float>();
+  a.table_n = static_cast<int>(table.size(0) - 1);
+  a.table_limit = static_cast<float>(table_limit);
+  a.K = static_cast<int>(K);
+  a.L = static_cast<int>(L);
+  a.min_collisions = static_cast<int>(min_collisions);
+  a.prefetch = static_cast<int>(std::max<int64_t>(prefetch, 0));
+  a.split_tokens = std::max<int64_t>(split_tokens, 0);
+  auto out = torch::empty({B, H, d}, torch::kFloat32);
+  auto lse = torch::empty({B, H}, torch::kFloat32);
+  magicpig::attend(a, static_cast<int>(isa), out.data_ptr<float>(), lse.data_ptr<float>(), static_cast<int>(threads));
+  return {out, lse};
+}
+
+torch::Tensor exact_correction(torch::Tensor cos, int64_t K, int64_t L, int64_t min_collisions) {
+  check_cpu_contig(cos, "cos");
+  check_dtype(cos, torch::kFloat32, "cos");
+  auto out = torch::empty_like(cos);
+  const float* c = cos.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  for (int64_t i = 0; i < cos.numel(); ++i)
+    o[i] = magicpig::exact_correction(c[i], static_cast<int>(K), static_cast<int>(L), static_cast<int>(min_collisions));
+  return out;
+}
+
+void advise_huge_pages(torch::Tensor t) {
+  TORCH_CHECK(t.device().is_cpu(), "advise_huge_pages: CPU tensors only");
+  magicpig::advise_huge_pages(t.data_ptr(), t.numel() * t.element_size());
+}
+
+int64_t stream_read(torch::Tensor data, int64_t threads) {
+  check_cpu_contig(data, "data");
+  return static_cast<int64_t>(magicpig::stream_read(data.data_ptr(), data.numel() * data.element_size() / 8 * 8,
+                                                    static_cast<int>(threads)));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "MagicPIG CPU kernels: hash tables, retrieval, importance-weighted sparse attention";
+  m.def("cpu_supports", [](int64_t isa) { return magicpig::cpu_supports(static_cast<int>(isa)); },
+        "whether this CPU runs ISA variant isa (0 scalar, 1 avx2, 2 avx512)");
+  m.def("build_tables", &build_tables, "kernel 1: (codes, counts, K, threads) -> (offsets, ids)");
+  m.def("key_norms", &key_norms, "row norms of keys (..., d) -> (...) float32");
+  m.def("retrieve", &retrieve, "kernel 2: -> (bits, sampled, entries)");
+  m.def("attend", &attend, "kernel 3: -> (out, lse)");
+  m.def("exact_correction", &exact_correction, "-ln(u(cos) + 1e-4), double-precision binomial tail");
+  m.def("advise_huge_pages", &advise_huge_pages, "back a fresh tensor with transparent huge pages (before first touch)");
+  m.def("stream_read", &stream_read, "read a tensor with all threads (bandwidth probe)");
+}

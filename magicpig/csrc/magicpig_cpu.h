@@ -1,0 +1,93 @@
+// Shared declarations of the MagicPIG CPU module (no torch types here: the kernels work on raw
+// pointers so that the ISA-specific translation units include nothing but the C++ runtime).
+//
+// Layouts (all row-major, contiguous):
+//   codes    (B, Hkv, n_max, L) int32    bucket code of key row i in table j, in [0, 2^K)
+//   offsets  (B, Hkv, L, 2^K + 1) int32  CSR bucket boundaries of each table
+//   ids      (B, Hkv, L, n_max) uint16 or uint32: token ids of each table grouped by bucket
+//   kv       (B, Hkv, n_max, 2, d) float32 or bfloat16: key row then value row of each token, so one
+//            token is one contiguous 2*d block (one page, one DRAM burst); norms (B, Hkv, n_max) float32
+//   q        (B, H, d) float32; q_codes (B, H, L) int32; bits (B, H, W) uint64, W = ceil(n_max / 64)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace magicpig {
+
+enum Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+// True when this CPU can run the given variant (the scalar one always can).
+bool cpu_supports(int isa);
+
+// Read-only view of one layer's hash tables.
+struct Tables {
+  int64_t B, Hkv, L, n_max;
+  int K;
+  int id_bytes;            // 2 (n_max <= 65536) or 4
+  const int32_t* offsets;  // (B, Hkv, L, 2^K + 1)
+  const void* ids;         // (B, Hkv, L, n_max)
+};
+
+// Kernel 1: build tables. Returns false (and leaves the tables partial) if a code is out of range.
+bool build_tables(const int32_t* codes, const int64_t* counts, int64_t B, int64_t Hkv, int64_t n_max,
+                  int64_t L, int K, int id_bytes, int32_t* offsets, void* ids, int threads);
+
+// Squared-sum norms of key rows, float32 accumulation: norms[r] = |keys[r]|.
+void key_norms(const void* keys, bool bf16, int64_t rows, int64_t d, float* norms, int threads);
+
+// Kernel 2: retrieval. For each (b, h): bit i of bits[b, h] is set iff token i shares the query's
+// bucket in >= min_collisions tables of kv-head h / (H / Hkv). sampled[b, h] = number of such tokens;
+// entries[b, h] = bucket entries read (sum of the L bucket sizes).
+void retrieve(const Tables& t, const int32_t* q_codes, int64_t H, int min_collisions, uint64_t* bits,
+              int32_t* sampled, int64_t* entries, int threads);
+
+// Arguments of kernel 3, sparse importance-weighted attention over the retrieved keys.
+struct AttendArgs {
+  int64_t B, H, Hkv, n_max, d;
+  bool bf16;               // keys / values are bfloat16 (else float32)
+  const void* kv;          // (B, Hkv, n_max, 2, d)
+  const float* norms;
+  const float* q;
+  const uint64_t* bits;
+  float scale;
+  // correction f(c) = -ln(u(c) + 1e-4) tabulated at c = -1 + 2 i / table_n, i = 0..table_n, used for
+  // |c| <= table_limit; outside, f is evaluated exactly from (K, L, min_collisions).
+  const float* table;
+  int table_n;
+  float table_limit;
+  int K, L, min_collisions;
+  int prefetch;            // tokens ahead whose rows are prefetched
+  int64_t split_tokens;    // token range of one work item (0: one item per (sequence, kv-head))
+};
+
+// Partial result of one work item (one kv-head of one sequence, one range of tokens), per query head
+// g of the group: part[g * (d + 2) + 0] = max logit m, [1] = sum of exp(logit - m), [2..] = acc.
+// ids (sorted) / masks (bit g set: head g of the group sampled the token) list the U union tokens;
+// scratch holds one float per (token, head) pair (at most U * G).
+using AttendGroupFn = void (*)(const AttendArgs& a, int64_t b, int64_t kvh, const uint32_t* ids,
+                               const uint64_t* masks, int64_t U, float* scratch, float* part);
+
+namespace scalar { void attend_group(const AttendArgs&, int64_t, int64_t, const uint32_t*, const uint64_t*,
+                                     int64_t, float*, float*); }
+namespace avx2 { void attend_group(const AttendArgs&, int64_t, int64_t, const uint32_t*, const uint64_t*,
+                                   int64_t, float*, float*); }
+namespace avx512 { void attend_group(const AttendArgs&, int64_t, int64_t, const uint32_t*,
+                                     const uint64_t*, int64_t, float*, float*); }
+
+// Exact correction -ln(u + 1e-4) for one cosine (double-precision binomial tail, as magicpig.lsh).
+float exact_correction(float cos, int K, int L, int min_collisions);
+
+// Kernel 3 driver: out (B, H, d) float32, lse (B, H) float32 (natural log; -inf and out = 0 when
+// nothing was sampled).
+void attend(const AttendArgs& a, int isa, float* out, float* lse, int threads);
+
+// Ask the kernel to back [data, data + nbytes) with transparent huge pages (best effort; call before
+// the memory is first touched). Random row gathers over hundreds of MB otherwise miss the TLB each time.
+void advise_huge_pages(void* data, int64_t nbytes);
+
+// Streaming read of nbytes (multiple of 8) with all threads; returns an xor of the words (so the
+// compiler cannot drop the reads).
+uint64_t stream_read(const void* data, int64_t nbytes, int threads);
+
+}  // namespace magicpig

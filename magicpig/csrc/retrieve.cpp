@@ -1,0 +1,138 @@
+// Kernel 2: retrieval. For query head (b, h) of kv-head h / G, read the query's bucket in each of the
+// L tables and count, per token, how many buckets it appeared in; a token whose count reaches
+// min_collisions gets its bit set in bits[b, h].
+// min_collisions == 2 (the paper's rule): two bitsets of n bits (L1-resident), "seen once" and the
+// output, updated without branches: out |= once & bit; once |= bit. min_collisions == 1: out |= bit.
+// min_collisions > 2: uint8 counters saturating at min_collisions. Counters
+// are never reset per query: each query counts from a fresh base (value = base + count, anything <= base
+// reads as 0) and the thread's counter array is cleared only when the 8-bit base would overflow, so a
+// query costs O(bucket entries), not O(n). Bucket bounds are
+// fetched for all tables first (with prefetches), then the id lists, so many loads are in flight.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "magicpig_cpu.h"
+
+namespace magicpig {
+
+// Bits set in x (portable: the baseline x86-64 flags have no popcnt instruction).
+static inline int popcount64(uint64_t x) {
+  x = x - ((x >> 1) & 0x5555555555555555ull);
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  return static_cast<int>((x * 0x0101010101010101ull) >> 56);
+}
+
+// Per-thread counters, kept across calls (OpenMP reuses its threads).
+struct Counters {
+  std::vector<uint8_t> value;
+  std::vector<uint64_t> once;
+  unsigned base = 0;
+  // a cleared bitset of W words
+  uint64_t* seen(int64_t W) {
+    if (static_cast<int64_t>(once.size()) < W) once.resize(static_cast<size_t>(W));
+    std::memset(once.data(), 0, static_cast<size_t>(W) * sizeof(uint64_t));
+    return once.data();
+  }
+  // make room for n tokens and a fresh base for a query needing m more values; returns the base
+  unsigned fresh(int64_t n, int m) {
+    if (static_cast<int64_t>(value.size()) < n || base + static_cast<unsigned>(m) > 255u) {
+      value.assign(std::max<size_t>(value.size(), static_cast<size_t>(n)), 0);
+      base = 0;
+    }
+    const unsigned b = base;
+    base += static_cast<unsigned>(m);
+    return b;
+  }
+};
+static thread_local Counters counters;
+
+template <typename Id>
+static void retrieve_head(const Tables& t, int64_t bh_kv, const int32_t* qc, int m, int64_t* lo, int64_t* hi,
+                          uint64_t* bits, int32_t* sampled, int64_t* entries) {
+  const int64_t stride = (int64_t(1) << t.K) + 1;
+  const int32_t* off = t.offsets + bh_kv * t.L * stride;
+  const Id* ids = static_cast<const Id*>(t.ids) + bh_kv * t.L * t.n_max;
+  for (int64_t j = 0; j < t.L; ++j) __builtin_prefetch(off + j * stride + qc[j], 0, 1);
+  int64_t total = 0;
+  for (int64_t j = 0; j < t.L; ++j) {
+    const int32_t* o = off + j * stride + qc[j];
+    lo[j] = j * t.n_max + o[0];
+    hi[j] = j * t.n_max + o[1];
+    total += o[1] - o[0];
+    __builtin_prefetch(ids + lo[j], 0, 1);
+  }
+  int32_t found = 0;
+  if (m <= 2) {
+    const int64_t W = (t.n_max + 63) / 64;
+    uint64_t* __restrict once = counters.seen(W);
+    uint64_t* __restrict out = bits;
+    for (int64_t j = 0; j < t.L; ++j) {
+      if (j + 4 < t.L) __builtin_prefetch(ids + lo[j + 4] + 32, 0, 1);
+      const Id* __restrict e = ids + lo[j];
+      const Id* const end = ids + hi[j];
+      if (m == 2) {
+        for (; e < end; ++e) {
+          const uint32_t id = *e;
+          const uint64_t bit = uint64_t(1) << (id & 63), word = once[id >> 6];
+          out[id >> 6] |= word & bit;
+          once[id >> 6] = word | bit;
+        }
+      } else {
+        for (; e < end; ++e) out[*e >> 6] |= uint64_t(1) << (*e & 63);
+      }
+    }
+    for (int64_t w = 0; w < W; ++w) found += popcount64(out[w]);
+    *sampled = found;
+    *entries = total;
+    return;
+  }
+  const unsigned base = counters.fresh(t.n_max, m), target = base + static_cast<unsigned>(m);
+  uint8_t* count = counters.value.data();
+  for (int64_t j = 0; j < t.L; ++j) {
+    if (j + 4 < t.L) __builtin_prefetch(ids + lo[j + 4] + 32, 0, 1);
+    const Id* const end = ids + hi[j];
+    for (const Id* e = ids + lo[j]; e < end; ++e) {
+      const uint32_t id = *e;
+      const unsigned v = count[id];
+      const unsigned c = v > base ? v : base;  // stale values (<= base) count as zero
+      if (c < target) {
+        count[id] = static_cast<uint8_t>(c + 1);
+        if (c + 1 == target) {
+          bits[id >> 6] |= uint64_t(1) << (id & 63);
+          ++found;
+        }
+      }
+    }
+  }
+  *sampled = found;
+  *entries = total;
+}
+
+void retrieve(const Tables& t, const int32_t* q_codes, int64_t H, int min_collisions, uint64_t* bits,
+              int32_t* sampled, int64_t* entries, int threads) {
+  const int64_t G = H / t.Hkv, W = (t.n_max + 63) / 64;
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<int64_t> lo(static_cast<size_t>(t.L)), hi(static_cast<size_t>(t.L));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < t.B * H; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      uint64_t* row = bits + bh * W;
+      std::memset(row, 0, static_cast<size_t>(W) * sizeof(uint64_t));
+      const int64_t bh_kv = b * t.Hkv + h / G;
+      if (t.id_bytes == 2) {
+        retrieve_head<uint16_t>(t, bh_kv, q_codes + bh * t.L, min_collisions, lo.data(),
+                                hi.data(), row, sampled + bh, entries + bh);
+      } else {
+        retrieve_head<uint32_t>(t, bh_kv, q_codes + bh * t.L, min_collisions, lo.data(),
+                                hi.data(), row, sampled + bh, entries + bh);
+      }
+    }
+  }
+}
+
+}  // namespace magicpig

@@ -1,0 +1,153 @@
+"""Kernel 3 of the CPU module: importance-weighted sparse attention equals the torch reference, in every
+ISA variant this CPU runs (the scalar fallback always, forced through MAGICPIG_ISA)."""
+import pytest
+import torch
+
+from magicpig import KeyLayout, cpu, lsh
+from magicpig.merge import merge_attention
+from magicpig.methods import MagicPIG
+from magicpig.methods.base import attend_logits
+
+from test_cpu_common import isa_params, random_layer, reference_attend, require_module, use_isa
+
+TOL = {torch.float32: dict(rtol=1e-4, atol=2e-5), torch.bfloat16: dict(rtol=2e-3, atol=1e-3)}
+
+
+@pytest.fixture(autouse=True)
+def _module():
+    require_module()
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("G,d,n,min_collisions", [(1, 64, 1001, 2), (4, 40, 333, 2), (7, 19, 515, 1),
+                                                   (2, 128, 700, 3)])
+def test_attend_equals_reference(monkeypatch, isa, dtype, G, d, n, min_collisions):
+    use_isa(monkeypatch, isa)
+    K, L = 4, 12
+    keys, values, codes, counts, q, q_codes = random_layer(2, 2, G, n, d, K, L, counts=[n, n // 3 + 1],
+                                                           seed=d + G, offset=0.5, dtype=dtype)
+    layer = cpu.OffloadedLayer.build(keys, values, codes, counts, K, L)
+    out, lse, sampled = layer.attend(q, q_codes, min_collisions)
+    r_out, r_lse, r_sampled = reference_attend(keys, values, counts, codes, q, q_codes, K, L, min_collisions)
+    assert out.dtype == lse.dtype == torch.float32 and sampled.dtype == torch.int32
+    assert torch.equal(sampled, r_sampled)
+    assert (sampled > 0).all() and (sampled < torch.tensor([[n], [n // 3 + 1]])).any()
+    torch.testing.assert_close(lse, r_lse, **TOL[dtype])
+    torch.testing.assert_close(out, r_out, **TOL[dtype])
+
+
+@pytest.mark.parametrize("isa", isa_params())
+def test_zero_and_all_sampled(monkeypatch, isa):
+    use_isa(monkeypatch, isa)
+    K, L = 5, 6
+    keys, values, codes, counts, q, q_codes = random_layer(1, 2, 3, 90, 24, K, L)
+    codes = torch.zeros_like(codes)
+    layer = cpu.OffloadedLayer.build(keys, values, codes, counts, K, L)
+    # nobody collides: output 0, lse -inf, no NaN
+    out, lse, sampled = layer.attend(q, torch.ones_like(q_codes), 2)
+    assert (sampled == 0).all() and torch.isneginf(lse).all() and (out == 0).all()
+    # everybody collides in all tables: exact softmax over all keys with the same correction
+    out, lse, sampled = layer.attend(q, torch.zeros_like(q_codes), 2)
+    r_out, r_lse, _ = reference_attend(keys, values, counts, codes, q, torch.zeros_like(q_codes), K, L, 2)
+    assert (sampled == 90).all()
+    torch.testing.assert_close(out, r_out, rtol=1e-4, atol=2e-5)
+    torch.testing.assert_close(lse, r_lse, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("isa", isa_params())
+def test_32bit_ids_and_parallel_splits(monkeypatch, isa):
+    use_isa(monkeypatch, isa)
+    n, K, L = 65536 + 123, 7, 10
+    keys, values, codes, counts, q, q_codes = random_layer(1, 1, 3, n, 16, K, L, seed=5, dtype=torch.bfloat16)
+    layer = cpu.OffloadedLayer.build(keys, values, codes, counts, K, L)
+    assert layer.ids.dtype == torch.int32
+    out, lse, sampled = layer.attend(q, q_codes, 2)
+    r_out, r_lse, r_sampled = reference_attend(keys, values, counts, codes, q, q_codes, K, L, 2)
+    assert torch.equal(sampled, r_sampled)
+    torch.testing.assert_close(out, r_out, **TOL[torch.bfloat16])
+    torch.testing.assert_close(lse, r_lse, **TOL[torch.bfloat16])
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 7)  # more threads than groups: token splits
+    out7, lse7, _ = layer.attend(q, q_codes, 2)
+    torch.testing.assert_close(out7, out, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(lse7, lse, rtol=1e-5, atol=1e-6)
+
+
+def test_exact_correction_matches_lsh():
+    mod = cpu.load()
+    cos = torch.cat([torch.linspace(-1, 1, 2001), torch.tensor([-1.5, 1.5, 0.9999, -0.9999])])
+    for K, L, m in [(10, 150, 2), (4, 10, 1), (1, 8, 2), (8, 75, 3)]:
+        want = lsh.importance_log_weight(lsh.collision_probability(cos, K, L, m))
+        torch.testing.assert_close(mod.exact_correction(cos.contiguous(), K, L, m), want, rtol=1e-5, atol=1e-5)
+        table = cpu.correction_table(K, L, m)
+        assert table.shape == (cpu.TABLE_INTERVALS + 1,)
+
+
+def test_attend_checks_arguments():
+    keys, values, codes, counts, q, q_codes = random_layer(1, 2, 2, 30, 8, 3, 4)
+    layer = cpu.OffloadedLayer.build(keys, values, codes, counts, 3, 4)
+    with pytest.raises(ValueError, match="q"):
+        layer.attend(q[..., :4], q_codes)
+    with pytest.raises(ValueError, match="heads"):
+        layer.attend(q[:, :2], q_codes)
+    with pytest.raises(ValueError, match="min_collisions"):
+        layer.attend(q, q_codes, 0)
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_merge_with_static_part_equals_magicpig_attend(monkeypatch, isa, dtype):
+    """CPU part (offloaded keys) merged by LSE with exact attention over the static part equals the torch
+    reference MagicPIG.attend -- the combination the offload engine relies on."""
+    use_isa(monkeypatch, isa)
+    B, Hkv, G, d, n = 2, 2, 3, 32, 600
+    method = MagicPIG(K=4, L=16, sinks=4, local=32)
+    gen = torch.Generator().manual_seed(11)
+    k = torch.randn(B, Hkv, n, d, generator=gen) + 1.0
+    v = torch.randn(B, Hkv, n, d, generator=gen)
+    if dtype == torch.bfloat16:  # the reference sees the same rounded keys the CPU holds
+        k, v = k.bfloat16().float(), v.bfloat16().float()
+    q = torch.randn(B, Hkv * G, d, generator=gen) * 2
+    layout = KeyLayout(n, torch.tensor([0, 57]), torch.tensor([n - 20, n - 5]))  # padding + generated keys
+    state = method.prepare(k, v, layout)
+    ref = method.attend(q, k, v, layout, state=state)
+
+    off = cpu.compact_offloaded(k, v, state, dtype=dtype)  # bf16: centered keys rounded once more
+    layer = cpu.OffloadedLayer.build(off.keys, off.values, off.codes, off.counts, method.K, method.L)
+    q_codes = lsh.hash_codes(q.reshape(B, Hkv, G, d), state.projections, method.K, method.L).reshape(B, -1, method.L)
+    out_cpu, lse_cpu, sampled = layer.attend(q, q_codes, method.min_collisions)
+
+    static = layout.valid() & ~state.offloaded
+    kc = k - state.center[:, :, None]
+    logits = (q.reshape(B, Hkv, G, d) @ kc.transpose(-1, -2)) * d ** -0.5
+    logits = logits.masked_fill(~static[:, None, None, :], float("-inf"))
+    out_dev, lse_dev = attend_logits(logits, v)
+    out, lse = merge_attention(out_cpu, lse_cpu, out_dev, lse_dev)
+    assert torch.equal(sampled.float(), ref.used)
+    # bf16: the CPU holds the centered keys rounded to bf16 (logits move by ~|q||k|/256), the reference
+    # centers in float32, hence the storage tolerance; float32 must agree to rounding
+    tol = TOL[torch.float32] if dtype == torch.float32 else dict(rtol=3e-2, atol=5e-3)
+    torch.testing.assert_close(out, ref.output, **tol)
+    torch.testing.assert_close(lse, ref.lse, **tol)
+
+
+@pytest.mark.parametrize("isa", isa_params())
+def test_extreme_cosines_use_exact_correction(monkeypatch, isa):
+    """Keys (anti)parallel to the query (|cos| beyond the interpolation table) and zero keys."""
+    use_isa(monkeypatch, isa)
+    K, L, d, n = 3, 8, 16, 60
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 2, d, generator=gen)
+    sign = torch.where(torch.arange(n) % 2 == 0, 1.0, -1.0)[:, None]
+    keys = (sign * q[0, 0] + 0.01 * torch.randn(n, d, generator=gen))[None, None]
+    keys[0, 0, :3] = 0.0  # zero keys: cosine 0, as magicpig.lsh.cosine
+    values = torch.randn(1, 1, n, d, generator=gen)
+    codes = torch.zeros(1, 1, n, L, dtype=torch.int32)
+    q_codes = torch.zeros(1, 2, L, dtype=torch.int32)
+    counts = torch.tensor([n])
+    layer = cpu.OffloadedLayer.build(keys, values, codes, counts, K, L)
+    out, lse, sampled = layer.attend(q, q_codes, 2)
+    r_out, r_lse, _ = reference_attend(keys, values, counts, codes, q, q_codes, K, L, 2)
+    assert (sampled == n).all() and torch.isfinite(out).all()
+    torch.testing.assert_close(out, r_out, rtol=1e-4, atol=2e-5)
+    torch.testing.assert_close(lse, r_lse, rtol=1e-4, atol=2e-5)

@@ -41,4 +41,5 @@ rule tune_kl:
     threads: workflow.cores
     shell:
         "{MAGICPIG} tune-kl --model {P[model]} --capture {input} --target-cost {E[target_cost]} --json "
+        "--out-dir {ESTIMATION_DIR} --seed {SEED} "
         "> {output} 2> {log}"

@@ -1,0 +1,173 @@
+"""``magicpig estimate``: attention-level experiments on captured queries/keys/values.
+
+    magicpig estimate capture  --model smollm2 --context 8192      # one exact prefill -> .pt capture
+    magicpig estimate spread|error|kl-grid|centering|geometry --capture PATH
+    magicpig estimate all --capture PATH                           # the five experiments
+
+Each experiment writes ``<out-dir>/<name>.csv`` (per layer rows) and ``<name>_summary.csv`` (means over
+MagicPIG's sparse layers) and prints the summary.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+EXPERIMENTS = ("spread", "error", "kl-grid", "centering", "geometry")
+DEFAULT_OUT = "results/estimation"
+
+
+def _ints(text: str, field: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{field}: expected comma-separated integers, got {text!r}") from None
+    if not vals:
+        raise ValueError(f"{field}: expected at least one integer")
+    return vals
+
+
+def _floats(text: str, field: str) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{field}: expected comma-separated numbers, got {text!r}") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise ValueError(f"{field}: expected positive numbers, got {text!r}")
+    return vals
+
+
+def parse_kl(text: str) -> list[tuple[int, int]]:
+    """``10x150,9x120`` -> [(10, 150), (9, 120)]."""
+    out = []
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        K, sep, L = item.lower().partition("x")
+        try:
+            out.append((int(K), int(L)))
+        except ValueError:
+            raise ValueError(f"kl: expected items like 10x150 separated by commas, got {item!r}") from None
+    if not out:
+        raise ValueError("kl: expected at least one KxL item, e.g. 10x150")
+    return out
+
+
+def register(sub) -> None:
+    p = sub.add_parser("estimate",
+                       help="attention-level experiments (spread, error, (K,L) grid, centering, geometry)")
+    esub = p.add_subparsers(dest="experiment", metavar="EXPERIMENT")
+
+    c = esub.add_parser("capture", help="run one exact prefill (+ greedy decode steps) and save queries/keys/values")
+    c.add_argument("--model", default="smollm2", help="smollm2, a .gguf file, a model folder or a hub id")
+    c.add_argument("--context", type=int, default=8192 - 16, help="prompt length in tokens")
+    c.add_argument("--decode-steps", type=int, default=15, help="greedy decode steps whose queries are kept")
+    c.add_argument("--prompt-queries", type=int, default=1, help="keep queries of the last N prompt positions")
+    c.add_argument("--layers", default="all", help="all, every:N, or a list like 0,2,5-9")
+    c.add_argument("--depth", type=float, default=0.5, help="needle depth in [0, 1]")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--kv-dtype", choices=("float16", "float32", "bfloat16"), default="float16")
+    c.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    c.add_argument("--out", default=None,
+                   help="capture file (default results/estimation/captures/<model>_<context>.pt)")
+    c.add_argument("--force", action="store_true", help="recapture even if the file exists")
+    c.set_defaults(func=run_capture)
+
+    for name in EXPERIMENTS + ("all",):
+        e = esub.add_parser(name, help=f"run the {name} experiment" if name != "all" else "run all five experiments")
+        e.add_argument("--capture", required=True, help="capture file from `magicpig estimate capture`")
+        e.add_argument("--out-dir", default=DEFAULT_OUT)
+        e.add_argument("--layers", default=None,
+                       help="captured layers to use: all, every:N, or a list (default: all for spread/geometry, "
+                            "every:3 for the others)")
+        e.add_argument("--max-queries", type=int, default=None,
+                       help="use at most N of the captured queries (default: all for spread/geometry, 8 otherwise)")
+        e.add_argument("--seed", type=int, default=0)
+        e.add_argument("--sinks", type=int, default=4)
+        e.add_argument("--local", type=int, default=64)
+        if name in ("error", "all"):
+            e.add_argument("--budgets", default="0.005,0.01,0.02,0.04,0.1", help="TopK/oracle budget fractions")
+        if name in ("error", "centering", "all"):
+            e.add_argument("--kl", default="10x150,10x170,9x120,8x75", help="MagicPIG settings, KxL,...")
+        if name in ("kl-grid", "all"):
+            e.add_argument("--K", default="7,8,9,10,11")
+            e.add_argument("--L", default="75,100,120,150,200,300")
+        if name in ("spread", "all"):
+            e.add_argument("--top-frac", type=float, default=0.2)
+            e.add_argument("--sink-tokens", type=int, default=1)
+        e.add_argument("--json", action="store_true", help="print the summary as JSON records")
+        e.set_defaults(func=run_experiment, experiment_name=name)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def run_capture(args) -> int:
+    import torch
+
+    from tasks.estimation.capture import capture_for_model, default_capture_path
+
+    out = Path(args.out) if args.out else default_capture_path(args.model, args.context)
+    if out.is_file() and not args.force:
+        print(f"{out} exists (use --force to recapture)")
+        return 0
+    if args.decode_steps < 0 or args.prompt_queries < 0:
+        raise ValueError("--decode-steps and --prompt-queries must be >= 0")
+    cap = capture_for_model(args.model, args.context, layers=args.layers, decode_steps=args.decode_steps,
+                            prompt_queries=args.prompt_queries, depth=args.depth, seed=args.seed,
+                            kv_dtype=getattr(torch, args.kv_dtype), device=args.device,
+                            progress=lambda m: print(m, file=sys.stderr, flush=True))
+    cap.save(out)
+    print(json.dumps({"capture": str(out), "n_prompt": cap.n_prompt, "n_keys": cap.n_keys,
+                      "layers": len(cap.layers), "queries": int(cap.queries.shape[1]),
+                      "prefill_seconds": cap.meta.get("prefill_seconds"),
+                      "needle_found": cap.meta.get("needle_found"),
+                      "generated_text": cap.meta.get("generated_text")}, indent=2))
+    return 0
+
+
+def run_experiment(args) -> int:
+    from tasks.estimation import experiments as E
+    from tasks.estimation.capture import Capture, parse_layers
+
+    names = EXPERIMENTS if args.experiment_name == "all" else (args.experiment_name,)
+    # validate cheap arguments before loading the capture
+    budgets = _floats(args.budgets, "--budgets") if hasattr(args, "budgets") else None
+    kl = parse_kl(args.kl) if hasattr(args, "kl") else None
+    Ks = _ints(args.K, "--K") if hasattr(args, "K") else None
+    Ls = _ints(args.L, "--L") if hasattr(args, "L") else None
+    if args.max_queries is not None and args.max_queries < 1:
+        raise ValueError(f"--max-queries must be >= 1, got {args.max_queries}")
+    cap = Capture.load(args.capture)
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = {}
+    for name in names:
+        heavy = name in ("error", "kl-grid", "centering")
+        layer_spec = args.layers or ("every:3" if heavy else "all")
+        layers = [i for i in parse_layers(layer_spec, cap.num_layers) if i in cap.layers]
+        mq = args.max_queries if args.max_queries is not None else (8 if heavy else None)
+        print(f"[{name}] {len(layers)} layers, {mq or cap.queries.shape[1]} queries, "
+              f"{cap.n_keys} keys", file=sys.stderr, flush=True)
+        kw = dict(layers=layers, max_queries=mq)
+        if name == "spread":
+            df = E.spread(cap, top_frac=args.top_frac, sink_tokens=args.sink_tokens, **kw)
+        elif name == "error":
+            df = E.error(cap, budgets=budgets, kl=kl, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
+        elif name == "kl-grid":
+            df = E.kl_grid(cap, Ks=Ks, Ls=Ls, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
+        elif name == "centering":
+            df = E.centering(cap, kl=kl, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
+        else:
+            df = E.geometry(cap, sinks=args.sinks, local=args.local, **kw)
+        summary = E.summary(name, df)
+        meta = {"model": cap.meta.get("model", ""), "n_prompt": cap.n_prompt, "capture": Path(args.capture).name,
+                "seed": args.seed}
+        stem = name.replace("-", "_")
+        df.assign(**meta).to_csv(out_dir / f"{stem}.csv", index=False)
+        summary.assign(**meta).to_csv(out_dir / f"{stem}_summary.csv", index=False)
+        report[name] = summary
+        if name == "error":
+            E.topk_vs_oracle(df).assign(**meta).to_csv(out_dir / "error_topk_vs_oracle.csv", index=False)
+        if not args.json:
+            print(f"== {name} (means over MagicPIG's sparse layers) -> {out_dir / (stem + '.csv')}")
+            print(summary.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    if args.json:
+        print(json.dumps({k: json.loads(v.to_json(orient="records")) for k, v in report.items()}, indent=2))
+    return 0

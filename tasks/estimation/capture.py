@@ -1,0 +1,261 @@
+"""Capture decode queries and the KV cache of one exact prefill (+ a few greedy decode steps) of a model.
+
+A recording attention function is registered through transformers' ``AttentionInterface`` under the name
+``estimation_record``: it stores what the model's attention layers receive (queries after RoPE, and the
+keys/values after the cache update, i.e. exactly as the KV cache holds them: post-RoPE, un-repeated
+kv-heads) and then computes ordinary SDPA attention, so the model's outputs are unchanged. This is
+independent of the MagicPIG decode engine.
+
+What is kept (``Capture``):
+    queries: (Lc, Q, H, d)    the queries at ``query_positions`` (Q positions) of the Lc captured layers
+    keys, values: (Lc, H_kv, n, d)  the whole cache after the last step (n = n_prompt + decode_steps)
+Query at position p attends to keys [0, p]; keys at positions >= n_prompt were generated.
+"""
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ATTN_NAME = "estimation_record"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class Capture:
+    """Queries, keys and values of chosen layers of one prompt (see the module docstring for shapes).
+
+    ``layers``: model layer indices of the Lc captured layers; ``scale``: softmax scale of the model
+    (1/sqrt(d) for Llama); ``n_prompt``: prompt length; ``meta``: model, prompt and software facts.
+    """
+
+    queries: torch.Tensor
+    keys: torch.Tensor
+    values: torch.Tensor
+    query_positions: torch.Tensor
+    layers: list[int]
+    n_prompt: int
+    num_layers: int
+    scale: float
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        Lc, Q, H, d = self.queries.shape
+        if self.keys.shape[0] != Lc or self.keys.shape != self.values.shape or self.keys.shape[-1] != d:
+            raise ValueError(f"capture: queries {tuple(self.queries.shape)}, keys {tuple(self.keys.shape)} and "
+                             f"values {tuple(self.values.shape)} do not agree")
+        if H % self.keys.shape[1]:
+            raise ValueError(f"capture: {H} query heads is not a multiple of {self.keys.shape[1]} kv heads")
+        if len(self.layers) != Lc:
+            raise ValueError(f"capture: {len(self.layers)} layer indices for {Lc} captured layers")
+        if self.query_positions.numel() != Q or int(self.query_positions.max()) >= self.n_keys:
+            raise ValueError("capture: query_positions do not match the queries or exceed the cache length")
+
+    @property
+    def n_keys(self) -> int:
+        return int(self.keys.shape[2])
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.queries.shape[2])
+
+    @property
+    def num_kv_heads(self) -> int:
+        return int(self.keys.shape[1])
+
+    @property
+    def head_dim(self) -> int:
+        return int(self.keys.shape[3])
+
+    def layer_slot(self, layer: int) -> int:
+        """Index into the captured tensors of model layer ``layer``."""
+        if layer not in self.layers:
+            raise ValueError(f"layer {layer} was not captured; captured layers: {self.layers}")
+        return self.layers.index(layer)
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        blob = {"format": FORMAT_VERSION, **{k: v for k, v in asdict(self).items()}}
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        torch.save(blob, tmp)
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Capture":
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"capture file {path} does not exist (run `magicpig estimate capture` first)")
+        blob = torch.load(path, map_location="cpu", weights_only=False)
+        if not isinstance(blob, dict) or blob.get("format") != FORMAT_VERSION:
+            raise ValueError(f"{path} is not a capture file of format {FORMAT_VERSION}")
+        blob.pop("format")
+        return cls(**blob)
+
+
+class _Recorder:
+    """Collects per-layer queries and the latest keys/values while active."""
+
+    def __init__(self, layers: set[int], prompt_queries: int):
+        self.layers = layers
+        self.prompt_queries = prompt_queries
+        self.queries: dict[int, list[torch.Tensor]] = {i: [] for i in layers}
+        self.kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def observe(self, layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+        if layer not in self.layers:
+            return
+        q_len = query.shape[2]
+        take = min(q_len, self.prompt_queries) if q_len > 1 else 1
+        if take:
+            self.queries[layer].append(query[0, :, q_len - take:].detach().float().transpose(0, 1).cpu())
+        self.kv[layer] = (key[0].detach(), value[0].detach())
+
+
+_ACTIVE: _Recorder | None = None
+
+
+def _record_attention(module, query, key, value, attention_mask, **kwargs):
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if _ACTIVE is not None:
+        _ACTIVE.observe(int(module.layer_idx), query, key, value)
+    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+def register_recording_attention() -> str:
+    """Register the recording attention function with transformers; returns its name."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTN_NAME, _record_attention)
+    return ATTN_NAME
+
+
+def parse_layers(spec: str | None, num_layers: int) -> list[int]:
+    """``all`` / None, ``every:N``, or a comma list like ``0,2,5-9`` -> sorted layer indices."""
+    if spec is None or spec == "all":
+        return list(range(num_layers))
+    if spec.startswith("every:"):
+        step = int(spec.split(":", 1)[1])
+        if step < 1:
+            raise ValueError(f"layers: 'every:N' needs N >= 1, got {spec!r}")
+        return list(range(0, num_layers, step))
+    out: set[int] = set()
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        lo, dash, hi = part.partition("-")
+        try:
+            rng = range(int(lo), int(hi) + 1) if dash else [int(lo)]
+        except ValueError:
+            raise ValueError(f"layers: expected 'all', 'every:N' or a list like '0,2,5-9', got {spec!r}") from None
+        out.update(rng)
+    bad = [i for i in out if not 0 <= i < num_layers]
+    if bad or not out:
+        raise ValueError(f"layers: {sorted(bad) or spec!r} outside the model's layers 0..{num_layers - 1}")
+    return sorted(out)
+
+
+def _output_cache(out):
+    """The KV cache of a model output (``cache`` in transformers 5, ``past_key_values`` before)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+@torch.inference_mode()
+def capture_model(model, tokenizer, text: str, *, layers: list[int] | None = None, decode_steps: int = 15,
+                  prompt_queries: int = 1, dtype: torch.dtype = torch.float16,
+                  meta: dict[str, Any] | None = None) -> Capture:
+    """Prefill ``text`` exactly, then decode ``decode_steps`` tokens greedily, recording attention.
+
+    Queries kept: the last ``prompt_queries`` prompt positions and every decode step's query.
+    Keys/values are stored in ``dtype`` (float16 halves the file; every experiment takes its exact
+    reference from the same stored tensors, so the rounding does not bias comparisons); queries float32.
+    """
+    global _ACTIVE
+    if decode_steps < 0 or prompt_queries < 0 or decode_steps + prompt_queries < 1:
+        raise ValueError("decode_steps and prompt_queries must be >= 0 and keep at least one query")
+    num_layers = int(model.config.num_hidden_layers)
+    layers = list(range(num_layers)) if layers is None else sorted(layers)
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(register_recording_attention())
+    device = next(model.parameters()).device
+    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"].to(device)
+    n_prompt = int(ids.shape[1])
+    if n_prompt <= prompt_queries:
+        raise ValueError(f"prompt_queries={prompt_queries} must be smaller than the prompt ({n_prompt} tokens)")
+    rec = _Recorder(set(layers), prompt_queries)
+    generated: list[int] = []
+    t0 = time.time()
+    try:
+        _ACTIVE = rec
+        out = model(input_ids=ids, use_cache=True)
+        t_prefill = time.time() - t0
+        nxt = out.logits[:, -1].argmax(-1)
+        generated.append(int(nxt))
+        cache = _output_cache(out)
+        for _ in range(decode_steps):
+            out = model(input_ids=nxt[:, None], cache=cache, use_cache=True)
+            cache = _output_cache(out)
+            nxt = out.logits[:, -1].argmax(-1)
+            generated.append(int(nxt))
+    finally:
+        _ACTIVE = None
+        model.set_attn_implementation(previous)
+    queries = torch.stack([torch.cat(rec.queries[i], 0) for i in layers])  # (Lc, Q, H, d)
+    keys = torch.stack([rec.kv[i][0].to("cpu", dtype) for i in layers])
+    values = torch.stack([rec.kv[i][1].to("cpu", dtype) for i in layers])
+    positions = torch.cat([torch.arange(n_prompt - prompt_queries, n_prompt),
+                           torch.arange(n_prompt, n_prompt + decode_steps)])
+    attn = model.model.layers[0].self_attn
+    info = dict(meta or {})
+    info.update({
+        "generated_text": tokenizer.decode(generated), "prefill_seconds": round(t_prefill, 2),
+        "seconds": round(time.time() - t0, 2), "torch": torch.__version__, "platform": platform.platform(),
+        "device": str(device), "kv_dtype": str(dtype).replace("torch.", ""),
+    })
+    try:
+        import transformers
+        info["transformers"] = transformers.__version__
+    except ImportError:  # pragma: no cover
+        pass
+    return Capture(queries=queries, keys=keys, values=values, query_positions=positions, layers=layers,
+                   n_prompt=n_prompt, num_layers=num_layers, scale=float(attn.scaling), meta=info)
+
+
+def default_capture_path(model: str, context: int, root: str | Path = "results/estimation/captures") -> Path:
+    """Where ``magicpig estimate capture`` stores the capture of ``model`` at ``context`` tokens."""
+    label = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in Path(model).stem or model)
+    return Path(root) / f"{label}_{int(context)}.pt"
+
+
+def capture_for_model(model: str, context: int, *, layers: str | None = None, decode_steps: int = 15,
+                      prompt_queries: int = 1, depth: float = 0.5, seed: int = 0,
+                      kv_dtype: torch.dtype = torch.float16, device: str | None = None,
+                      progress=None) -> Capture:
+    """Load ``model`` (see magicpig.models.resolve), build a haystack prompt of ``context`` tokens and capture."""
+    from magicpig.models import load_model, max_context
+
+    from .haystack import build_prompt
+
+    say = progress or (lambda msg: None)
+    if not isinstance(context, int) or context < 64:
+        raise ValueError(f"context must be an integer >= 64, got {context!r}")
+    say(f"loading {model}")
+    net, tok = load_model(model, device=device)
+    limit = max_context(net.config)
+    if limit and context + decode_steps > limit:
+        raise ValueError(f"context={context} + decode_steps={decode_steps} exceeds the model's trained "
+                         f"context of {limit} tokens")
+    layer_list = parse_layers(layers, int(net.config.num_hidden_layers))
+    prompt = build_prompt(tok, context, depth=depth, seed=seed)
+    say(f"prefill of {prompt.n_tokens} tokens + {decode_steps} decode steps")
+    cap = capture_model(net, tok, prompt.text, layers=layer_list, decode_steps=decode_steps,
+                        prompt_queries=prompt_queries, dtype=kv_dtype,
+                        meta={"model": model, "context": context, "needle_key": prompt.key,
+                              "needle_value": prompt.value, "depth": depth, "seed": seed})
+    cap.meta["needle_found"] = prompt.value in cap.meta["generated_text"]
+    return cap

@@ -181,23 +181,76 @@ def table9(ref: dict, method: str) -> float | None:
     return row[t["L"].index(m.L)]
 
 
+META_COLUMNS = {"model", "n_prompt", "capture", "seed", "load_avg"}
+ESTIMATION_TITLES = {
+    "spread_summary.csv": "Attention spread (Figures 2-3): mass in the top 20% of keys, with and without the sink",
+    "error_summary.csv": "Relative output error vs budget: TopK, oracle sampling, MagicPIG (Figures 4, 6)",
+    "error_topk_vs_oracle.csv": "TopK vs oracle sampling at equal distinct keys (paper: TopK up to 4x worse)",
+    "kl_grid_summary.csv": "Sampled fraction on real keys for the (K, L) grid, beside the formula and Table 9",
+    "centering_summary.csv": "Centering ablation (Figure 9a: under 0.1% sampled without centering)",
+    "geometry_summary.csv": "Geometry (Figure 5): cosines of queries and keys to the sink key and the key mean",
+}
+THROUGHPUT_TITLES = {
+    "kernel.csv": ("CPU kernel, measured on this machine (one decode step of one layer)",
+                   ["n", "head_dim", "K", "L", "dist", "dtype", "threads", "isa", "sampled_fraction", "ms_per_step",
+                    "gb_per_s", "read_gb_per_s", "bandwidth_ratio", "speedup_vs_dense", "speedup_vs_reference"]),
+    "decode.csv": ("End-to-end decoding, measured on this machine", None),
+    "projection_paper_hardware.csv": ("PROJECTED (bandwidth model, not measured) throughput on the paper's hardware",
+                                      ["cpu_kernel", "hardware", "model", "context", "full_batch",
+                                       "full_tokens_per_s", "magicpig_batch", "magicpig_tokens_per_s",
+                                       "magicpig_ms_per_step", "speedup", "paper_speedup"]),
+}
+
+
+def _csv_table(df: pd.DataFrame, columns: list[str] | None = None, limit: int = 40) -> str:
+    cols = [c for c in (columns or df.columns) if c in df.columns and c not in META_COLUMNS]
+    return table(cols, [[fmt(v, digits=3) for v in r] for r in df[cols].head(limit).itertuples(index=False)])
+
+
 def csv_sections(results: Path, out: Path, ref: dict) -> list[str]:
-    """Estimation and throughput CSVs, shown as tables (first rows) with their figures."""
-    parts = []
-    for folder, title in [("estimation", "Attention-level experiments"), ("throughput", "Throughput and latency")]:
-        parts.append(f"## {title}")
-        files = sorted((results / folder).glob("*.csv")) if (results / folder).is_dir() else []
-        if not files:
-            parts.append("Not run.")
+    """Estimation and throughput results, as tables with their figures."""
+    parts = ["## Attention-level experiments"]
+    est = results / "estimation"
+    shown = False
+    for name, title in ESTIMATION_TITLES.items():
+        df = read_csv(est / name)
+        if df is None:
             continue
-        for f in files:
-            df = read_csv(f)
-            if df is None:
-                continue
-            parts.append(f"### `{f.name}`")
-            parts.append(table(list(df.columns), [[fmt(v) for v in r] for r in df.head(40).itertuples(index=False)]))
-            if len(df) > 40:
-                parts.append(f"({len(df) - 40} more rows in `{f}`)")
+        shown = True
+        parts += [f"### {title}", _csv_table(df)]
+        if name == "kl_grid_summary.csv":
+            parts.append(f"![sampled fraction]({figures.kl_grid(df, out / 'kl_grid.png').name})")
+    tune = sorted(est.glob("tune_kl*.json")) if est.is_dir() else []
+    for path in tune:
+        import json
+
+        try:
+            t = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            parts.append(f"`{path.name}` is not valid JSON (the tune-kl run failed; see its log).")
+            continue
+        shown = True
+        rows = [["chosen", t.get("K"), t.get("L"), fmt(t.get("measured_cost"), pct=True), fmt(t.get("relative_error"), digits=3)]]
+        for key in ("baseline", "matched_baseline"):
+            b = t.get(key) or {}
+            if b:
+                rows.append([key.replace("_", " "), b.get("K"), b.get("L"), fmt(b.get("measured_cost"), pct=True),
+                             fmt(b.get("relative_error"), digits=3)])
+        parts += [f"### Automatic (K, L) for a target cost of {fmt(t.get('target_cost'), pct=True)}",
+                  table(["setting", "K", "L", "measured cost", "relative error"], rows)]
+    if not shown:
+        parts.append("Not run.")
+    parts.append("## Throughput and latency")
+    thr = results / "throughput"
+    shown = False
+    for name, (title, cols) in THROUGHPUT_TITLES.items():
+        df = read_csv(thr / name)
+        if df is None:
+            continue
+        shown = True
+        parts += [f"### {title}", _csv_table(df, cols)]
+    if not shown:
+        parts.append("Not run.")
     return parts
 
 

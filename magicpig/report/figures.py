@@ -46,3 +46,26 @@ def ruler_per_task(ok: pd.DataFrame, path: Path) -> Path:
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def kl_grid(df: pd.DataFrame, path: Path) -> Path:
+    """Sampled fraction vs L for each K: measured on real keys, the well-spread formula, the paper's Table 9."""
+    plt = _plt()
+    if df.empty:
+        return missing(path, "Sampled fraction for the (K, L) grid", "no grid measurements")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, (K, g) in enumerate(df.groupby("K")):
+        color = f"C{i}"
+        ax.plot(g["L"], g["measured"], "o-", color=color, label=f"K={K} measured")
+        if "formula" in g:
+            ax.plot(g["L"], g["formula"], ":", color=color)
+        if "paper_table9" in g and g["paper_table9"].notna().any():
+            ax.plot(g["L"], g["paper_table9"], "s--", color=color, alpha=0.6, markersize=3)
+    ax.set_yscale("log")
+    ax.set_xlabel("L")
+    ax.set_ylabel("sampled fraction")
+    ax.set_title("solid: measured here, dashed: paper Table 9, dotted: p=1/2 formula")
+    ax.legend(fontsize=7)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from conftest import random_prompt, tiny_model
+from tiny_models import random_prompt, tiny_model
 from magicpig.engine import Engine, GenerationConfig
 
 METHOD = "magicpig:K=4,L=24,local=16"

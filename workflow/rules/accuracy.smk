@@ -37,7 +37,8 @@ rule eval_longbench:
         f"{RES}/logs/eval_longbench_{{task}}.log",
     threads: workflow.cores
     params:
-        cmd=lambda w: eval_command([f"longbench/{w.task}"], [0], P["methods"], P["longbench"]["samples"],
+        cmd=lambda w: eval_command([f"longbench/{w.task}"], [P["longbench"].get("max_length", 7680)], P["methods"],
+                                   P["longbench"]["samples"],
                                    f"{RES}/accuracy"),
     shell:
         "{params.cmd} > {log} 2>&1"
@@ -52,6 +53,6 @@ rule eval_gsm8k:
         f"{RES}/logs/eval_gsm8k.log",
     threads: workflow.cores
     params:
-        cmd=eval_command(["gsm8k"], [0], P["methods"], P["gsm8k"]["samples"], f"{RES}/accuracy"),
+        cmd=eval_command(["gsm8k"], [4096], P["methods"], P["gsm8k"]["samples"], f"{RES}/accuracy"),
     shell:
         "{params.cmd} > {log} 2>&1"

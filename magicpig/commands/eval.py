@@ -1,0 +1,82 @@
+"""``magicpig eval``: accuracy benchmarks (RULER, LongBench, GSM8K-CoT) for several attention methods.
+
+Each sample is prefilled once and decoded with every method; results are written per (task, length,
+method) and the run resumes where it stopped (see ``magicpig.evaluate``).
+"""
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="run accuracy benchmarks for one or more attention methods",
+                       description="Writes OUT/<task>/<length>/<method dir>/{predictions.jsonl,metrics.json}; "
+                                   "method dir = the spec with ':'->'@', ','->'+', '='->'-', ';'->'.'.")
+    p.add_argument("--model", default="smollm2", help="'smollm2' (embedded), a .gguf file, a folder or a hub id")
+    p.add_argument("--methods", default=None,
+                   help="method specs separated by ';' (specs contain ','), e.g. 'dense;magicpig:K=10,L=150'")
+    p.add_argument("--method", action="append", default=[], help="one method spec (repeatable)")
+    p.add_argument("--task", action="append", required=True,
+                   help="task or group name (repeatable, or ',' separated); see `magicpig tasks`")
+    p.add_argument("--length", action="append", required=True,
+                   help="prompt length in tokens (RULER target; LongBench/GSM8K cap); repeatable or ',' separated")
+    p.add_argument("--samples", type=int, default=50, help="samples per task and length (default 50)")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--setup", choices=["A", "B"], default="A",
+                   help="A: prefill context+question (paper); B: prefill context, decode the question sparsely")
+    p.add_argument("--backend", default="reference", help="engine backend: reference or offload")
+    p.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available)")
+    p.add_argument("--data", action="append", default=[], metavar="TASK=PATH",
+                   help="local data file for a task (e.g. ruler/qa_1=dev-v2.0.json); repeatable")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="override every task's answer budget")
+    p.add_argument("--allow-long-context", action="store_true", help="permit prompts beyond the model's context")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run)
+
+
+def _lengths(values: list[str]) -> list[int]:
+    out = []
+    for v in values:
+        for part in v.split(","):
+            part = part.strip().lower()
+            if not part:
+                continue
+            mult = 1024 if part.endswith("k") else 1
+            try:
+                out.append(int(part[:-1] if mult > 1 else part) * mult)
+            except ValueError:
+                raise ValueError(f"length: expected an integer number of tokens (or e.g. 4k), got {part!r}") from None
+    return out
+
+
+def _data(values: list[str]) -> dict[str, str]:
+    out = {}
+    for v in values:
+        name, eq, path = v.partition("=")
+        if not eq or not name or not path:
+            raise ValueError(f"data: expected TASK=PATH, got {v!r}")
+        out[name.strip()] = path.strip()
+    return out
+
+
+def run(args) -> int:
+    import json
+    from pathlib import Path
+
+    from ..evaluate import EvalConfig, format_table, run_eval
+
+    methods = ([args.methods] if args.methods else []) + list(args.method)
+    if not methods:
+        raise ValueError("methods: give --methods 'dense;magicpig:K=10,L=150' or --method SPEC")
+    cfg = EvalConfig(model=args.model, methods=methods, tasks=list(args.task), lengths=_lengths(args.length),
+                     samples=args.samples, out=Path(args.out), seed=args.seed, setup=args.setup,
+                     backend=args.backend, device=args.device, data=_data(args.data),
+                     max_new_tokens=args.max_new_tokens, allow_long_context=args.allow_long_context,
+                     progress=not args.no_progress)
+    results = run_eval(cfg)
+    print(format_table(results))
+    for m in results:
+        if m.get("status") != "ok":
+            print(f"{m['task']} @ {m['length']} / {m['method']}: {m['status']}"
+                  + (f" ({m['reason']})" if m.get("reason") else ""))
+    (Path(args.out) / "last_run.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    return 0

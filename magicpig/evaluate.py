@@ -1,0 +1,337 @@
+"""The accuracy-evaluation runner behind ``magicpig eval``.
+
+For each (task, length) it builds the task's samples once, and for each sample still missing for some
+requested method it prefills the prompt ONCE and decodes every missing method from that prefill. Results go
+to::
+
+    OUT/<task>/<length>/<method dir>/predictions.jsonl   one JSON line per finished sample
+    OUT/<task>/<length>/<method dir>/metrics.json        the aggregate (rewritten after every run)
+
+``<task>`` keeps its slash (``ruler/cwe`` -> ``ruler/cwe/``). ``<method dir>`` is the method spec as the user
+wrote it (spaces removed) made filesystem-safe by ``method_dirname``: ':' -> '@', ',' -> '+', '=' -> '-',
+';' -> '.', any other character outside [A-Za-z0-9._+@-] -> '_'. Example: ``magicpig:K=10,L=150`` ->
+``magicpig@K-10+L-150``.
+
+Resuming: a sample whose id is already in predictions.jsonl is not redone (a torn last line is ignored and
+rewritten). Setup A prefills context + question; setup B prefills the context and feeds the question
+through the method's decode path (PAPER.md §6). Task-recommended overrides (GSM8K: magicpig ``local=24``)
+are applied to specs that do not set the field; both the written spec and the effective one are recorded.
+A task whose data is unavailable (``TaskUnavailable``) is reported as skipped, with the reason, in its
+metrics.json (``status: "skipped"``) and on stderr; it is retried on the next run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import platform
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+SETUPS = ("A", "B")
+_SAFE = re.compile(r"[^A-Za-z0-9._+@-]")
+
+
+def method_dirname(spec: str) -> str:
+    """Filesystem-safe folder name of a method spec (see the module docstring)."""
+    s = "".join(spec.split())
+    s = s.replace(":", "@").replace(",", "+").replace("=", "-").replace(";", ".")
+    s = _SAFE.sub("_", s)
+    if not s or s in (".", ".."):
+        raise ValueError(f"method spec {spec!r} gives no usable folder name")
+    return s
+
+
+def split_methods(values: list[str] | str) -> list[str]:
+    """Method specs from ';'-separated strings (a spec itself contains ','); empty items dropped, order
+    kept, duplicates rejected."""
+    if isinstance(values, str):
+        values = [values]
+    specs: list[str] = []
+    for v in values:
+        for part in v.split(";"):
+            part = "".join(part.split())
+            if part:
+                if part in specs:
+                    raise ValueError(f"methods: {part!r} given twice")
+                specs.append(part)
+    if not specs:
+        raise ValueError("methods: no method given (e.g. --methods 'dense;magicpig:K=10,L=150')")
+    return specs
+
+
+def fields_in_spec(spec: str) -> set[str]:
+    """Field names explicitly set in a spec string ``name:f=v,g=w``."""
+    _, _, rest = spec.partition(":")
+    return {item.partition("=")[0].strip() for item in rest.split(",") if "=" in item}
+
+
+def effective_method(spec: str, overrides: dict[str, dict[str, Any]]):
+    """(method, applied) : the parsed spec with the task's overrides for fields the spec leaves unset."""
+    from .methods import parse_method
+
+    method = parse_method(spec)
+    given = fields_in_spec(spec)
+    applied = {k: v for k, v in overrides.get(method.name, {}).items() if k not in given}
+    if applied:
+        method = dataclasses.replace(method, **applied)
+    return method, applied
+
+
+@dataclass
+class EvalConfig:
+    """Everything one ``magicpig eval`` run needs; validated by ``check`` before any expensive work.
+
+    lengths: target prompt lengths (RULER) or prompt caps (LongBench, GSM8K), in tokens.
+    data: task name -> local data file. max_new_tokens: None = each task's own budget.
+    """
+
+    model: str
+    methods: list[str]
+    tasks: list[str]
+    lengths: list[int]
+    samples: int
+    out: Path
+    seed: int = 0
+    setup: str = "A"
+    backend: str = "reference"
+    device: str | None = None
+    data: dict[str, str] = field(default_factory=dict)
+    max_new_tokens: int | None = None
+    allow_long_context: bool = False
+    progress: bool = True
+
+    def check(self) -> None:
+        from tasks.registry import DATA_TASKS, expand
+
+        from .methods import parse_method
+
+        self.tasks = expand(self.tasks)
+        self.methods = split_methods(self.methods)
+        for spec in self.methods:
+            parse_method(spec)
+            method_dirname(spec)
+        if self.setup not in SETUPS:
+            raise ValueError(f"setup must be one of {', '.join(SETUPS)}, got {self.setup!r}")
+        if not self.lengths or any(not isinstance(n, int) or n < 64 for n in self.lengths):
+            raise ValueError(f"length must be integers >= 64 tokens, got {self.lengths!r}")
+        if not isinstance(self.samples, int) or self.samples < 1:
+            raise ValueError(f"samples must be an integer >= 1, got {self.samples!r}")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        for name, path in self.data.items():
+            if name not in DATA_TASKS:
+                raise ValueError(f"data: task {name!r} takes no data file; tasks with data: {', '.join(DATA_TASKS)}")
+            if not Path(path).is_file():
+                raise FileNotFoundError(f"data: file for {name} does not exist: {path}")
+        self.out = Path(self.out)
+
+
+class Predictions:
+    """The predictions.jsonl of one (task, length, method): finished ids and appending."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.rows: dict[str, dict] = {}
+        if path.is_file():
+            text = path.read_text(encoding="utf-8")
+            good: list[str] = []
+            for line in text.splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a torn line from an interrupted run
+                self.rows[row["id"]] = row
+                good.append(line)
+            if len(good) != len([ln for ln in text.splitlines() if ln.strip()]) or (text and not text.endswith("\n")):
+                path.write_text("".join(g + "\n" for g in good), encoding="utf-8")
+
+    def __contains__(self, sample_id: str) -> bool:
+        return sample_id in self.rows
+
+    def append(self, row: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        self.rows[row["id"]] = row
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for mod in ("torch", "transformers", "magicpig"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001
+            out[mod] = "unavailable"
+    return out
+
+
+def _mean(xs: list[float]) -> float:
+    return float(sum(xs) / len(xs)) if xs else 0.0
+
+
+def run_eval(cfg: EvalConfig, *, model=None, tokenizer=None, engine_factory: Callable | None = None,
+             log: Callable[[str], None] | None = None) -> list[dict]:
+    """Run the evaluation; returns the metrics dict of every (task, length, method), skipped ones included.
+
+    ``model`` / ``tokenizer``: already loaded objects (tests); otherwise ``cfg.model`` is loaded, the model
+    only when some sample is still missing. ``engine_factory(model, tokenizer)`` builds the engine.
+    """
+    from tasks.common import TaskUnavailable
+    from tasks.registry import get_task
+
+    cfg.check()
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    if tokenizer is None:
+        from .models import load_tokenizer
+        tokenizer = load_tokenizer(cfg.model)
+    state: dict[str, Any] = {"model": model, "engine": None}
+
+    def engine():
+        if state["engine"] is None:
+            if state["model"] is None:
+                from .models import load_model
+                log(f"loading model {cfg.model} ...")
+                state["model"], _ = load_model(cfg.model, device=cfg.device)
+            if engine_factory is not None:
+                state["engine"] = engine_factory(state["model"], tokenizer)
+            else:
+                from .engine import Engine
+                state["engine"] = Engine(state["model"], tokenizer, backend=cfg.backend,
+                                         allow_long_context=cfg.allow_long_context)
+        return state["engine"]
+
+    all_metrics: list[dict] = []
+    for task_name in cfg.tasks:
+        task = get_task(task_name, cfg.data.get(task_name))
+        for length in cfg.lengths:
+            base = cfg.out / task_name / str(length)
+            methods = []
+            for spec in cfg.methods:
+                method, applied = effective_method(spec, task.method_overrides)
+                methods.append((spec, method, applied, base / method_dirname(spec)))
+            try:
+                samples = task.build(tokenizer, length, cfg.samples, cfg.seed)
+            except TaskUnavailable as exc:
+                log(f"SKIPPED {task_name} @ {length}: {exc}")
+                for spec, method, applied, folder in methods:
+                    m = _metrics_skeleton(cfg, task, length, spec, method, applied)
+                    m.update(status="skipped", reason=str(exc), score=None)
+                    _write_json(folder / "metrics.json", m)
+                    all_metrics.append(m)
+                continue
+            preds = {spec: Predictions(folder / "predictions.jsonl") for spec, _, _, folder in methods}
+            todo = [s for s in samples if any(s.id not in preds[spec] for spec, *_ in methods)]
+            if todo:
+                log(f"{task_name} @ {length}: {len(todo)} of {len(samples)} samples to run "
+                    f"x {sum(1 for spec, *_ in methods)} methods")
+            eng = engine() if todo else None
+            if eng is not None and eng.max_context and not cfg.allow_long_context:
+                budget = cfg.max_new_tokens or task.max_new_tokens
+                worst = max(s.n_tokens for s in todo) + budget
+                if worst > eng.max_context:
+                    raise ValueError(f"length: {task_name} at {length} needs {worst} tokens (prompt + answer), over "
+                                     f"the model's context {eng.max_context}; lower --length or pass "
+                                     "--allow-long-context")
+            for s in _progress(todo, f"{task_name}@{length}", cfg.progress):
+                _run_sample(cfg, eng, task, s, methods, preds)
+            for spec, method, applied, folder in methods:
+                m = _metrics(cfg, task, length, spec, method, applied, samples, preds[spec])
+                _write_json(folder / "metrics.json", m)
+                all_metrics.append(m)
+    return all_metrics
+
+
+def _run_sample(cfg: EvalConfig, eng, task, sample, methods, preds) -> None:
+    from .engine import GenerationConfig
+
+    budget = cfg.max_new_tokens or sample.max_new_tokens
+    gen_cfg = GenerationConfig(max_new_tokens=budget, stop=list(sample.stop), do_sample=False, seed=cfg.seed)
+    if cfg.setup == "A":
+        pre, cont = eng.prefill(sample.prompt_ids), None
+    else:
+        pre, cont = eng.prefill(sample.context_ids), (list(sample.question_ids) or None)
+    for spec, method, applied, folder in methods:
+        if sample.id in preds[spec]:
+            continue
+        res = eng.decode(pre, method, gen_cfg, continuation_ids=cont)[0]
+        row = {"id": sample.id, "prompt_tokens": sample.n_tokens, "prediction": res.text,
+               "references": sample.references, "score": task.score(res.text, sample),
+               "cost": res.cost, "cost1": res.cost1, "new_tokens": res.new_tokens,
+               "stop_reason": getattr(res, "stop_reason", ""), "seconds": res.seconds,
+               "prefill_seconds": getattr(pre, "seconds", None)}
+        extra = getattr(task, "extra_scores", None)
+        if extra is not None:
+            row["scores"] = extra(res.text, sample)
+        preds[spec].append(row)
+
+
+def _progress(items, desc: str, enabled: bool):
+    if not enabled or not items:
+        return items
+    try:
+        from tqdm import tqdm
+        return tqdm(items, desc=desc, unit="sample", file=sys.stderr)
+    except ImportError:  # pragma: no cover
+        return items
+
+
+def _metrics_skeleton(cfg: EvalConfig, task, length: int, spec: str, method, applied: dict) -> dict:
+    return {
+        "task": task.name, "length": length, "model": cfg.model, "method": spec,
+        "method_effective": method.spec(), "method_name": method.name,
+        "parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in method.params().items()},
+        "overrides_applied": applied, "setup": cfg.setup, "seed": cfg.seed, "backend": cfg.backend,
+        "metric": task.metric, "samples_requested": cfg.samples, "versions": versions(),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _metrics(cfg, task, length, spec, method, applied, samples, preds: Predictions) -> dict:
+    rows = [preds.rows[s.id] for s in samples if s.id in preds]
+    m = _metrics_skeleton(cfg, task, length, spec, method, applied)
+    cost = _mean([r["cost"] for r in rows])
+    cost1 = _mean([r["cost1"] for r in rows])
+    m.update(
+        status="ok" if len(rows) == len(samples) else "partial",
+        score=task.aggregate([r["score"] for r in rows]),
+        cost=cost, cost1=cost1, total_cost=cost + cost1,
+        counts={"samples": len(samples), "scored": len(rows),
+                "stopped": sum(r.get("stop_reason") in ("stop", "eos") for r in rows)},
+        prompt_tokens_mean=_mean([r["prompt_tokens"] for r in rows]),
+        new_tokens_mean=_mean([r["new_tokens"] for r in rows]),
+    )
+    extra = [r["scores"] for r in rows if "scores" in r]
+    if extra:
+        m["scores"] = {k: _mean([e[k] for e in extra]) for k in extra[0]}
+    return m
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def collect_metrics(out: str | Path) -> list[dict]:
+    """Every metrics.json under ``out`` (sorted by task, length, method), for tables and reports."""
+    rows = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(out).rglob("metrics.json"))]
+    return sorted(rows, key=lambda m: (m.get("task", ""), m.get("length", 0), m.get("method", "")))
+
+
+def format_table(rows: list[dict]) -> str:
+    """A Markdown table: one row per (task, length), one score (cost) column per method."""
+    methods = list(dict.fromkeys(m["method"] for m in rows))
+    cells: dict[tuple[str, int], dict[str, str]] = {}
+    for m in rows:
+        score = "skipped" if m.get("status") == "skipped" else (
+            f"{m['score']:.1f} ({m['cost']:.3f}, n={m['counts']['scored']})")
+        cells.setdefault((m["task"], m["length"]), {})[m["method"]] = score
+    lines = ["| task | length | " + " | ".join(methods) + " |", "|---|---|" + "---|" * len(methods)]
+    for (task, length), row in cells.items():
+        lines.append(f"| {task} | {length} | " + " | ".join(row.get(x, "-") for x in methods) + " |")
+    return "\n".join(lines)

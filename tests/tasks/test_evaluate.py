@@ -1,0 +1,171 @@
+"""The eval runner: method folder names, method lists, overrides, an end-to-end run on a tiny random model
+with the real tokenizer (files written, prefill once per sample, resume, setup B, skipped QA), and the CLI."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from magicpig.evaluate import (EvalConfig, collect_metrics, effective_method, fields_in_spec, format_table,
+                               method_dirname, run_eval, split_methods)
+
+
+def test_method_dirname():
+    assert method_dirname("magicpig:K=10,L=150") == "magicpig@K-10+L-150"
+    assert method_dirname("dense") == "dense"
+    assert method_dirname("magicpig:dense_layers=0;16, K=9") == "magicpig@dense_layers-0.16+K-9"
+    assert method_dirname("quest:page_size=16,ratio=0.04") == "quest@page_size-16+ratio-0.04"
+    assert method_dirname("a/b") == "a_b"
+    with pytest.raises(ValueError):
+        method_dirname("..")
+
+
+def test_split_methods_and_fields():
+    assert split_methods("dense; magicpig:K=10,L=150;") == ["dense", "magicpig:K=10,L=150"]
+    assert split_methods(["dense", "topk:budget=0.02"]) == ["dense", "topk:budget=0.02"]
+    with pytest.raises(ValueError, match="twice"):
+        split_methods("dense;dense")
+    with pytest.raises(ValueError, match="no method"):
+        split_methods(" ; ")
+    assert fields_in_spec("magicpig:K=10,L=150") == {"K", "L"}
+    assert fields_in_spec("dense") == set()
+
+
+def test_effective_method_overrides():
+    m, applied = effective_method("magicpig:K=10", {"magicpig": {"local": 24}, "quest": {"page_size": 8}})
+    assert (m.K, m.local, applied) == (10, 24, {"local": 24})
+
+
+def test_config_errors(tmp_path):
+    base = dict(model="smollm2", methods=["dense"], tasks=["ruler/cwe"], lengths=[4096], samples=1, out=tmp_path)
+    with pytest.raises(ValueError, match="unknown task"):
+        EvalConfig(**{**base, "tasks": ["nope"]}).check()
+    with pytest.raises(ValueError, match="unknown attention method"):
+        EvalConfig(**{**base, "methods": ["fast"]}).check()
+    with pytest.raises(ValueError, match="setup"):
+        EvalConfig(**{**base, "setup": "C"}).check()
+    with pytest.raises(ValueError, match="length"):
+        EvalConfig(**{**base, "lengths": [10]}).check()
+    with pytest.raises(ValueError, match="samples"):
+        EvalConfig(**{**base, "samples": 0}).check()
+    with pytest.raises(ValueError, match="takes no data file"):
+        EvalConfig(**{**base, "data": {"ruler/cwe": "x"}}).check()
+
+
+@pytest.fixture(scope="module")
+def tiny(tokenizer):
+    """A 2-layer random Llama (fixed seed) whose vocabulary covers the real tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+                      initializer_range=0.2, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
+                      pad_token_id=0)
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="sdpa").eval()
+
+
+class CountingEngine:
+    """Wraps the real engine and counts prefills and decodes."""
+
+    def __init__(self, model, tokenizer):
+        from magicpig.engine import Engine
+
+        self.inner = Engine(model, tokenizer, backend="reference")
+        self.max_context = self.inner.max_context
+        self.prefills, self.decodes = [], []
+
+    def prefill(self, ids):
+        self.prefills.append(len(ids))
+        return self.inner.prefill(ids)
+
+    def decode(self, pre, method, config, continuation_ids=None):
+        self.decodes.append((method.spec(), continuation_ids is not None))
+        return self.inner.decode(pre, method, config, continuation_ids=continuation_ids)
+
+
+def _run(tmp_path, tiny, tokenizer, engines, samples=2, **kw):
+    cfg = EvalConfig(model="tiny", methods=["dense;magicpig:K=4,L=20,local=8"], tasks=["ruler/niah_single_1"],
+                     lengths=[384], samples=samples, out=tmp_path, max_new_tokens=4, progress=False, **kw)
+
+    def factory(model, tok):
+        engines.append(CountingEngine(model, tok))
+        return engines[-1]
+
+    return run_eval(cfg, model=tiny, tokenizer=tokenizer, engine_factory=factory, log=lambda m: None)
+
+
+def test_run_writes_results_and_resumes(tmp_path, tiny, tokenizer):
+    engines: list = []
+    metrics = _run(tmp_path, tiny, tokenizer, engines)
+    eng = engines[0]
+    assert len(eng.prefills) == 2 and len(eng.decodes) == 4  # one prefill per sample, decoded by both methods
+    assert all(n <= 384 for n in eng.prefills)
+    folder = tmp_path / "ruler/niah_single_1/384/magicpig@K-4+L-20+local-8"
+    rows = [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["ruler/niah_single_1/384/0/0", "ruler/niah_single_1/384/0/1"]
+    for r in rows:
+        assert set(r) >= {"id", "prompt_tokens", "prediction", "references", "score", "cost"}
+        assert 0.0 <= r["cost"] <= 1.0 and r["score"] in (0.0, 100.0)
+    m = json.loads((folder / "metrics.json").read_text())
+    assert m["status"] == "ok" and m["counts"]["scored"] == 2 and m["setup"] == "A" and m["seed"] == 0
+    assert m["parameters"]["K"] == 4 and m["method"] == "magicpig:K=4,L=20,local=8"
+    assert {"torch", "transformers", "python"} <= set(m["versions"])
+    assert m["score"] == pytest.approx(sum(r["score"] for r in rows) / 2)
+    assert len(metrics) == 2 and (tmp_path / "ruler/niah_single_1/384/dense/metrics.json").is_file()
+
+    table = format_table(collect_metrics(tmp_path))
+    assert "| ruler/niah_single_1 | 384 |" in table and "magicpig:K=4,L=20,local=8" in table
+
+    # resume: nothing is redone, no model work at all
+    engines.clear()
+    again = _run(tmp_path, tiny, tokenizer, engines)
+    assert engines == [] and again[1]["score"] == m["score"]
+
+    # a torn last line (interrupted run) is dropped and that sample redone for that method only
+    text = (folder / "predictions.jsonl").read_text().splitlines()
+    (folder / "predictions.jsonl").write_text(text[0] + "\n" + text[1][:20])
+    _run(tmp_path, tiny, tokenizer, engines)
+    assert len(engines[0].prefills) == 1 and [d[0] for d in engines[0].decodes] == ["magicpig:K=4,L=20,local=8"]
+    assert len((folder / "predictions.jsonl").read_text().splitlines()) == 2
+
+
+def test_setup_b_feeds_the_question(tmp_path, tiny, tokenizer):
+    engines: list = []
+    metrics = _run(tmp_path, tiny, tokenizer, engines, samples=1, setup="B")
+    eng = engines[0]
+    assert all(cont for _, cont in eng.decodes)
+    assert all(n < 384 - 20 for n in eng.prefills)  # only the context is prefilled
+    assert all(m["setup"] == "B" for m in metrics)
+
+
+def test_unavailable_task_is_reported_skipped(tmp_path, tiny, tokenizer, offline):
+    cfg = EvalConfig(model="tiny", methods=["dense"], tasks=["ruler/qa_1"], lengths=[1024], samples=1,
+                     out=tmp_path, progress=False)
+    logs: list[str] = []
+    metrics = run_eval(cfg, model=tiny, tokenizer=tokenizer, log=logs.append)
+    assert metrics[0]["status"] == "skipped" and "MAGICPIG_OFFLINE" in metrics[0]["reason"]
+    assert metrics[0]["score"] is None and any("SKIPPED ruler/qa_1" in line for line in logs)
+    assert json.loads((tmp_path / "ruler/qa_1/1024/dense/metrics.json").read_text())["status"] == "skipped"
+
+
+def test_cli_tasks_and_errors(capsys, tmp_path):
+    from magicpig.cli import main
+
+    assert main(["tasks"]) == 0
+    out = capsys.readouterr().out
+    assert "ruler/niah_multikey_3" in out and "longbench/repobench-p" in out and "gsm8k" in out
+    assert main(["eval", "--task", "ruler/nope", "--length", "4k", "--methods", "dense", "--out", str(tmp_path)]) == 2
+    assert "unknown task 'ruler/nope'" in capsys.readouterr().err
+    assert main(["eval", "--task", "ruler/cwe", "--length", "4x", "--methods", "dense", "--out", str(tmp_path)]) == 2
+
+
+def test_gsm8k_overrides_and_extra_scores(tmp_path, tiny, tokenizer, fixtures):
+    cfg = EvalConfig(model="tiny", methods=["magicpig:K=4,L=20"], tasks=["gsm8k"], lengths=[2048], samples=1,
+                     out=tmp_path, data={"gsm8k": str(fixtures / "gsm8k_test_tiny.jsonl")}, max_new_tokens=3,
+                     progress=False)
+    (m,) = run_eval(cfg, model=tiny, tokenizer=tokenizer, log=lambda msg: None)
+    assert m["overrides_applied"] == {"local": 24} and m["parameters"]["local"] == 24
+    assert m["method"] == "magicpig:K=4,L=20" and "local=24" in m["method_effective"]
+    assert set(m["scores"]) == {"strict", "flexible"} and m["status"] == "ok"

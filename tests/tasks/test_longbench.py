@@ -1,0 +1,127 @@
+"""LongBench metrics on hand-worked examples, the loader and prompts on fixture files, truncation."""
+from __future__ import annotations
+
+import pytest
+
+from tasks.common import TaskUnavailable
+from tasks.longbench import LongBenchTask
+from tasks.longbench.metrics import classification, code_sim, first_code_line, normalize_answer, qa_f1, retrieval
+
+
+def test_normalize_answer():
+    assert normalize_answer("The  Cat, sat on a mat!") == "cat sat on mat"
+    assert normalize_answer("An apple; THE end.") == "apple end"
+    assert normalize_answer("theory") == "theory"  # articles only as whole words
+
+
+def test_qa_f1_hand_worked():
+    assert qa_f1("the RULER benchmark", "RULER") == pytest.approx(2 * 0.5 * 1 / 1.5)  # P 1/2, R 1
+    assert qa_f1("Paris", "Paris.") == 1.0
+    assert qa_f1("London", "Paris") == 0.0
+    assert qa_f1("", "Paris") == 0.0
+    assert qa_f1("x b b", "b b c") == pytest.approx(2 / 3)  # common b,b: P 2/3, R 2/3
+    assert qa_f1("a b b", "b b c") == pytest.approx(0.8)  # "a" is dropped: P 1, R 2/3
+    assert qa_f1("the", "a") == 0.0  # both normalise to nothing
+
+
+def test_code_sim_first_code_line():
+    assert first_code_line("\n# comment\n```python\nx = 1\ny = 2") == "x = 1"
+    assert first_code_line("// c\n`a`") == ""
+    assert code_sim("x = 1\nmore", "x = 1") == 1.0
+    assert code_sim("# note\nreturn a", "return b") == pytest.approx(0.88)  # 2*7/16 = 87.5% -> 88
+    assert code_sim("abc", "abd") == pytest.approx(0.67)  # 2*2/6 = 66.7% -> 67
+    assert code_sim("", "abc") == 0.0
+
+
+def test_classification_hand_worked():
+    classes = ["Location", "Other location", "City", "Country"]
+    assert classification("City", "City", all_classes=classes) == 1.0
+    assert classification("City or Country", "City", all_classes=classes) == 0.5
+    assert classification("Country", "City", all_classes=classes) == 0.0
+    # "Location" is inside the ground truth "Other location"? no (case differs) -> both match, 1/2
+    assert classification("Other location", "Other location", all_classes=classes) == 1.0
+    # a class that is a strict substring of the ground truth is not counted against it
+    assert classification("Other location", "Other location", all_classes=["location", "Other location"]) == 1.0
+    assert classification("nothing", "City", all_classes=classes) == 0.0
+    assert classification("City", "City", all_classes=[]) == 0.0
+
+
+def test_retrieval_hand_worked():
+    assert retrieval("Paragraph 12", "Paragraph 12") == 1.0
+    assert retrieval("Paragraph 3 or Paragraph 12", "Paragraph 12") == 0.5
+    assert retrieval("I do not know", "Paragraph 12") == 0.0
+    assert retrieval("Paragraph 1", "Paragraph 12") == 0.0  # whole numbers only
+    with pytest.raises(ValueError, match="Paragraph N"):
+        retrieval("1", "12")
+
+
+def test_trec_from_fixture(tokenizer, fixtures):
+    task = LongBenchTask("trec", str(fixtures / "longbench_trec_tiny.jsonl"))
+    samples = task.build(tokenizer, 4096, 5)
+    assert len(samples) == 2  # the file has two records
+    s = samples[0]
+    text = tokenizer.decode(s.prompt_ids)
+    assert "<|im_start|>" not in text  # trec: no chat template
+    assert text.startswith("Please determine the type of the question below.")
+    assert text.endswith("Type: City\n\nWhat is the capital of Peru ?")
+    assert s.max_new_tokens == 64 and s.references == ["City"]
+    assert task.score("City\nCountry", s) == 100.0  # first line only
+    assert task.score("\nCity or Country", s) == 50.0
+    assert task.score("Country\nCity", s) == 0.0
+
+
+def test_qasper_chat_and_scoring(tokenizer, fixtures):
+    task = LongBenchTask("qasper", str(fixtures / "longbench_qasper_tiny.jsonl"))
+    s = task.build(tokenizer, 4096, 1)[0]
+    q = tokenizer.decode(s.question_ids)
+    assert tokenizer.decode(s.context_ids).startswith("<|im_start|>system")  # chat template
+    assert "Question: Which dataset do the authors evaluate on?\n\nAnswer:" in q
+    assert q.endswith("<|im_start|>assistant\n")
+    assert s.max_new_tokens == 128
+    assert task.score("RULER", s) == 100.0  # max over the two answers
+    assert task.score("the RULER benchmark suite", s) == pytest.approx(100 * 2 * (2 / 3) / (2 / 3 + 1))
+
+
+def test_lcc_and_retrieval_prompts(tokenizer, fixtures):
+    lcc = LongBenchTask("lcc", str(fixtures / "longbench_lcc_tiny.jsonl")).build(tokenizer, 4096, 1)[0]
+    text = tokenizer.decode(lcc.prompt_ids)
+    assert text.startswith("Please complete the code given below. \nimport os") and text.endswith("Next line of code:\n")
+    pr_task = LongBenchTask("passage_retrieval_en", str(fixtures / "longbench_passage_retrieval_en_tiny.jsonl"))
+    pr = pr_task.build(tokenizer, 4096, 1)[0]
+    assert tokenizer.decode(pr.question_ids).split("<|im_end|>")[0].endswith("The answer is: ")
+    assert pr_task.score("Paragraph 1", pr) == 100.0 and pr.max_new_tokens == 32
+
+
+def test_middle_truncation(tokenizer, fixtures, tmp_path):
+    long_ctx = " ".join(f"word{i}" for i in range(3000))
+    path = tmp_path / "trec.jsonl"
+    path.write_text('{"input": "Q?", "context": "%s", "answers": ["City"], "all_classes": ["City"]}\n' % long_ctx)
+    s = LongBenchTask("trec", str(path)).build(tokenizer, 512, 1)[0]
+    text = tokenizer.decode(s.prompt_ids)
+    assert s.meta["truncated"] and s.n_tokens <= 520
+    assert text.startswith("Please determine the type") and text.endswith("word2999\nQ?")
+    assert "word1500 " not in text  # the middle is gone
+
+
+def test_bad_records_and_offline(tokenizer, tmp_path, offline):
+    bad = tmp_path / "x.jsonl"
+    bad.write_text('{"input": "q", "answers": ["a"]}\n')
+    with pytest.raises(ValueError, match="field 'context'"):
+        LongBenchTask("trec", str(bad)).build(tokenizer, 1024, 1)
+    with pytest.raises(ValueError, match="unknown LongBench task"):
+        LongBenchTask("narrativeqa")
+    with pytest.raises(FileNotFoundError):
+        LongBenchTask("trec", str(tmp_path / "missing.jsonl")).build(tokenizer, 1024, 1)
+
+
+def test_hub_unreachable_is_task_unavailable(monkeypatch):
+    import tasks.records as records
+
+    def boom(url):
+        raise OSError("network is unreachable")
+
+    import pandas as pd
+    monkeypatch.setattr(pd, "read_parquet", boom)
+    with pytest.raises(TaskUnavailable, match="THUDM/LongBench.*network is unreachable"):
+        LongBenchTask("trec").records()
+    assert records  # module imported

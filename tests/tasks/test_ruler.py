@@ -1,0 +1,218 @@
+"""RULER generators: sizes within 2% of the target, answers present exactly as scored, reference task
+structure, determinism under a seed; the scorers; the QA loaders on fixture files, offline."""
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+
+import pytest
+
+from tasks.common import TaskUnavailable
+from tasks.ruler import NON_QA, make_task
+from tasks.ruler.fwe import zeta, zipf_counts
+from tasks.ruler.qa import load_hotpotqa, load_squad
+from tasks.ruler.scoring import string_match_all, string_match_part
+
+LENGTH = 4096
+_CACHE: dict = {}
+
+
+def built(tokenizer, short, length=LENGTH, count=2, seed=0):
+    key = (short, length, count, seed)
+    if key not in _CACHE:
+        _CACHE[key] = make_task(short).build(tokenizer, length, count, seed)
+    return _CACHE[key]
+
+
+@pytest.mark.parametrize("short", NON_QA)
+def test_length_within_2_percent_and_answers_present(tokenizer, short):
+    samples = built(tokenizer, short)
+    assert len(samples) == 2
+    for s in samples:
+        assert 0.98 * LENGTH <= s.n_tokens <= LENGTH, (short, s.n_tokens)
+        assert s.prompt_ids == s.context_ids + s.question_ids
+        text = tokenizer.decode(s.prompt_ids)
+        assert s.references and all(r in text for r in s.references)
+        # the scorer gives full marks to a prediction that lists the references, and less without one
+        assert string_match_all(" " + ", ".join(s.references), s.references) == 100.0
+        assert string_match_all(", ".join(s.references[1:]), s.references) < 100.0
+        # the question part holds the query, the context part the haystack
+        assert len(s.question_ids) < 200 < len(s.context_ids)
+    assert samples[0].prompt_ids != samples[1].prompt_ids
+
+
+@pytest.mark.parametrize("short", ["niah_single_2", "niah_multikey_2", "vt", "cwe", "fwe"])
+def test_deterministic_under_seed(tokenizer, short):
+    first = built(tokenizer, short)[0]
+    again = make_task(short).build(tokenizer, LENGTH, 1, seed=0)[0]  # fewer samples: same sample 0
+    assert again.prompt_ids == first.prompt_ids and again.references == first.references
+    other = make_task(short).build(tokenizer, LENGTH, 1, seed=1)[0]
+    assert other.prompt_ids != first.prompt_ids
+
+
+def test_other_lengths(tokenizer):
+    for length in (1024, 8192):
+        s = make_task("niah_single_2").build(tokenizer, length, 1)[0]
+        assert 0.98 * length <= s.n_tokens <= length
+
+
+def _context_text(tokenizer, s):
+    return tokenizer.decode(s.context_ids)
+
+
+def test_niah_structure(tokenizer):
+    single = built(tokenizer, "niah_single_1")[0]
+    q = tokenizer.decode(single.question_ids)
+    assert "What is the special magic number for" in q
+    assert q.endswith("The special magic number for " + single.meta["queried"][0] + " mentioned in the provided text is")
+    ctx = _context_text(tokenizer, single)
+    assert "The grass is green. The sky is blue." in ctx and re.fullmatch(r"\d{7}", single.references[0])
+    assert ctx.count("One of the special magic numbers for") == 1  # needles keep the plural
+    assert "again.\nOne of the special" in ctx or "again.\nThe grass" in ctx  # one noise paragraph per line
+
+    uuid_re = r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
+    assert re.fullmatch(uuid_re, built(tokenizer, "niah_single_3")[0].references[0])
+    mk3 = built(tokenizer, "niah_multikey_3")[0]
+    assert re.fullmatch(uuid_re, mk3.references[0]) and re.fullmatch(uuid_re, mk3.meta["queried"][0])
+
+    mk1 = built(tokenizer, "niah_multikey_1")[0]
+    ctx = _context_text(tokenizer, mk1)
+    assert len(mk1.references) == 1 and len(mk1.meta["keys"]) == 4
+    assert all(f"for {k} is:" in ctx for k in mk1.meta["keys"])
+    mk2 = built(tokenizer, "niah_multikey_2")[0]
+    assert _context_text(tokenizer, mk2).count("One of the special magic numbers for") > 50  # distractor needles
+
+    mv = built(tokenizer, "niah_multivalue")[0]
+    assert len(mv.references) == 4 and len(set(mv.references)) == 4
+    assert "What are all the special magic numbers for" in tokenizer.decode(mv.question_ids)
+    mq = built(tokenizer, "niah_multiquery")[0]
+    assert len(mq.references) == 4 and len(mq.meta["queried"]) == 4
+    assert ", and " in tokenizer.decode(mq.question_ids)
+
+
+def test_depths_spread_over_the_context(tokenizer):
+    depths = [d for s in make_task("niah_single_2").build(tokenizer, 1024, 8) for d in s.meta["depths"]]
+    assert min(depths) < 40 and max(depths) > 60
+
+
+def test_vt_chain(tokenizer):
+    s = built(tokenizer, "vt")[0]
+    ctx = _context_text(tokenizer, s).split("\n\nMemorize and track")[-1]  # after the solved example
+    names = s.references
+    assert len(names) == 5
+    assert f"VAR {names[0]} = {s.meta['value']}" in ctx
+    positions = [ctx.index(f"VAR {names[i + 1]} = VAR {names[i]}") for i in range(4)]
+    assert positions == sorted(positions) and ctx.index(f"VAR {names[0]} =") < positions[0]
+    assert f"assigned the value {s.meta['value']}" in tokenizer.decode(s.question_ids)
+
+
+def test_cwe_frequencies(tokenizer):
+    s = built(tokenizer, "cwe")[0]
+    ctx = _context_text(tokenizer, s)
+    main = ctx.split("Memorize the ones that appear most often.\n")[-1]  # the list after the solved example
+    words = re.findall(r"\d+\. (\S+)", main)
+    counts = Counter(words)
+    assert len(s.references) == 10
+    assert all(counts[w] == 30 for w in s.references)
+    assert set(c for w, c in counts.items() if w not in s.references) == {3}
+
+
+def test_cwe_short_context_frequencies(tokenizer):
+    s = make_task("cwe").build(tokenizer, 2048, 1)[0]
+    assert s.meta["freq_cw"] == 6 and s.meta["freq_ucw"] == 1
+    assert 0.98 * 2048 <= s.n_tokens <= 2048
+
+
+def test_fwe_top_three(tokenizer):
+    s = built(tokenizer, "fwe")[0]
+    ctx = _context_text(tokenizer, s)
+    words = ctx.split("coded words. ")[-1].split()
+    counts = Counter(w for w in words if w != "...")
+    top = [w for w, _ in counts.most_common(4)]
+    assert top[:3] == s.references
+    assert counts[top[0]] > counts[top[1]] > counts[top[2]] > counts[top[3]]  # no tie at the cut
+    assert Counter(words).most_common(1)[0][0] == "..."  # the noise is the most frequent "word"
+    # floor(N k^-2 / zeta(2)) occurrences for rank k: rank 1 (the noise) ~ 4x rank 2, 9x rank 3
+    noise = Counter(words)["..."]
+    assert abs(noise - 4 * counts[top[0]]) <= 4 and abs(noise - 9 * counts[top[1]]) <= 9
+    assert s.meta["vocab_size"] == LENGTH // 50
+
+
+def test_zipf_counts():
+    assert zeta(2.0) == pytest.approx(math.pi ** 2 / 6, rel=1e-10)
+    assert zipf_counts(1000, 4, 2.0) == [607, 151, 67, 37]  # floor(1000 k^-2 / (pi^2/6))
+    with pytest.raises(ValueError):
+        zeta(1.0)
+
+
+def test_string_match_all_hand_cases():
+    assert string_match_all("The numbers are 123 and 456.", ["123", "456"]) == 100.0
+    assert string_match_all("Only 123", ["123", "456"]) == 50.0
+    assert string_match_all("nothing", ["123"]) == 0.0
+    assert string_match_all("ABC-def", ["abc-DEF"]) == 100.0  # case-insensitive
+    assert string_match_all("12\x0034", ["12\n34"]) == 100.0  # control chars become newlines
+    assert string_match_all("anything", []) == 0.0
+
+
+def test_string_match_part_hand_cases():
+    assert string_match_part("It is in France.", ["France", "in France"]) == 100.0
+    assert string_match_part("It is in Spain.", ["France", "Italy"]) == 0.0
+    assert string_match_part("ITALY", ["France", "Italy"]) == 100.0
+    assert string_match_part("x", []) == 0.0
+
+
+# ---- QA --------------------------------------------------------------------------------------------
+def test_squad_loader(fixtures):
+    data = load_squad(fixtures / "squad_dev_v2_tiny.json")
+    assert len(data.docs) == 4  # every paragraph is a document, questions or not
+    assert [q for q, _, _ in data.questions] == ["In what country is Normandy located?",
+                                                 "What were the Normans famed for?",
+                                                 "What branch of theoretical computer science classifies problems by difficulty?"]
+    q, answers, gold = data.questions[0]
+    assert answers == ["France", "in France"] and "Normandy, a region in France" in data.docs[gold[0]]
+
+
+def test_hotpotqa_loader(fixtures):
+    data = load_hotpotqa(fixtures / "hotpot_dev_distractor_tiny.json")
+    assert len(data.docs) == 6 and len(data.questions) == 2
+    q, answers, gold = data.questions[0]
+    assert answers == ["Lisbon"] and len(gold) == 3
+    assert "Casa Aurora\nCasa Aurora is a museum founded by Ana Ferreira. The museum is located in Lisbon." in data.docs
+
+
+def test_loader_errors(fixtures, tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_squad(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"nope": 1}')
+    with pytest.raises(ValueError, match="not a SQuAD"):
+        load_squad(bad)
+
+
+@pytest.mark.parametrize("short,fixture", [("qa_1", "squad_dev_v2_tiny.json"),
+                                           ("qa_2", "hotpot_dev_distractor_tiny.json")])
+def test_qa_samples_from_local_file(tokenizer, fixtures, short, fixture, offline):
+    task = make_task(short, str(fixtures / fixture))
+    samples = task.build(tokenizer, 1024, 2)
+    for s in samples:
+        text = tokenizer.decode(s.prompt_ids)
+        assert s.n_tokens <= 1024 and "Document 1:" in text
+        assert any(r in text for r in s.references)
+        assert tokenizer.decode(s.question_ids).startswith("\n\nAnswer the question based on the given documents.")
+        assert s.meta["question"] in tokenizer.decode(s.question_ids)
+        assert s.max_new_tokens == 32
+    assert task.score("in France", samples[0]) == 100.0 if short == "qa_1" else True
+    # a shorter target keeps the gold documents and drops distractors
+    full = make_task(short, str(fixtures / fixture)).build(tokenizer, 4096, 1)[0]
+    assert full.meta["haystack_size"] == task.max_size()  # every document fits in 4096 tokens
+    small = make_task(short, str(fixtures / fixture)).build(tokenizer, full.n_tokens - 1, 1)[0]
+    assert small.meta["haystack_size"] < task.max_size()
+    assert any(r in tokenizer.decode(small.prompt_ids) for r in small.references)
+
+
+def test_qa_unavailable_offline(tokenizer, offline):
+    with pytest.raises(TaskUnavailable, match="MAGICPIG_OFFLINE=1"):
+        make_task("qa_1").build(tokenizer, 1024, 1)
+    with pytest.raises(TaskUnavailable, match="HotpotQA"):
+        make_task("qa_2").build(tokenizer, 1024, 1)

@@ -1,5 +1,7 @@
 # MagicPIG reproduction pipeline: `snakemake --cores all` (preset from config/config.yaml).
 # Every table and figure of the report comes from the results files written by the rules below.
+import sys
+
 from snakemake.utils import min_version, validate
 
 min_version("8.0")
@@ -14,7 +16,9 @@ P = config["presets"][PRESET]
 SEED = config.get("seed", 0)
 RES = f"results/{PRESET}"
 FIG = f"figures/generated/{PRESET}"
-MAGICPIG = "magicpig"
+# The interpreter running Snakemake runs every step, so no virtual environment needs activating.
+PYTHON = sys.executable
+MAGICPIG = f"{PYTHON} -m magicpig.cli"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/build.smk"

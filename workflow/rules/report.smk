@@ -11,4 +11,4 @@ rule report:
     log:
         f"{RES}/logs/report.log",
     shell:
-        "python workflow/scripts/report.py --results {RES} --out {FIG} --preset {PRESET} > {log} 2>&1"
+        "{PYTHON} workflow/scripts/report.py --results {RES} --out {FIG} --preset {PRESET} > {log} 2>&1"

@@ -12,7 +12,7 @@ SNAKEMAKE = shutil.which("snakemake", path=str(Path(sys.executable).parent)) or 
 
 
 def dry_run(*args, cwd=ROOT):
-    return subprocess.run([SNAKEMAKE, "-n", "--cores", "2", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([SNAKEMAKE, "-n", "--forceall", "--cores", "2", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=300)
 
 

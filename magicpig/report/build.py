@@ -35,6 +35,11 @@ def build_report(results: Path | str, out: Path | str, preset: str) -> Path:
     return path
 
 
+def paper_rows(section: dict) -> dict:
+    """The paper's rows of one table for our model key, keyed by canonical method spec."""
+    return {canonical(k): v for k, v in section.get(PAPER_MODEL, {}).items()}
+
+
 def _skipped_notes(df: pd.DataFrame) -> list[str]:
     bad = df[df["status"] != "ok"]
     if bad.empty:
@@ -53,7 +58,7 @@ def ruler_section(acc: pd.DataFrame, ref: dict, out: Path) -> list[str]:
     lengths = sorted(ok["length"].unique())
     tasks = sorted(ok["task"].unique())
     paper = ref["ruler_table3"]
-    paper_rows = paper.get(PAPER_MODEL, {})
+    rows_ref = paper_rows(paper)
     header = ["method"] + [f"ours {n}" for n in lengths] + ["tasks", "cost2"] + \
              [f"paper {n // 1024}K" for n in paper["lengths"]]
     rows = []
@@ -66,7 +71,7 @@ def ruler_section(acc: pd.DataFrame, ref: dict, out: Path) -> list[str]:
             counts.append(len(s))
         cells.append(f"{min(counts)}/{len(tasks)}" if counts else "0")
         cells.append(fmt(g["cost"].mean(), pct=True))
-        pv = paper_rows.get(method)
+        pv = rows_ref.get(method)
         cells += [fmt(x) for x in pv] if pv else ["—"] * len(paper["lengths"])
         rows.append(cells)
     parts.append("Average score over tasks (string match ×100); `cost2` = mean fraction of offloaded keys used.")
@@ -83,7 +88,7 @@ def ruler_section(acc: pd.DataFrame, ref: dict, out: Path) -> list[str]:
 
 def _task_table(df: pd.DataFrame, tasks: list[str], prefix: str, paper: dict) -> str:
     ok = df[df["status"] == "ok"]
-    paper_rows = paper.get(PAPER_MODEL, {})
+    rows_ref = paper_rows(paper)
     header = ["method"] + [f"ours {t}" for t in tasks] + ["ours avg", "cost2"] + \
              [f"paper {t}" for t in paper["tasks"]]
     rows = []
@@ -92,7 +97,7 @@ def _task_table(df: pd.DataFrame, tasks: list[str], prefix: str, paper: dict) ->
         g = ok[ok["method"] == method]
         scores = [g[g["task"] == f"{prefix}{t}"]["score"].mean() for t in tasks]
         have = [s for s in scores if s == s]
-        pv = paper_rows.get(method)
+        pv = rows_ref.get(method)
         rows.append([f"`{method}`"] + [fmt(s) for s in scores] +
                     [fmt(sum(have) / len(have)) + ("" if len(have) == len(tasks) else f" ({len(have)}/{len(tasks)})")
                      if have else "—", fmt(g["cost"].mean(), pct=True)] +
@@ -114,11 +119,10 @@ def gsm8k_section(acc: pd.DataFrame, ref: dict) -> list[str]:
     df = acc[acc["task"].fillna("") == "gsm8k"]
     if df.empty:
         return parts + ["No GSM8K results in this run (the preset runs none)."]
-    paper = ref["lm_eval_table1"]
-    paper_rows = paper.get(PAPER_MODEL, {})
+    rows_ref = paper_rows(ref["lm_eval_table1"])
     rows = []
     for method, g in df[df["status"] == "ok"].groupby("method", sort=False):
-        pv = paper_rows.get(method)
+        pv = rows_ref.get(method)
         rows.append([f"`{method}`", fmt(g["score"].mean()), fmt(g["cost"].mean(), pct=True),
                      fmt(pv[0]) if pv else "—"])
     return parts + [table(["method", "ours", "cost2", "paper"], rows)] + _skipped_notes(df)

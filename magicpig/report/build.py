@@ -207,7 +207,7 @@ THROUGHPUT_TITLES = {
 
 
 def _csv_table(df: pd.DataFrame, columns: list[str] | None = None, limit: int = 40) -> str:
-    cols = [c for c in (columns or df.columns) if c in df.columns and c not in META_COLUMNS]
+    cols = [c for c in columns if c in df.columns] if columns else [c for c in df.columns if c not in META_COLUMNS]
     return table(cols, [[fmt(v, digits=3) for v in r] for r in df[cols].head(limit).itertuples(index=False)])
 
 

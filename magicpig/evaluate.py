@@ -169,6 +169,24 @@ def versions() -> dict[str, str]:
     return out
 
 
+def hardware() -> dict[str, object]:
+    """What the numbers were measured on: CPU, core count, memory, CUDA device."""
+    import os
+
+    import psutil
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
 def _mean(xs: list[float]) -> float:
     return float(sum(xs) / len(xs)) if xs else 0.0
 
@@ -285,7 +303,7 @@ def _metrics_skeleton(cfg: EvalConfig, task, length: int, spec: str, method, app
         "method_effective": method.spec(), "method_name": method.name,
         "parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in method.params().items()},
         "overrides_applied": applied, "setup": cfg.setup, "seed": cfg.seed, "backend": cfg.backend,
-        "metric": task.metric, "samples_requested": cfg.samples, "versions": versions(),
+        "metric": task.metric, "samples_requested": cfg.samples, "versions": versions(), "hardware": hardware(),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
 

@@ -112,6 +112,7 @@ def test_run_writes_results_and_resumes(tmp_path, tiny, tokenizer):
     assert m["status"] == "ok" and m["counts"]["scored"] == 2 and m["setup"] == "A" and m["seed"] == 0
     assert m["parameters"]["K"] == 4 and m["method"] == "magicpig:K=4,L=20,local=8"
     assert {"torch", "transformers", "python"} <= set(m["versions"])
+    assert m["hardware"]["cores"] >= 1 and m["hardware"]["cpu"] and "gpu" in m["hardware"]
     assert m["score"] == pytest.approx(sum(r["score"] for r in rows) / 2)
     assert len(metrics) == 2 and (tmp_path / "ruler/niah_single_1/384/dense/metrics.json").is_file()
 

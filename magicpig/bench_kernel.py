@@ -7,8 +7,14 @@ caches, read with the same threads) and their ratio, and the speedup over exact 
 of torch SDPA and a GQA-grouped matmul-softmax-matmul, same data, dtype and threads) and over the torch
 reference ``MagicPIG.attend``.
 
+Two more measures put these in context: the time to merely read the same rows the step reads, in the same
+random order, with no arithmetic (``gather_ms``: what random row reads reach on this machine, usually far
+below streaming reads), and the exact-attention roofline, all keys and values read at the streaming
+bandwidth (``roofline_ms``: no exact CPU attention can be faster).
+
 Bytes touched = sum over query heads of (sampled keys x 2 x head_dim x element size + bucket entries read x
-id size).
+id size). Step, retrieval and gather timings start from cold caches: a buffer several times the last-level
+cache is read before each repetition, as another layer's step would leave them.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ DISTS = ("offset", "random")
 HEADS, KV_HEADS = 32, 8
 STREAM_BYTES = 1 << 29  # 512 MiB: far beyond any cache
 HASH_CHUNK = 4096
+GATHER_PREFETCH = 16  # rows ahead, as cpu.PREFETCH tokens for the kernel
 
 
 @dataclass
@@ -49,6 +56,11 @@ class Row:
     gb_per_s: float
     read_gb_per_s: float
     bandwidth_ratio: float
+    gather_ms: float          # reading the step's distinct rows, random order, no arithmetic (cold)
+    gather_gb_per_s: float
+    step_vs_gather: float     # gather_ms / ms_per_step: 1 = the step costs no more than its row reads
+    roofline_ms: float        # all keys and values at read_gb_per_s: the floor of any exact attention
+    speedup_vs_roofline: float
     dense_ms: float
     dense_kind: str
     sdpa_ms: float
@@ -64,6 +76,46 @@ class Row:
     cpu1_bandwidth_ratio: float
     cpu1_dense_ms: float
     cpu1_speedup_vs_dense: float
+
+
+def flush_bytes() -> int:
+    """Bytes to read between repetitions so that none of the previous one's data stays cached: 8x the
+    last-level cache the OS reports (at least 128 MiB)."""
+    try:
+        llc = int(os.sysconf("SC_LEVEL3_CACHE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        llc = 0
+    return max(128 << 20, 8 * llc)
+
+
+def timed_cold(fn, reps: int, flush: torch.Tensor, clock=time.perf_counter, threads: int | None = None) -> float:
+    """Fastest of ``reps`` calls of ``fn`` (seconds by ``clock``), each after reading ``flush`` so that
+    it starts from cold caches; one untimed call first."""
+    mod = cpu.load()
+    threads = threads or cpu.num_threads()
+    fn()
+    best = float("inf")
+    for _ in range(reps):
+        mod.stream_read(flush, threads)
+        t0 = clock()
+        fn()
+        best = min(best, clock() - t0)
+    return best
+
+
+def union_rows(layer, bits: torch.Tensor) -> torch.Tensor:
+    """Row indices into ``layer.kv`` viewed as (B * H_kv * n_max) tokens of the tokens the attention kernel
+    reads: per (sequence, kv-head), the union of its query heads' sampled tokens, in increasing order."""
+    B, Hkv, n_max, _ = layer.keys.shape
+    W = bits.shape[-1]
+    grouped = bits.reshape(B, Hkv, -1, W)
+    union = grouped[:, :, 0].clone()
+    for g in range(1, grouped.shape[2]):
+        union |= grouped[:, :, g]
+    shifts = torch.arange(64, dtype=torch.int64)
+    mask = ((union.unsqueeze(-1) >> shifts) & 1).bool().reshape(B * Hkv, W * 64)[:, :n_max]
+    rows = [torch.nonzero(mask[i]).squeeze(1) + i * n_max for i in range(B * Hkv)]
+    return torch.cat(rows).contiguous()
 
 
 def timed(fn, reps: int, warmup: int = 1) -> float:
@@ -99,30 +151,27 @@ def stream_read_gbps(threads: int, nbytes: int = STREAM_BYTES, rounds: int = 3) 
     return 1.0 / best / 1e9
 
 
-def thread_cpu_time(fn, reps: int, warmup: int = 1) -> float:
-    """Fastest of ``reps`` calls in this thread's CPU seconds (call it with one thread)."""
-    for _ in range(warmup):
-        fn()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.thread_time()
-        fn()
-        best = min(best, time.thread_time() - t0)
-    return best
-
-
-def single_thread_measures(layer, q, q_codes, keys, values, reps: int, stream_bytes: int):
-    """(step s, streaming-read GB/s, exact-attention s) in one thread's CPU time."""
+def single_thread_measures(layer, q, q_codes, keys, values, reps: int, stream_bytes: int, flush: torch.Tensor):
+    """(step s, streaming-read GB/s, exact-attention s) in one thread's CPU time (time.thread_time: not
+    counting preemption by other processes on a shared machine)."""
     old = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        step = thread_cpu_time(lambda: layer.attend(q, q_codes, 2), reps)
+        step = timed_cold(lambda: layer.attend(q, q_codes, 2), reps, flush, clock=time.thread_time, threads=1)
         mod = cpu.load()
         buf = torch.ones(stream_bytes // 8, dtype=torch.int64)
-        per_byte = min(thread_cpu_time(lambda p=p: mod.stream_read(p, 1), 1, warmup=0) / (p.numel() * 8)
-                       for p in buf.chunk(8))
+        per_byte = float("inf")
+        for piece in buf.chunk(8):
+            t0 = time.thread_time()
+            mod.stream_read(piece, 1)
+            per_byte = min(per_byte, (time.thread_time() - t0) / (piece.numel() * 8))
         del buf
-        dense = min(thread_cpu_time(f, 2) for f in grouped_attention(q, keys, values))
+        dense = float("inf")
+        for f in grouped_attention(q, keys, values):
+            f()
+            t0 = time.thread_time()
+            f()
+            dense = min(dense, time.thread_time() - t0)
     finally:
         torch.set_num_threads(old)
     return step, 1.0 / per_byte / 1e9, dense
@@ -195,25 +244,34 @@ def reference_time(q, centered, values, center, codes, proj, K, L) -> float:
 
 def run_config(n: int, d: int, K: int, L: int, dist: str, dtype: torch.dtype, *, reps: int = 20,
                read_gbps: float, reference: bool = True, dense_reps: int = 3,
-               stream_bytes: int = STREAM_BYTES) -> Row:
+               stream_bytes: int = STREAM_BYTES, flush: torch.Tensor | None = None) -> Row:
     threads = cpu.num_threads()
+    if flush is None:
+        flush = torch.ones(flush_bytes() // 8, dtype=torch.int64)
     keys, centered, values, q, codes, q_codes, center, proj = make_data(n, d, K, L, dist, dtype)
     layer = cpu.OffloadedLayer.build(centered, values, codes, torch.tensor([n]), K, L)
-    _, sampled, entries = layer.retrieve_raw(q_codes, 2)
-    retrieve_s = timed(lambda: layer.retrieve_raw(q_codes, 2), reps)
-    step_s = timed(lambda: layer.attend(q, q_codes, 2), reps)
+    bits, sampled, entries = layer.retrieve_raw(q_codes, 2)
+    retrieve_s = timed_cold(lambda: layer.retrieve_raw(q_codes, 2), reps, flush)
+    step_s = timed_cold(lambda: layer.attend(q, q_codes, 2), reps, flush)
     elt = centered.element_size()
+    token_bytes = 2 * d * elt
+    rows = union_rows(layer, bits)
+    mod = cpu.load()
+    gather_s = timed_cold(lambda: mod.gather_rows(layer.kv, token_bytes, rows, GATHER_PREFETCH, threads), reps, flush)
     id_bytes = layer.ids.element_size()
     touched = int(sampled.sum()) * 2 * d * elt + int(entries.sum()) * id_bytes
     sdpa_s, grouped_s = dense_times(q, keys, values, dense_reps)
     dense_s, dense_kind = (sdpa_s, "sdpa") if sdpa_s <= grouped_s else (grouped_s, "grouped")
+    roofline_s = keys.numel() * 2 * elt / (read_gbps * 1e9)
     ref_s = reference_time(q, centered, values, center, codes, proj, K, L) if reference else float("nan")
     gbps = touched / step_s / 1e9
-    step1, read1, dense1 = single_thread_measures(layer, q, q_codes, keys, values, reps, stream_bytes)
+    step1, read1, dense1 = single_thread_measures(layer, q, q_codes, keys, values, reps, stream_bytes, flush)
     return Row(n=n, head_dim=d, K=K, L=L, dist=dist, dtype=str(dtype).replace("torch.", ""), threads=threads,
                isa=cpu.isa(), sampled_fraction=float(sampled.sum()) / (HEADS * n),
                retrieve_ms=retrieve_s * 1e3, ms_per_step=step_s * 1e3, bytes_touched=touched, gb_per_s=gbps,
-               read_gb_per_s=read_gbps, bandwidth_ratio=gbps / read_gbps, dense_ms=dense_s * 1e3,
+               read_gb_per_s=read_gbps, bandwidth_ratio=gbps / read_gbps, gather_ms=gather_s * 1e3,
+               gather_gb_per_s=rows.numel() * token_bytes / gather_s / 1e9, step_vs_gather=gather_s / step_s,
+               roofline_ms=roofline_s * 1e3, speedup_vs_roofline=roofline_s / step_s, dense_ms=dense_s * 1e3,
                dense_kind=dense_kind, sdpa_ms=sdpa_s * 1e3, grouped_ms=grouped_s * 1e3,
                speedup_vs_dense=dense_s / step_s, reference_ms=ref_s * 1e3, speedup_vs_reference=ref_s / step_s,
                load_avg=os.getloadavg()[0], cpu1_ms_per_step=step1 * 1e3, cpu1_read_gb_per_s=read1,
@@ -222,16 +280,23 @@ def run_config(n: int, d: int, K: int, L: int, dist: str, dtype: torch.dtype, *,
 
 
 HEADER = (f"{'n':>7} {'hd':>4} {'K':>3} {'L':>4} {'dist':>6} {'frac%':>6} {'retr ms':>8} {'ms/step':>8} "
-          f"{'MB':>6} {'GB/s':>6} {'read':>6} {'ratio':>6} {'dense ms':>9} {'x dense':>8} {'x ref':>7} {'load':>5} |"
-          f" 1-thread cpu: {'ms':>6} {'ratio':>6} {'x dense':>8}")
+          f"{'MB':>6} {'GB/s':>6} {'read':>6} {'ratio':>6} {'gather':>7} {'gat/step':>8} {'dense ms':>9} "
+          f"{'x dense':>8} {'x roof':>7} {'x ref':>7} {'load':>5} | 1-thread cpu: {'ms':>6} {'ratio':>6} {'x dense':>8}")
 
 
 def format_row(r: Row) -> str:
     return (f"{r.n:>7} {r.head_dim:>4} {r.K:>3} {r.L:>4} {r.dist:>6} {100 * r.sampled_fraction:>6.2f} "
             f"{r.retrieve_ms:>8.3f} {r.ms_per_step:>8.3f} {r.bytes_touched / 1e6:>6.2f} {r.gb_per_s:>6.1f} "
-            f"{r.read_gb_per_s:>6.1f} {r.bandwidth_ratio:>6.2f} {r.dense_ms:>7.1f}{r.dense_kind[0]:>2} "
-            f"{r.speedup_vs_dense:>8.1f} {r.speedup_vs_reference:>7.0f} {r.load_avg:>5.2f} |"
+            f"{r.read_gb_per_s:>6.1f} {r.bandwidth_ratio:>6.2f} {r.gather_gb_per_s:>7.1f} {r.step_vs_gather:>8.2f} "
+            f"{r.dense_ms:>7.1f}{r.dense_kind[0]:>2} {r.speedup_vs_dense:>8.1f} {r.speedup_vs_roofline:>7.1f} "
+            f"{r.speedup_vs_reference:>7.0f} {r.load_avg:>5.2f} |"
             f"               {r.cpu1_ms_per_step:>6.2f} {r.cpu1_bandwidth_ratio:>6.2f} {r.cpu1_speedup_vs_dense:>8.1f}")
+
+
+LEGEND = ("# ratio = GB/s / read (streaming); gather = GB/s of reading the same rows in the same random order with "
+          "no arithmetic; gat/step = gather time / step time;\n# x dense = speedup over the faster measured exact "
+          "attention (s: SDPA, g: grouped matmul); x roof = over all K/V read at the streaming bandwidth "
+          "(no exact attention can beat it)")
 
 
 def run(ns=NS, head_dims=HEAD_DIMS, kls=KLS, dists=DISTS, dtype: torch.dtype = torch.bfloat16, *,
@@ -242,9 +307,11 @@ def run(ns=NS, head_dims=HEAD_DIMS, kls=KLS, dists=DISTS, dtype: torch.dtype = t
          f"{cpu.num_threads()} threads, dtype {dtype}, {HEADS} query / {KV_HEADS} kv heads, B=1")
     read = stream_read_gbps(cpu.num_threads(), stream_bytes)
     echo(f"# streaming read: {read:.1f} GB/s ({stream_bytes / 2**20:.0f} MiB buffer, best 1/8 slice); "
-         f"load average {os.getloadavg()[0]:.2f}; times are the fastest of the repetitions")
+         f"load average {os.getloadavg()[0]:.2f}; times are the fastest of the repetitions, each from cold caches")
+    echo(LEGEND)
     echo(HEADER)
     rows = []
+    flush = torch.ones(flush_bytes() // 8, dtype=torch.int64)
     if csv_path is None:
         csv_path = Path("results") / "bench" / f"kernel_{time.strftime('%Y%m%d-%H%M%S')}.csv"
     csv_path = Path(csv_path)
@@ -257,7 +324,7 @@ def run(ns=NS, head_dims=HEAD_DIMS, kls=KLS, dists=DISTS, dtype: torch.dtype = t
                 for K, L in kls:
                     for dist in dists:
                         row = run_config(n, d, K, L, dist, dtype, reps=reps, read_gbps=read, reference=reference,
-                                         dense_reps=dense_reps, stream_bytes=stream_bytes)
+                                         dense_reps=dense_reps, stream_bytes=stream_bytes, flush=flush)
                         rows.append(row)
                         writer.writerow(asdict(row))
                         fh.flush()

@@ -38,7 +38,7 @@ HEADERS = ["magicpig_cpu.h", "attend_impl.h"]
 TABLE_INTERVALS = 8192  # correction -ln(u + 1e-4) is interpolated on this many intervals of the cosine...
 TABLE_LIMIT = 1.0 - 1.0 / 32  # ...for |cos| <= TABLE_LIMIT (interpolation error < 1e-5); exact beyond
 PREFETCH = 16  # tokens ahead whose key/value rows the attention kernel prefetches
-SPLIT_TOKENS = 4096  # token range of one attention work item (its gathered rows stay in the core's cache)
+SPLIT_TOKENS = 16384  # token range of one attention work item (several items per group balance the threads)
 MAX_MIN_COLLISIONS = 255  # per-token collision counters are 8-bit
 
 
@@ -149,9 +149,9 @@ def table_nbytes(B: int, Hkv: int, n_max: int, K: int, L: int) -> int:
 
 def estimate_nbytes(B: int, Hkv: int, n_max: int, d: int, K: int, L: int,
                     dtype: torch.dtype = torch.bfloat16) -> dict[str, int]:
-    """Bytes an OffloadedLayer of this shape holds: {"tables", "keys", "values", "norms", "total"}."""
+    """Bytes an OffloadedLayer of this shape holds: {"tables", "keys", "values", "total"}."""
     kv = B * Hkv * n_max * d * torch.empty((), dtype=dtype).element_size()
-    sizes = {"tables": table_nbytes(B, Hkv, n_max, K, L), "keys": kv, "values": kv, "norms": B * Hkv * n_max * 4}
+    sizes = {"tables": table_nbytes(B, Hkv, n_max, K, L), "keys": kv, "values": kv}
     sizes["total"] = sum(sizes.values())
     return sizes
 
@@ -180,19 +180,18 @@ def _check_codes(codes: torch.Tensor, name: str, shape: tuple, K: int) -> torch.
 
 @dataclass
 class OffloadedLayer:
-    """One layer's CPU-side state for B sequences: centered offloaded keys / values, key norms and the
-    L hash tables of each (sequence, kv-head).
+    """One layer's CPU-side state for B sequences: centered offloaded keys / values and the L hash tables
+    of each (sequence, kv-head).
 
     kv: (B, H_kv, n_max, 2, d) float32 or bfloat16, each token's key row followed by its value row (one
     contiguous block per token, backed by transparent huge pages where the OS allows: the kernels gather
-    random tokens); ``keys`` / ``values`` are views of it. counts: (B,) int64 valid rows; norms:
-    (B, H_kv, n_max) float32 key norms; offsets: (B, H_kv, L, 2^K + 1) int32 CSR bucket bounds; ids:
-    (B, H_kv, L, n_max) int16 (read as uint16, n_max <= 65536) or int32 token ids.
+    random tokens); ``keys`` / ``values`` are views of it. counts: (B,) int64 valid rows; offsets:
+    (B, H_kv, L, 2^K + 1) int32 CSR bucket bounds; ids: (B, H_kv, L, n_max) int16 (read as uint16,
+    n_max <= 65536) or int32 token ids.
     """
 
     kv: torch.Tensor
     counts: torch.Tensor
-    norms: torch.Tensor
     offsets: torch.Tensor
     ids: torch.Tensor
     K: int
@@ -201,7 +200,7 @@ class OffloadedLayer:
     @classmethod
     def build(cls, keys: torch.Tensor, values: torch.Tensor, codes: torch.Tensor, counts: torch.Tensor,
               K: int, L: int) -> "OffloadedLayer":
-        """Build the tables and key norms once, and copy keys / values into the interleaved store.
+        """Build the tables once, and copy keys / values into the interleaved store.
 
         keys, values: (B, H_kv, n_max, d) CPU float32 / bfloat16, the centered offloaded keys and their
         values compacted to the front of each sequence; counts: (B,) int64 valid rows per sequence (rows
@@ -237,12 +236,11 @@ class OffloadedLayer:
             offsets, ids = mod.build_tables(codes, counts, K, threads)
         except RuntimeError as exc:
             raise ValueError(f"codes: {exc}") from None
-        norms = mod.key_norms(keys.detach().contiguous(), threads)
         kv = torch.empty(B, Hkv, n_max, 2, d, dtype=keys.dtype)
         mod.advise_huge_pages(kv)  # before the first touch
         kv[:, :, :, 0] = keys.detach()
         kv[:, :, :, 1] = values.detach()
-        return cls(kv, counts, norms, offsets, ids, K, L)
+        return cls(kv, counts, offsets, ids, K, L)
 
     @property
     def keys(self) -> torch.Tensor:
@@ -256,12 +254,11 @@ class OffloadedLayer:
 
     @property
     def nbytes(self) -> dict[str, int]:
-        """Bytes held: {"tables", "keys", "values", "norms", "total"}."""
+        """Bytes held: {"tables", "keys", "values", "total"}."""
         def size(t):
             return t.numel() * t.element_size()
         half = size(self.kv) // 2
-        sizes = {"tables": size(self.offsets) + size(self.ids), "keys": half, "values": half,
-                 "norms": size(self.norms)}
+        sizes = {"tables": size(self.offsets) + size(self.ids), "keys": half, "values": half}
         sizes["total"] = sum(sizes.values())
         return sizes
 
@@ -316,7 +313,7 @@ class OffloadedLayer:
         scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
         q = q.detach().to(device="cpu", dtype=torch.float32).contiguous()
         bits, sampled, _ = self._retrieve_bits(q_codes, min_collisions)
-        out, lse = load().attend(self.kv, self.norms, q, bits, scale,
+        out, lse = load().attend(self.kv, q, bits, scale,
                                  correction_table(self.K, self.L, min_collisions), TABLE_LIMIT,
                                  self.K, self.L, min_collisions, ISA_CODES[isa()], num_threads(), PREFETCH,
                                  SPLIT_TOKENS)

@@ -151,3 +151,24 @@ def test_extreme_cosines_use_exact_correction(monkeypatch, isa):
     assert (sampled == n).all() and torch.isfinite(out).all()
     torch.testing.assert_close(out, r_out, rtol=1e-4, atol=2e-5)
     torch.testing.assert_close(lse, r_lse, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("rising", [True, False])
+def test_online_softmax_across_blocks(monkeypatch, isa, rising):
+    """All keys sampled, logits that rise (or fall) steeply with the token id: the running maximum of
+    every head changes in most blocks of the single-pass kernel (or only in the first), and the rescaled
+    result must still equal the reference."""
+    use_isa(monkeypatch, isa)
+    K, L, n, d = 3, 4, 389, 24
+    keys, values, codes, counts, q, q_codes = random_layer(1, 2, 4, n, d, K, L, seed=11)
+    ramp = torch.linspace(-6.0, 6.0, n) if rising else torch.linspace(6.0, -6.0, n)
+    keys = keys + ramp[None, None, :, None] * q.reshape(1, 2, 4, d).mean(2, keepdim=True) / d ** 0.5
+    codes = torch.zeros_like(codes)
+    layer = cpu.OffloadedLayer.build(keys, values, codes, counts, K, L)
+    zero = torch.zeros_like(q_codes)
+    out, lse, sampled = layer.attend(q, zero, 2)
+    r_out, r_lse, _ = reference_attend(keys, values, counts, codes, q, zero, K, L, 2)
+    assert (sampled == n).all()
+    torch.testing.assert_close(out, r_out, rtol=1e-4, atol=2e-5)
+    torch.testing.assert_close(lse, r_lse, rtol=1e-4, atol=2e-5)

@@ -67,9 +67,46 @@ def test_kernel_bench_writes_csv(tmp_path):
     with open(path) as fh:
         table = list(csv.DictReader(fh))
     need = {"n", "head_dim", "K", "L", "sampled_fraction", "ms_per_step", "gb_per_s", "read_gb_per_s",
-            "bandwidth_ratio", "speedup_vs_dense", "speedup_vs_reference", "cpu1_ms_per_step"}
+            "bandwidth_ratio", "speedup_vs_dense", "speedup_vs_reference", "cpu1_ms_per_step", "gather_ms",
+            "gather_gb_per_s", "step_vs_gather", "roofline_ms", "speedup_vs_roofline"}
     assert need <= set(table[0]) and len(table) == 2
     for r in table:
         assert int(r["n"]) == 3000 and 0 < float(r["sampled_fraction"]) < 1
         assert float(r["ms_per_step"]) > 0 and float(r["speedup_vs_dense"]) > 0
         assert float(r["bandwidth_ratio"]) == pytest.approx(float(r["gb_per_s"]) / float(r["read_gb_per_s"]))
+        assert float(r["gather_ms"]) > 0 and float(r["step_vs_gather"]) == pytest.approx(
+            float(r["gather_ms"]) / float(r["ms_per_step"]))
+        # roofline: 2 (K and V) x 8 kv-heads x 3000 tokens x 64 x 2 bytes at the measured read bandwidth
+        assert float(r["roofline_ms"]) == pytest.approx(2 * 8 * 3000 * 64 * 2 / float(r["read_gb_per_s"]) / 1e6)
+
+
+def test_gather_probe_reads_the_listed_rows():
+    require_module()
+    mod = cpu.load()
+    data = torch.randint(-2**62, 2**62, (50, 6), dtype=torch.int64)  # 50 rows of 48 bytes
+    rows = torch.tensor([3, 7, 7, 20, 49], dtype=torch.int64)
+    want = 0
+    for r in rows.tolist():
+        for w in data[r].tolist():
+            want ^= w
+    for threads in (1, 3):
+        assert mod.gather_rows(data, 48, rows, 2, threads) == want
+    with pytest.raises(RuntimeError, match="rows must lie"):
+        mod.gather_rows(data, 48, torch.tensor([50]), 2, 1)
+
+
+def test_union_rows_are_the_tokens_the_kernel_reads():
+    require_module()
+    from magicpig import bench_kernel
+    from test_cpu_common import random_layer
+
+    keys, values, codes, counts, q, q_codes = random_layer(2, 3, 4, 130, 8, 3, 5, seed=2)
+    layer = cpu.OffloadedLayer.build(keys, values, codes, counts, 3, 5)
+    bits, _, _ = layer.retrieve_raw(q_codes, 2)
+    sets = layer.retrieve(q_codes, 2)
+    want = []
+    for b in range(2):
+        for kvh in range(3):
+            union = torch.unique(torch.cat([sets[b][kvh * 4 + g] for g in range(4)]))
+            want.append(union + (b * 3 + kvh) * 130)
+    assert torch.equal(bench_kernel.union_rows(layer, bits), torch.cat(want))

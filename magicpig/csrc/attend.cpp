@@ -52,8 +52,8 @@ void attend(const AttendArgs& a, int isa, float* out, float* lse, int threads) {
   const AttendGroupFn fn = select(isa);
   const int64_t G = a.H / a.Hkv, W = (a.n_max + 63) / 64, d = a.d;
   const int64_t groups = a.B * a.Hkv;
-  // split each group's token range into items of about split_tokens tokens (so that one item's rows
-  // stay in the core's cache between the key and the value pass), and at least two items per thread
+  // split each group's token range into items of about split_tokens tokens, and at least two items per
+  // thread, so that dynamic scheduling balances groups that sampled very different numbers of tokens
   int64_t splits = std::max<int64_t>(1, (2 * threads + groups - 1) / groups);
   if (a.split_tokens > 0) splits = std::max(splits, (a.n_max + a.split_tokens - 1) / a.split_tokens);
   splits = std::max<int64_t>(1, std::min(splits, W));
@@ -63,7 +63,6 @@ void attend(const AttendArgs& a, int isa, float* out, float* lse, int threads) {
   {
     std::vector<uint32_t> ids;
     std::vector<uint64_t> masks;
-    std::vector<float> scratch;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t grp = it / splits, s = it % splits, b = grp / a.Hkv, kvh = grp % a.Hkv;
@@ -83,9 +82,7 @@ void attend(const AttendArgs& a, int isa, float* out, float* lse, int threads) {
           masks.push_back(mask);
         }
       }
-      scratch.resize(ids.size() * static_cast<size_t>(G));
-      fn(a, b, kvh, ids.data(), masks.data(), static_cast<int64_t>(ids.size()), scratch.data(),
-         parts.data() + it * part_size);
+      fn(a, b, kvh, ids.data(), masks.data(), static_cast<int64_t>(ids.size()), parts.data() + it * part_size);
     }
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < a.B * a.H; ++bh) {
@@ -130,6 +127,23 @@ uint64_t stream_read(const void* data, int64_t nbytes, int threads) {
   uint64_t result = 0;
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(^ : result)
   for (int64_t i = 0; i < words; ++i) result ^= p[i];
+  return result;
+}
+
+uint64_t gather_rows(const void* data, int64_t row_bytes, const int64_t* rows, int64_t count, int prefetch,
+                     int threads) {
+  const char* base = static_cast<const char*>(data);
+  const int64_t words = row_bytes / 8;
+  uint64_t result = 0;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(^ : result)
+  for (int64_t i = 0; i < count; ++i) {
+    if (i + prefetch < count) {
+      const char* next = base + rows[i + prefetch] * row_bytes;
+      for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(next + off, 0, 1);
+    }
+    const uint64_t* p = reinterpret_cast<const uint64_t*>(base + rows[i] * row_bytes);
+    for (int64_t w = 0; w < words; ++w) result ^= p[w];
+  }
   return result;
 }
 

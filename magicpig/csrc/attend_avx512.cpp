@@ -20,8 +20,8 @@ namespace avx512 {
 namespace magicpig {
 namespace avx512 {
 void attend_group(const AttendArgs& a, int64_t b, int64_t kvh, const uint32_t* ids, const uint64_t* masks,
-                  int64_t U, float* scratch, float* part) {
-  scalar::attend_group(a, b, kvh, ids, masks, U, scratch, part);  // never selected off x86
+                  int64_t U, float* part) {
+  scalar::attend_group(a, b, kvh, ids, masks, U, part);  // never selected off x86
 }
 }  // namespace avx512
 }  // namespace magicpig

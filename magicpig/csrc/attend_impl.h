@@ -85,38 +85,86 @@ static inline float dot_row(const float* q, const void* row, bool bf16, int64_t 
   return acc;
 }
 
-// acc += w * v for a float32 / bf16 value row.
-static inline void axpy_row(float* acc, float w, const void* row, bool bf16, int64_t d) {
+// acc += sum_j w[j] * row_j over m float32 / bf16 value rows: a slice of the accumulator stays in
+// registers while all m rows are added to it (one load and store of acc per slice, not per row).
+static inline void accumulate_rows(float* acc, const float* w, const char* const* rows, int64_t m, bool bf16,
+                                   int64_t d) {
   int64_t i = 0;
 #if defined(MP_AVX512)
-  const __m512 vw = _mm512_set1_ps(w);
-  if (bf16) {
-    const uint16_t* v = static_cast<const uint16_t*>(row);
-    for (; i + 16 <= d; i += 16)
-      _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(vw, load16_bf16(v + i), _mm512_loadu_ps(acc + i)));
-  } else {
-    const float* v = static_cast<const float*>(row);
-    for (; i + 16 <= d; i += 16)
-      _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(vw, _mm512_loadu_ps(v + i), _mm512_loadu_ps(acc + i)));
+  for (; i + 64 <= d; i += 64) {
+    __m512 a0 = _mm512_loadu_ps(acc + i), a1 = _mm512_loadu_ps(acc + i + 16),
+           a2 = _mm512_loadu_ps(acc + i + 32), a3 = _mm512_loadu_ps(acc + i + 48);
+    for (int64_t j = 0; j < m; ++j) {
+      const __m512 vw = _mm512_set1_ps(w[j]);
+      if (bf16) {
+        const uint16_t* v = reinterpret_cast<const uint16_t*>(rows[j]) + i;
+        a0 = _mm512_fmadd_ps(vw, load16_bf16(v), a0);
+        a1 = _mm512_fmadd_ps(vw, load16_bf16(v + 16), a1);
+        a2 = _mm512_fmadd_ps(vw, load16_bf16(v + 32), a2);
+        a3 = _mm512_fmadd_ps(vw, load16_bf16(v + 48), a3);
+      } else {
+        const float* v = reinterpret_cast<const float*>(rows[j]) + i;
+        a0 = _mm512_fmadd_ps(vw, _mm512_loadu_ps(v), a0);
+        a1 = _mm512_fmadd_ps(vw, _mm512_loadu_ps(v + 16), a1);
+        a2 = _mm512_fmadd_ps(vw, _mm512_loadu_ps(v + 32), a2);
+        a3 = _mm512_fmadd_ps(vw, _mm512_loadu_ps(v + 48), a3);
+      }
+    }
+    _mm512_storeu_ps(acc + i, a0);
+    _mm512_storeu_ps(acc + i + 16, a1);
+    _mm512_storeu_ps(acc + i + 32, a2);
+    _mm512_storeu_ps(acc + i + 48, a3);
+  }
+  for (; i + 16 <= d; i += 16) {
+    __m512 a0 = _mm512_loadu_ps(acc + i);
+    for (int64_t j = 0; j < m; ++j) {
+      const __m512 x = bf16 ? load16_bf16(reinterpret_cast<const uint16_t*>(rows[j]) + i)
+                            : _mm512_loadu_ps(reinterpret_cast<const float*>(rows[j]) + i);
+      a0 = _mm512_fmadd_ps(_mm512_set1_ps(w[j]), x, a0);
+    }
+    _mm512_storeu_ps(acc + i, a0);
   }
 #elif defined(MP_AVX2)
-  const __m256 vw = _mm256_set1_ps(w);
-  if (bf16) {
-    const uint16_t* v = static_cast<const uint16_t*>(row);
-    for (; i + 8 <= d; i += 8)
-      _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(vw, load8_bf16(v + i), _mm256_loadu_ps(acc + i)));
-  } else {
-    const float* v = static_cast<const float*>(row);
-    for (; i + 8 <= d; i += 8)
-      _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + i), _mm256_loadu_ps(acc + i)));
+  for (; i + 32 <= d; i += 32) {
+    __m256 a0 = _mm256_loadu_ps(acc + i), a1 = _mm256_loadu_ps(acc + i + 8),
+           a2 = _mm256_loadu_ps(acc + i + 16), a3 = _mm256_loadu_ps(acc + i + 24);
+    for (int64_t j = 0; j < m; ++j) {
+      const __m256 vw = _mm256_set1_ps(w[j]);
+      if (bf16) {
+        const uint16_t* v = reinterpret_cast<const uint16_t*>(rows[j]) + i;
+        a0 = _mm256_fmadd_ps(vw, load8_bf16(v), a0);
+        a1 = _mm256_fmadd_ps(vw, load8_bf16(v + 8), a1);
+        a2 = _mm256_fmadd_ps(vw, load8_bf16(v + 16), a2);
+        a3 = _mm256_fmadd_ps(vw, load8_bf16(v + 24), a3);
+      } else {
+        const float* v = reinterpret_cast<const float*>(rows[j]) + i;
+        a0 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v), a0);
+        a1 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 8), a1);
+        a2 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 16), a2);
+        a3 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 24), a3);
+      }
+    }
+    _mm256_storeu_ps(acc + i, a0);
+    _mm256_storeu_ps(acc + i + 8, a1);
+    _mm256_storeu_ps(acc + i + 16, a2);
+    _mm256_storeu_ps(acc + i + 24, a3);
+  }
+  for (; i + 8 <= d; i += 8) {
+    __m256 a0 = _mm256_loadu_ps(acc + i);
+    for (int64_t j = 0; j < m; ++j) {
+      const __m256 x = bf16 ? load8_bf16(reinterpret_cast<const uint16_t*>(rows[j]) + i)
+                            : _mm256_loadu_ps(reinterpret_cast<const float*>(rows[j]) + i);
+      a0 = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), x, a0);
+    }
+    _mm256_storeu_ps(acc + i, a0);
   }
 #endif
-  if (bf16) {
-    const uint16_t* v = static_cast<const uint16_t*>(row);
-    for (; i < d; ++i) acc[i] += w * bf16_to_f32(v[i]);
-  } else {
-    const float* v = static_cast<const float*>(row);
-    for (; i < d; ++i) acc[i] += w * v[i];
+  for (; i < d; ++i) {
+    float s = acc[i];
+    for (int64_t j = 0; j < m; ++j)
+      s += w[j] * (bf16 ? bf16_to_f32(reinterpret_cast<const uint16_t*>(rows[j])[i])
+                        : reinterpret_cast<const float*>(rows[j])[i]);
+    acc[i] = s;
   }
 }
 
@@ -164,72 +212,146 @@ static inline void exp_inplace(float* x, int64_t n) {
   for (; i < n; ++i) x[i] = __builtin_expf(x[i]);
 }
 
-// Three passes over the U tokens (ids sorted, masks = heads of the group that sampled each token):
-//   1. keys: logit of every (token, head) pair -> w[pair]; running maximum per head
-//   2. w[pair] = exp(logit - max of its head); sum per head
-//   3. values: acc[head] += w[pair] * v
-// Passes 1 and 3 have no dependency between consecutive tokens, so the out-of-order core overlaps the
-// row loads and dot products of several tokens; rows are prefetched a.prefetch tokens ahead.
+// q.k and |k|^2 in one read of a float32 / bf16 key row (the first head of a token needs both).
+static inline float dot_row_sumsq(const float* q, const void* row, bool bf16, int64_t d, float* sumsq) {
+  int64_t i = 0;
+  float acc = 0.f, ss = 0.f;
+#if defined(MP_AVX512)
+  __m512 s0 = _mm512_setzero_ps(), n0 = _mm512_setzero_ps();
+  for (; i + 16 <= d; i += 16) {
+    const __m512 x = bf16 ? load16_bf16(static_cast<const uint16_t*>(row) + i)
+                          : _mm512_loadu_ps(static_cast<const float*>(row) + i);
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), x, s0);
+    n0 = _mm512_fmadd_ps(x, x, n0);
+  }
+  acc = _mm512_reduce_add_ps(s0);
+  ss = _mm512_reduce_add_ps(n0);
+#elif defined(MP_AVX2)
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), n0 = _mm256_setzero_ps(), n1 = _mm256_setzero_ps();
+  for (; i + 16 <= d; i += 16) {
+    __m256 x0, x1;
+    if (bf16) {
+      x0 = load8_bf16(static_cast<const uint16_t*>(row) + i);
+      x1 = load8_bf16(static_cast<const uint16_t*>(row) + i + 8);
+    } else {
+      x0 = _mm256_loadu_ps(static_cast<const float*>(row) + i);
+      x1 = _mm256_loadu_ps(static_cast<const float*>(row) + i + 8);
+    }
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), x0, s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), x1, s1);
+    n0 = _mm256_fmadd_ps(x0, x0, n0);
+    n1 = _mm256_fmadd_ps(x1, x1, n1);
+  }
+  acc = hsum8(_mm256_add_ps(s0, s1));
+  ss = hsum8(_mm256_add_ps(n0, n1));
+#endif
+  for (; i < d; ++i) {
+    const float x = bf16 ? bf16_to_f32(static_cast<const uint16_t*>(row)[i]) : static_cast<const float*>(row)[i];
+    acc += q[i] * x;
+    ss += x * x;
+  }
+  *sumsq = ss;
+  return acc;
+}
+
+// The U tokens (ids sorted, masks = heads of the group that sampled each token) are read once, in
+// blocks of kBlock tokens, with an online softmax per head across blocks. Within a block:
+//   1. keys: q.k of every (token, head) pair, its head, 1 / |k| of its token (|k| from the same read)
+//   2. logits scale * q.k - ln(u(cos) + 1e-4) and the block's maximum per head
+//   3. a head whose maximum grew rescales its accumulator; weights exp(logit - max), sums per head
+//   4. values: acc[head] += w * v, head by head with the accumulator in registers (the block's value
+//      rows are still in cache)
+// Each step is a loop of short independent iterations (the long dependent chain of one logit would
+// otherwise serialise the pairs), and rows are prefetched a.prefetch tokens ahead, across blocks, so
+// the loads of the next blocks are in flight while a block is computed.
+constexpr int64_t kBlock = 16;
+
 void attend_group(const AttendArgs& a, int64_t b, int64_t kvh, const uint32_t* ids, const uint64_t* masks,
-                  int64_t U, float* w, float* part) {
+                  int64_t U, float* part) {
   const int64_t d = a.d, G = a.H / a.Hkv;
   const int64_t elt = a.bf16 ? 2 : 4, row_bytes = d * elt, token_bytes = 2 * row_bytes;
   const int64_t base = (b * a.Hkv + kvh) * a.n_max;  // first token of this (sequence, kv-head)
   const char* KV = static_cast<const char*>(a.kv) + base * token_bytes;
-  const float* norms = a.norms + base;
   const float* q0 = a.q + (b * a.H + kvh * G) * d;
   const int64_t ahead = a.prefetch;
 
-  float qnorm[64], mx[64];
+  float inv_qn[64], block_max[64];
+  float w[kBlock * 64], hw[kBlock * 64], inv_kn[kBlock];
+  const char* rows[kBlock * 64];
+  uint8_t head[kBlock * 64], token[kBlock * 64];
+  int64_t start[65], fill[64];
   for (int64_t g = 0; g < G; ++g) {
-    float* p = part + g * (d + 2);
+    float* p = part + g * (d + 2);  // [running max, sum, acc...]
     p[0] = -__builtin_inff();
     p[1] = 0.f;
     for (int64_t i = 0; i < d; ++i) p[2 + i] = 0.f;
     float s = 0.f;
     for (int64_t i = 0; i < d; ++i) s += q0[g * d + i] * q0[g * d + i];
     s = __builtin_sqrtf(s);
-    qnorm[g] = s > 1e-12f ? s : 1e-12f;
-    mx[g] = -__builtin_inff();
+    inv_qn[g] = 1.f / (s > 1e-12f ? s : 1e-12f);
   }
-  // pass 1: keys
-  // (the whole token, key and value, is fetched here: one contiguous block per token; pass 3 then finds
-  // the value rows in cache when the item is small enough)
   for (int64_t u = 0; u < U && u < ahead; ++u) prefetch_row(KV + ids[u] * token_bytes, token_bytes);
-  int64_t pair = 0;
-  for (int64_t u = 0; u < U; ++u) {
-    if (u + ahead < U) prefetch_row(KV + ids[u + ahead] * token_bytes, token_bytes);
-    const int64_t id = ids[u];
-    const char* krow = KV + id * token_bytes;
-    float kn = norms[id];
-    kn = kn > 1e-12f ? kn : 1e-12f;
-    for (uint64_t mask = masks[u]; mask; mask &= mask - 1) {
-      const int64_t g = __builtin_ctzll(mask);
-      const float dot = dot_row(q0 + g * d, krow, a.bf16, d);
-      const float logit = a.scale * dot + correction(dot / qnorm[g] / kn, a);
-      w[pair++] = logit;
-      mx[g] = logit > mx[g] ? logit : mx[g];
+  for (int64_t u0 = 0; u0 < U; u0 += kBlock) {
+    const int64_t nb = U - u0 < kBlock ? U - u0 : kBlock;
+    // 1. keys
+    int64_t np = 0;
+    for (int64_t t = 0; t < nb; ++t) {
+      const int64_t u = u0 + t;
+      if (u + ahead < U) prefetch_row(KV + ids[u + ahead] * token_bytes, token_bytes);
+      const char* krow = KV + static_cast<int64_t>(ids[u]) * token_bytes;
+      uint64_t mask = masks[u];
+      int64_t g = __builtin_ctzll(mask);
+      float ss;
+      w[np] = dot_row_sumsq(q0 + g * d, krow, a.bf16, d, &ss);
+      head[np] = static_cast<uint8_t>(g);
+      token[np++] = static_cast<uint8_t>(t);
+      for (mask &= mask - 1; mask; mask &= mask - 1) {
+        g = __builtin_ctzll(mask);
+        w[np] = dot_row(q0 + g * d, krow, a.bf16, d);
+        head[np] = static_cast<uint8_t>(g);
+        token[np++] = static_cast<uint8_t>(t);
+      }
+      const float kn = __builtin_sqrtf(ss);
+      inv_kn[t] = 1.f / (kn > 1e-12f ? kn : 1e-12f);
+    }
+    // 2. logits
+    for (int64_t g = 0; g < G; ++g) block_max[g] = -__builtin_inff();
+    for (int64_t p = 0; p < np; ++p) {
+      const int64_t g = head[p];
+      const float logit = a.scale * w[p] + correction(w[p] * inv_qn[g] * inv_kn[token[p]], a);
+      w[p] = logit;
+      block_max[g] = logit > block_max[g] ? logit : block_max[g];
+    }
+    // 3. rescale and weights
+    for (int64_t g = 0; g < G; ++g) {
+      float* acc = part + g * (d + 2);
+      if (block_max[g] > acc[0]) {
+        if (acc[1] > 0.f) {
+          const float c = __builtin_expf(acc[0] - block_max[g]);
+          acc[1] *= c;
+          for (int64_t i = 0; i < d; ++i) acc[2 + i] *= c;
+        }
+        acc[0] = block_max[g];
+      }
+    }
+    for (int64_t p = 0; p < np; ++p) w[p] -= part[head[p] * (d + 2)];
+    exp_inplace(w, np);
+    // 4. values, head by head (pairs gathered per head: counting sort by head)
+    for (int64_t g = 0; g <= G; ++g) start[g] = 0;
+    for (int64_t p = 0; p < np; ++p) ++start[head[p] + 1];
+    for (int64_t g = 0; g < G; ++g) start[g + 1] += start[g];
+    for (int64_t g = 0; g < G; ++g) fill[g] = start[g];
+    for (int64_t p = 0; p < np; ++p) {
+      const int64_t slot = fill[head[p]]++;
+      hw[slot] = w[p];
+      rows[slot] = KV + static_cast<int64_t>(ids[u0 + token[p]]) * token_bytes + row_bytes;
+    }
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t m = start[g + 1] - start[g];
+      if (m == 0) continue;
+      float* acc = part + g * (d + 2);
+      for (int64_t j = start[g]; j < start[g + 1]; ++j) acc[1] += hw[j];
+      accumulate_rows(acc + 2, hw + start[g], rows + start[g], m, a.bf16, d);
     }
   }
-  const int64_t pairs = pair;
-  // pass 2: weights
-  pair = 0;
-  for (int64_t u = 0; u < U; ++u)
-    for (uint64_t mask = masks[u]; mask; mask &= mask - 1) w[pair++] -= mx[__builtin_ctzll(mask)];
-  exp_inplace(w, pairs);
-  // pass 3: values
-  for (int64_t u = 0; u < U && u < ahead; ++u) prefetch_row(KV + ids[u] * token_bytes + row_bytes, row_bytes);
-  pair = 0;
-  for (int64_t u = 0; u < U; ++u) {
-    if (u + ahead < U) prefetch_row(KV + ids[u + ahead] * token_bytes + row_bytes, row_bytes);
-    const char* vrow = KV + static_cast<int64_t>(ids[u]) * token_bytes + row_bytes;
-    for (uint64_t mask = masks[u]; mask; mask &= mask - 1) {
-      const int64_t g = __builtin_ctzll(mask);
-      float* p = part + g * (d + 2);
-      const float wp = w[pair++];
-      p[1] += wp;
-      axpy_row(p + 2, wp, vrow, a.bf16, d);
-    }
-  }
-  for (int64_t g = 0; g < G; ++g) part[g * (d + 2)] = mx[g];
 }

@@ -43,19 +43,6 @@ std::vector<torch::Tensor> build_tables(torch::Tensor codes, torch::Tensor count
   return {offsets, ids};
 }
 
-torch::Tensor key_norms(torch::Tensor keys, int64_t threads) {
-  check_cpu_contig(keys, "keys");
-  TORCH_CHECK(keys.scalar_type() == torch::kFloat32 || keys.scalar_type() == torch::kBFloat16,
-              "keys must be float32 or bfloat16");
-  const int64_t d = keys.size(-1), rows = keys.numel() / std::max<int64_t>(d, 1);
-  auto sizes = keys.sizes().vec();
-  sizes.pop_back();
-  auto norms = torch::empty(sizes, torch::kFloat32);
-  magicpig::key_norms(keys.data_ptr(), keys.scalar_type() == torch::kBFloat16, rows, d, norms.data_ptr<float>(),
-                      static_cast<int>(threads));
-  return norms;
-}
-
 Tables tables_view(const torch::Tensor& offsets, const torch::Tensor& ids, int64_t K) {
   check_cpu_contig(offsets, "offsets");
   check_cpu_contig(ids, "ids");
@@ -103,24 +90,21 @@ std::vector<torch::Tensor> retrieve(torch::Tensor offsets, torch::Tensor ids, in
 }
 
 // -> (out (B, H, d) float32, lse (B, H) float32)
-std::vector<torch::Tensor> attend(torch::Tensor kv, torch::Tensor norms, torch::Tensor q,
+std::vector<torch::Tensor> attend(torch::Tensor kv, torch::Tensor q,
                                   torch::Tensor bits, double scale, torch::Tensor table, double table_limit,
                                   int64_t K, int64_t L, int64_t min_collisions, int64_t isa, int64_t threads,
                                   int64_t prefetch, int64_t split_tokens) {
   check_cpu_contig(kv, "kv");
-  check_cpu_contig(norms, "norms");
   check_cpu_contig(q, "q");
   check_cpu_contig(bits, "bits");
   check_cpu_contig(table, "table");
   TORCH_CHECK(kv.scalar_type() == torch::kFloat32 || kv.scalar_type() == torch::kBFloat16,
               "kv must be float32 or bfloat16");
-  check_dtype(norms, torch::kFloat32, "norms");
   check_dtype(q, torch::kFloat32, "q");
   check_dtype(bits, torch::kInt64, "bits");
   check_dtype(table, torch::kFloat32, "table");
   TORCH_CHECK(kv.dim() == 5 && kv.size(3) == 2, "kv must be (B, H_kv, n_max, 2, d)");
   const int64_t B = kv.size(0), Hkv = kv.size(1), n_max = kv.size(2), d = kv.size(4);
-  TORCH_CHECK(norms.sizes() == kv.sizes().slice(0, 3), "norms must be (B, H_kv, n_max)");
   TORCH_CHECK(q.dim() == 3 && q.size(0) == B && q.size(2) == d, "q must be (B, H, d) = (", B, ", H, ", d, ")");
   const int64_t H = q.size(1);
   TORCH_CHECK(H % Hkv == 0 && H / Hkv <= 64, "H / H_kv must be an integer <= 64, got H = ", H, ", H_kv = ", Hkv);
@@ -135,7 +119,6 @@ std::vector<torch::Tensor> attend(torch::Tensor kv, torch::Tensor norms, torch::
   a.d = d;
   a.bf16 = kv.scalar_type() == torch::kBFloat16;
   a.kv = kv.data_ptr();
-  a.norms = norms.data_ptr<float>();
   a.q = q.data_ptr<float>();
   a.bits = reinterpret_cast<const uint64_t*>(bits.data_ptr<int64_t>());
   a.scale = static_cast<float>(scale);
@@ -169,6 +152,21 @@ void advise_huge_pages(torch::Tensor t) {
   magicpig::advise_huge_pages(t.data_ptr(), t.numel() * t.element_size());
 }
 
+// data viewed as rows of row_bytes; rows (count,) int64 row indices
+int64_t gather_rows(torch::Tensor data, int64_t row_bytes, torch::Tensor rows, int64_t prefetch, int64_t threads) {
+  check_cpu_contig(data, "data");
+  check_cpu_contig(rows, "rows");
+  check_dtype(rows, torch::kInt64, "rows");
+  TORCH_CHECK(row_bytes > 0 && row_bytes % 8 == 0, "row_bytes must be a positive multiple of 8");
+  const int64_t n_rows = data.numel() * data.element_size() / row_bytes;
+  const int64_t* r = rows.data_ptr<int64_t>();
+  for (int64_t i = 0; i < rows.numel(); ++i)
+    TORCH_CHECK(r[i] >= 0 && r[i] < n_rows, "rows must lie in [0, ", n_rows, ")");
+  return static_cast<int64_t>(magicpig::gather_rows(data.data_ptr(), row_bytes, r, rows.numel(),
+                                                    static_cast<int>(std::max<int64_t>(prefetch, 0)),
+                                                    static_cast<int>(threads)));
+}
+
 int64_t stream_read(torch::Tensor data, int64_t threads) {
   check_cpu_contig(data, "data");
   return static_cast<int64_t>(magicpig::stream_read(data.data_ptr(), data.numel() * data.element_size() / 8 * 8,
@@ -182,10 +180,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("cpu_supports", [](int64_t isa) { return magicpig::cpu_supports(static_cast<int>(isa)); },
         "whether this CPU runs ISA variant isa (0 scalar, 1 avx2, 2 avx512)");
   m.def("build_tables", &build_tables, "kernel 1: (codes, counts, K, threads) -> (offsets, ids)");
-  m.def("key_norms", &key_norms, "row norms of keys (..., d) -> (...) float32");
   m.def("retrieve", &retrieve, "kernel 2: -> (bits, sampled, entries)");
   m.def("attend", &attend, "kernel 3: -> (out, lse)");
   m.def("exact_correction", &exact_correction, "-ln(u(cos) + 1e-4), double-precision binomial tail");
   m.def("advise_huge_pages", &advise_huge_pages, "back a fresh tensor with transparent huge pages (before first touch)");
   m.def("stream_read", &stream_read, "read a tensor with all threads (bandwidth probe)");
+  m.def("gather_rows", &gather_rows, "read listed rows of a tensor with all threads (random-read probe)");
 }

@@ -74,24 +74,4 @@ bool build_tables(const int32_t* codes, const int64_t* counts, int64_t B, int64_
   return ok.load();
 }
 
-void key_norms(const void* keys, bool bf16, int64_t rows, int64_t d, float* norms, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    float s = 0.f;
-    if (bf16) {
-      const uint16_t* k = static_cast<const uint16_t*>(keys) + r * d;
-      for (int64_t i = 0; i < d; ++i) {
-        uint32_t bits = static_cast<uint32_t>(k[i]) << 16;
-        float f;
-        __builtin_memcpy(&f, &bits, 4);
-        s += f * f;
-      }
-    } else {
-      const float* k = static_cast<const float*>(keys) + r * d;
-      for (int64_t i = 0; i < d; ++i) s += k[i] * k[i];
-    }
-    norms[r] = __builtin_sqrtf(s);
-  }
-}
-
 }  // namespace magicpig

@@ -6,7 +6,8 @@
 //   offsets  (B, Hkv, L, 2^K + 1) int32  CSR bucket boundaries of each table
 //   ids      (B, Hkv, L, n_max) uint16 or uint32: token ids of each table grouped by bucket
 //   kv       (B, Hkv, n_max, 2, d) float32 or bfloat16: key row then value row of each token, so one
-//            token is one contiguous 2*d block (one page, one DRAM burst); norms (B, Hkv, n_max) float32
+//            token is one contiguous 2*d block (key norms are computed from the row as it is read,
+//            rather than from a separate array that would cost one more random cache miss per token)
 //   q        (B, H, d) float32; q_codes (B, H, L) int32; bits (B, H, W) uint64, W = ceil(n_max / 64)
 #pragma once
 
@@ -33,9 +34,6 @@ struct Tables {
 bool build_tables(const int32_t* codes, const int64_t* counts, int64_t B, int64_t Hkv, int64_t n_max,
                   int64_t L, int K, int id_bytes, int32_t* offsets, void* ids, int threads);
 
-// Squared-sum norms of key rows, float32 accumulation: norms[r] = |keys[r]|.
-void key_norms(const void* keys, bool bf16, int64_t rows, int64_t d, float* norms, int threads);
-
 // Kernel 2: retrieval. For each (b, h): bit i of bits[b, h] is set iff token i shares the query's
 // bucket in >= min_collisions tables of kv-head h / (H / Hkv). sampled[b, h] = number of such tokens;
 // entries[b, h] = bucket entries read (sum of the L bucket sizes).
@@ -47,7 +45,6 @@ struct AttendArgs {
   int64_t B, H, Hkv, n_max, d;
   bool bf16;               // keys / values are bfloat16 (else float32)
   const void* kv;          // (B, Hkv, n_max, 2, d)
-  const float* norms;
   const float* q;
   const uint64_t* bits;
   float scale;
@@ -58,22 +55,21 @@ struct AttendArgs {
   float table_limit;
   int K, L, min_collisions;
   int prefetch;            // tokens ahead whose rows are prefetched
-  int64_t split_tokens;    // token range of one work item (0: one item per (sequence, kv-head))
+  int64_t split_tokens;    // token range of one work item (0: as few items as keep every thread busy)
 };
 
 // Partial result of one work item (one kv-head of one sequence, one range of tokens), per query head
 // g of the group: part[g * (d + 2) + 0] = max logit m, [1] = sum of exp(logit - m), [2..] = acc.
-// ids (sorted) / masks (bit g set: head g of the group sampled the token) list the U union tokens;
-// scratch holds one float per (token, head) pair (at most U * G).
+// ids (sorted) / masks (bit g set: head g of the group sampled the token) list the U union tokens.
 using AttendGroupFn = void (*)(const AttendArgs& a, int64_t b, int64_t kvh, const uint32_t* ids,
-                               const uint64_t* masks, int64_t U, float* scratch, float* part);
+                               const uint64_t* masks, int64_t U, float* part);
 
 namespace scalar { void attend_group(const AttendArgs&, int64_t, int64_t, const uint32_t*, const uint64_t*,
-                                     int64_t, float*, float*); }
+                                     int64_t, float*); }
 namespace avx2 { void attend_group(const AttendArgs&, int64_t, int64_t, const uint32_t*, const uint64_t*,
-                                   int64_t, float*, float*); }
+                                   int64_t, float*); }
 namespace avx512 { void attend_group(const AttendArgs&, int64_t, int64_t, const uint32_t*,
-                                     const uint64_t*, int64_t, float*, float*); }
+                                     const uint64_t*, int64_t, float*); }
 
 // Exact correction -ln(u + 1e-4) for one cosine (double-precision binomial tail, as magicpig.lsh).
 float exact_correction(float cos, int K, int L, int min_collisions);
@@ -89,5 +85,12 @@ void advise_huge_pages(void* data, int64_t nbytes);
 // Streaming read of nbytes (multiple of 8) with all threads; returns an xor of the words (so the
 // compiler cannot drop the reads).
 uint64_t stream_read(const void* data, int64_t nbytes, int threads);
+
+// Random-gather read: the rows data + rows[i] * row_bytes (row_bytes a multiple of 8), i in [0, count),
+// split into contiguous chunks over the threads, each row prefetched `prefetch` rows ahead, as the
+// attention kernel fetches them but with no arithmetic; returns an xor of the words. The bandwidth
+// probe of what random row reads can reach on this machine.
+uint64_t gather_rows(const void* data, int64_t row_bytes, const int64_t* rows, int64_t count, int prefetch,
+                     int threads);
 
 }  // namespace magicpig

@@ -7,7 +7,8 @@
 // are never reset per query: each query counts from a fresh base (value = base + count, anything <= base
 // reads as 0) and the thread's counter array is cleared only when the 8-bit base would overflow, so a
 // query costs O(bucket entries), not O(n). Bucket bounds are
-// fetched for all tables first (with prefetches), then the id lists, so many loads are in flight.
+// fetched for all tables first (with prefetches), then every cache line of the L id lists is
+// prefetched before any is counted, so that many loads are in flight.
 #include <omp.h>
 
 #include <algorithm>
@@ -63,7 +64,9 @@ static void retrieve_head(const Tables& t, int64_t bh_kv, const int32_t* qc, int
     lo[j] = j * t.n_max + o[0];
     hi[j] = j * t.n_max + o[1];
     total += o[1] - o[0];
-    __builtin_prefetch(ids + lo[j], 0, 1);
+    const char* first = reinterpret_cast<const char*>(ids + lo[j]);
+    const char* last = reinterpret_cast<const char*>(ids + hi[j]);
+    for (const char* p = first; p < last; p += 64) __builtin_prefetch(p, 0, 1);
   }
   int32_t found = 0;
   if (m <= 2) {
@@ -71,7 +74,6 @@ static void retrieve_head(const Tables& t, int64_t bh_kv, const int32_t* qc, int
     uint64_t* __restrict once = counters.seen(W);
     uint64_t* __restrict out = bits;
     for (int64_t j = 0; j < t.L; ++j) {
-      if (j + 4 < t.L) __builtin_prefetch(ids + lo[j + 4] + 32, 0, 1);
       const Id* __restrict e = ids + lo[j];
       const Id* const end = ids + hi[j];
       if (m == 2) {
@@ -93,7 +95,6 @@ static void retrieve_head(const Tables& t, int64_t bh_kv, const int32_t* qc, int
   const unsigned base = counters.fresh(t.n_max, m), target = base + static_cast<unsigned>(m);
   uint8_t* count = counters.value.data();
   for (int64_t j = 0; j < t.L; ++j) {
-    if (j + 4 < t.L) __builtin_prefetch(ids + lo[j + 4] + 32, 0, 1);
     const Id* const end = ids + hi[j];
     for (const Id* e = ids + lo[j]; e < end; ++e) {
       const uint32_t id = *e;

@@ -197,7 +197,8 @@ ESTIMATION_TITLES = {
 THROUGHPUT_TITLES = {
     "kernel.csv": ("CPU kernel, measured on this machine (one decode step of one layer)",
                    ["n", "head_dim", "K", "L", "dist", "dtype", "threads", "isa", "sampled_fraction", "ms_per_step",
-                    "gb_per_s", "read_gb_per_s", "bandwidth_ratio", "speedup_vs_dense", "speedup_vs_reference"]),
+                    "gb_per_s", "read_gb_per_s", "bandwidth_ratio", "gather_gb_per_s", "step_vs_gather",
+                    "speedup_vs_dense", "speedup_vs_roofline", "speedup_vs_reference"]),
     "decode.csv": ("End-to-end decoding, measured on this machine", None),
     "projection_paper_hardware.csv": ("PROJECTED (bandwidth model, not measured) throughput on the paper's hardware",
                                       ["cpu_kernel", "hardware", "model", "context", "full_batch",

@@ -236,8 +236,7 @@ class OffloadedLayer:
             offsets, ids = mod.build_tables(codes, counts, K, threads)
         except RuntimeError as exc:
             raise ValueError(f"codes: {exc}") from None
-        kv = torch.empty(B, Hkv, n_max, 2, d, dtype=keys.dtype)
-        mod.advise_huge_pages(kv)  # before the first touch
+        kv = mod.empty_huge([B, Hkv, n_max, 2, d], keys.dtype)
         kv[:, :, :, 0] = keys.detach()
         kv[:, :, :, 1] = values.detach()
         return cls(kv, counts, offsets, ids, K, L)

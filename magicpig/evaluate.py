@@ -13,17 +13,35 @@ wrote it (spaces removed) made filesystem-safe by ``method_dirname``: ':' -> '@'
 ``magicpig@K-10+L-150``.
 
 Resuming: a sample whose id is already in predictions.jsonl is not redone (a torn last line is ignored and
-rewritten). Setup A prefills context + question; setup B prefills the context and feeds the question
-through the method's decode path (PAPER.md §6). Task-recommended overrides (GSM8K: magicpig ``local=24``)
-are applied to specs that do not set the field; both the written spec and the effective one are recorded.
-A task whose data is unavailable (``TaskUnavailable``) is reported as skipped, with the reason, in its
-metrics.json (``status: "skipped"``) and on stderr; it is retried on the next run.
+rewritten). The rows of a method folder are only reused by a run with the same settings: every setting that
+can change a row (model, effective method spec, setup, backend, max_new_tokens, seed, length, device type,
+the task's data file and its whole ``describe()``, and any other EvalConfig field not listed in
+``_NOT_RESULT_FIELDS``; see ``run_settings``) is stored in ``<method dir>/settings.json`` before the first
+row. A run whose settings differ from the stored ones (or that finds rows without stored settings) is
+refused before any work, with a message naming the differing settings: use another ``--out``, or
+``--overwrite`` to discard those folders' rows and run them again. Rows made with different settings are
+never mixed.
+
+Concurrency: a run holds ``OUT/<task>/<length>/eval.lock`` for each (task, length) it writes (a flock
+that dies with its process, see ``magicpig.pidlock``); a second run on the same (task, length) and
+``--out`` is refused at once, naming the pid of the first. Runs on other tasks or lengths of the same
+``--out`` (one pipeline job each) go on side by side.
+
+Ctrl-C: rows already written stay; ``run_eval`` raises ``EvalInterrupted`` (a KeyboardInterrupt) saying
+how many samples are saved, and the next run resumes.
+
+Setup A prefills context + question; setup B prefills the context and feeds the question through the
+method's decode path (PAPER.md §6). Task-recommended overrides (GSM8K: magicpig ``local=24``) are applied
+to specs that do not set the field; both the written spec and the effective one are recorded. A task whose
+data is unavailable (``TaskUnavailable``) is reported as skipped, with the reason, in its metrics.json
+(``status: "skipped"``) and on stderr; it is retried on the next run.
 """
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
 import json
+import os
 import platform
 import re
 import sys
@@ -31,7 +49,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .argcheck import check_device, check_seed, check_writable_dir
+from .pidlock import LockHeld, PidLock
+
 SETUPS = ("A", "B")
+BACKENDS = ("reference", "offload")  # magicpig.cache.BACKENDS (not imported: it pulls in torch)
+SETTINGS_FILE = "settings.json"
+LOCK_FILE = "eval.lock"
+# EvalConfig fields that do not change a prediction row (or enter run_settings in another form)
+_NOT_RESULT_FIELDS = {"model", "methods", "tasks", "lengths", "samples", "out", "device", "data",
+                      "allow_long_context", "progress", "overwrite",
+                      "chat_template", "gsm8k_add_bos"}  # these two: in task.describe(), as each task applies them
 _SAFE = re.compile(r"[^A-Za-z0-9._+@-]")
 
 
@@ -47,16 +75,26 @@ def method_dirname(spec: str) -> str:
 
 def split_methods(values: list[str] | str) -> list[str]:
     """Method specs from ';'-separated strings (a spec itself contains ','); empty items dropped, order
-    kept, duplicates rejected."""
+    kept, duplicates rejected, equivalent specs too (``magicpig`` and ``magicpig:K=10,L=150``)."""
+    from .methods import canonical_spec
+
     if isinstance(values, str):
         values = [values]
     specs: list[str] = []
+    seen: dict[str, str] = {}  # canonical spec -> the spec as given
     for v in values:
         for part in v.split(";"):
             part = "".join(part.split())
             if part:
                 if part in specs:
                     raise ValueError(f"methods: {part!r} given twice")
+                try:
+                    canon = canonical_spec(part)
+                except ValueError:
+                    canon = part  # EvalConfig.check reports the spec's own error
+                if canon in seen:
+                    raise ValueError(f"methods: {seen[canon]!r} and {part!r} are the same method ({canon!r})")
+                seen[canon] = part
                 specs.append(part)
     if not specs:
         raise ValueError("methods: no method given (e.g. --methods 'dense;magicpig:K=10,L=150')")
@@ -87,13 +125,16 @@ class EvalConfig:
 
     lengths: target prompt lengths (RULER) or prompt caps (LongBench, GSM8K), in tokens.
     data: task name -> local data file. max_new_tokens: None = each task's own budget.
+    overwrite: discard stored rows made with other settings instead of refusing (module docstring).
+    A new field that changes results is keyed for resuming by itself; one that does not must be added
+    to ``_NOT_RESULT_FIELDS``.
     """
 
     model: str
     methods: list[str]
     tasks: list[str]
     lengths: list[int]
-    samples: int
+    samples: int | None  # None ('all'): every record of the task (LongBench, GSM8K)
     out: Path
     seed: int = 0
     setup: str = "A"
@@ -103,13 +144,18 @@ class EvalConfig:
     max_new_tokens: int | None = None
     allow_long_context: bool = False
     progress: bool = True
+    overwrite: bool = False
+    chat_template: str = "tokenizer"  # RULER / LongBench prompt template: tasks.common.CHAT_TEMPLATES
+    gsm8k_add_bos: bool = False  # GSM8K prompts start with BOS (off: lm-eval's default of the paper's era)
 
     def check(self) -> None:
+        from tasks.common import check_chat_template
         from tasks.registry import DATA_TASKS, expand
 
         from .methods import parse_method
 
         self.tasks = expand(self.tasks)
+        check_chat_template(self.chat_template)
         self.methods = split_methods(self.methods)
         for spec in self.methods:
             parse_method(spec)
@@ -118,8 +164,13 @@ class EvalConfig:
             raise ValueError(f"setup must be one of {', '.join(SETUPS)}, got {self.setup!r}")
         if not self.lengths or any(not isinstance(n, int) or n < 64 for n in self.lengths):
             raise ValueError(f"length must be integers >= 64 tokens, got {self.lengths!r}")
-        if not isinstance(self.samples, int) or self.samples < 1:
-            raise ValueError(f"samples must be an integer >= 1, got {self.samples!r}")
+        if self.samples is None:
+            generated = [t for t in self.tasks if t.startswith("ruler/")]
+            if generated:
+                raise ValueError(f"samples: 'all' needs tasks with a fixed set of records (longbench/*, gsm8k); "
+                                 f"{', '.join(generated)} generate their samples: give a count")
+        elif not isinstance(self.samples, int) or self.samples < 1:
+            raise ValueError(f"samples must be an integer >= 1 or 'all', got {self.samples!r}")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         for name, path in self.data.items():
@@ -127,7 +178,11 @@ class EvalConfig:
                 raise ValueError(f"data: task {name!r} takes no data file; tasks with data: {', '.join(DATA_TASKS)}")
             if not Path(path).is_file():
                 raise FileNotFoundError(f"data: file for {name} does not exist: {path}")
-        self.out = Path(self.out)
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        check_seed(self.seed, "seed")
+        check_device(self.device, "device")
+        self.out = check_writable_dir(self.out, "out")
 
 
 class Predictions:
@@ -191,18 +246,166 @@ def _mean(xs: list[float]) -> float:
     return float(sum(xs) / len(xs)) if xs else 0.0
 
 
+class EvalInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``run_eval``; ``summary`` is the one line to show (rows written so far are kept)."""
+
+    def __init__(self, saved: int, total: int):
+        super().__init__(saved, total)
+        self.saved, self.total = saved, total
+        self.summary = f"interrupted: {saved} of {total} samples saved; rerun to resume"
+
+
+@dataclass
+class _Unit:
+    """One (task, length) of a run: its folder and, per method, (spec, effective method, overrides
+    applied, folder, settings)."""
+
+    task_name: str
+    task: Any
+    length: int
+    base: Path
+    methods: list[tuple[str, Any, dict, Path, dict]]
+
+
+def _get_task(cfg: EvalConfig, name: str):
+    from tasks.registry import get_task
+
+    return get_task(name, cfg.data.get(name), chat_template=cfg.chat_template,
+                    gsm8k_add_bos=cfg.gsm8k_add_bos)
+
+
+def _model_id(model: str) -> str:
+    """A local model path made absolute (the same model named from another folder is the same model)."""
+    p = Path(model).expanduser()
+    return str(p.resolve()) if p.exists() else model
+
+
+def run_settings(cfg: EvalConfig, task_name: str, task, length: int, method) -> dict:
+    """Every setting that can change a prediction row of (task, length, method), as stored in
+    settings.json (JSON-normalised, so it compares equal to what is read back)."""
+    import torch
+
+    settings = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in _NOT_RESULT_FIELDS}
+    device = torch.device(cfg.device).type if cfg.device else ("cuda" if torch.cuda.is_available() else "cpu")
+    data = cfg.data.get(task_name)
+    settings.update(model=_model_id(cfg.model), method=method.spec(), length=length, device=device,
+                    data=str(Path(data).resolve()) if data else None, task=task.describe())
+    return json.loads(json.dumps(settings, default=str, sort_keys=True))
+
+
+def _plan(cfg: EvalConfig) -> list[_Unit]:
+    units = []
+    for task_name in cfg.tasks:
+        task = _get_task(cfg, task_name)
+        for length in cfg.lengths:
+            base = cfg.out / task_name / str(length)
+            methods = []
+            for spec in cfg.methods:
+                method, applied = effective_method(spec, task.method_overrides)
+                methods.append((spec, method, applied, base / method_dirname(spec),
+                                run_settings(cfg, task_name, task, length, method)))
+            units.append(_Unit(task_name, task, length, base, methods))
+    return units
+
+
+def _lock_units(units: list[_Unit]) -> list[PidLock]:
+    """Lock every (task, length) folder of the run, or refuse naming the run that holds one."""
+    locks: list[PidLock] = []
+    try:
+        for unit in units:
+            unit.base.mkdir(parents=True, exist_ok=True)
+            lock = PidLock(unit.base / LOCK_FILE)
+            if not lock.try_acquire():
+                pid = lock.holder()
+                raise LockHeld(f"out: {unit.base} is being written by another magicpig eval "
+                               f"({f'pid {pid}' if pid else 'another process'}); wait for it to end or use "
+                               "another --out")
+            locks.append(lock)
+    except BaseException:
+        for lock in locks:
+            lock.release()
+        raise
+    return locks
+
+
+def _differences(stored: dict | None, want: dict) -> list[str]:
+    if not isinstance(stored, dict):
+        return ["no settings recorded (rows written by an older version)"]
+
+    def flat(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, dict):
+                out.update(flat(v, f"{prefix}{k}."))
+            else:
+                out[f"{prefix}{k}"] = v
+        return out
+
+    a, b = flat(stored), flat(want)
+    missing = object()
+    return [f"{k}: {json.dumps(a.get(k)) if k in a else '(unset)'} -> {json.dumps(b.get(k)) if k in b else '(unset)'}"
+            for k in sorted(set(a) | set(b)) if a.get(k, missing) != b.get(k, missing)]
+
+
+def _check_settings(cfg: EvalConfig, units: list[_Unit], log: Callable[[str], None]) -> None:
+    """Compare each method folder's stored settings with this run's; refuse (or, with ``overwrite``,
+    clear) folders holding rows made otherwise; record this run's settings."""
+    conflicts: list[tuple[Path, list[str]]] = []
+    to_write: list[tuple[Path, dict]] = []
+    for unit in units:
+        for _, _, _, folder, settings in unit.methods:
+            try:
+                stored = json.loads((folder / SETTINGS_FILE).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                stored = None
+            if stored == settings:
+                continue
+            if Predictions(folder / "predictions.jsonl").rows:
+                conflicts.append((folder, _differences(stored, settings)))
+            to_write.append((folder, settings))
+    if conflicts and not cfg.overwrite:
+        folder, diffs = conflicts[0]
+        more = f" (and {len(conflicts) - 1} more folder(s))" if len(conflicts) > 1 else ""
+        raise ValueError(f"out: {folder}{more} holds predictions made with other settings: {'; '.join(diffs)}. "
+                         "Use another --out, or --overwrite to discard them and run again")
+    for folder, diffs in conflicts:
+        log(f"overwriting {folder}: {'; '.join(diffs)}")
+        for name in ("predictions.jsonl", "metrics.json"):
+            (folder / name).unlink(missing_ok=True)
+    for folder, settings in to_write:
+        _write_json(folder / SETTINGS_FILE, settings)
+
+
 def run_eval(cfg: EvalConfig, *, model=None, tokenizer=None, engine_factory: Callable | None = None,
              log: Callable[[str], None] | None = None) -> list[dict]:
     """Run the evaluation; returns the metrics dict of every (task, length, method), skipped ones included.
 
     ``model`` / ``tokenizer``: already loaded objects (tests); otherwise ``cfg.model`` is loaded, the model
     only when some sample is still missing. ``engine_factory(model, tokenizer)`` builds the engine.
+    Before any model or sample work: the settings are checked, the (task, length) folders locked and
+    stored rows matched against this run's settings (see the module docstring). Raises EvalInterrupted
+    on Ctrl-C.
     """
-    from tasks.common import TaskUnavailable
-    from tasks.registry import get_task
-
     cfg.check()
     log = log or (lambda msg: print(msg, file=sys.stderr))
+    units = _plan(cfg)
+    locks = _lock_units(units)
+    built: list[tuple[list, dict]] = []  # (samples, predictions) of the units started, for Ctrl-C's count
+    try:
+        _check_settings(cfg, units, log)
+        return _run_units(cfg, units, model, tokenizer, engine_factory, log, built)
+    except KeyboardInterrupt:
+        saved = sum(all(s.id in p for p in preds.values()) for samples, preds in built for s in samples)
+        total = sum(len(samples) for samples, _ in built) + (cfg.samples or 0) * (len(units) - len(built))
+        raise EvalInterrupted(saved, total) from None
+    finally:
+        for lock in locks:
+            lock.release()
+
+
+def _run_units(cfg, units, model, tokenizer, engine_factory, log, built) -> list[dict]:
+    from tasks.common import TaskUnavailable
+
     if tokenizer is None:
         from .models import load_tokenizer
         tokenizer = load_tokenizer(cfg.model)
@@ -223,43 +426,47 @@ def run_eval(cfg: EvalConfig, *, model=None, tokenizer=None, engine_factory: Cal
         return state["engine"]
 
     all_metrics: list[dict] = []
-    for task_name in cfg.tasks:
-        task = get_task(task_name, cfg.data.get(task_name))
-        for length in cfg.lengths:
-            base = cfg.out / task_name / str(length)
-            methods = []
-            for spec in cfg.methods:
-                method, applied = effective_method(spec, task.method_overrides)
-                methods.append((spec, method, applied, base / method_dirname(spec)))
-            try:
-                samples = task.build(tokenizer, length, cfg.samples, cfg.seed)
-            except TaskUnavailable as exc:
-                log(f"SKIPPED {task_name} @ {length}: {exc}")
-                for spec, method, applied, folder in methods:
-                    m = _metrics_skeleton(cfg, task, length, spec, method, applied)
-                    m.update(status="skipped", reason=str(exc), score=None)
-                    _write_json(folder / "metrics.json", m)
-                    all_metrics.append(m)
-                continue
-            preds = {spec: Predictions(folder / "predictions.jsonl") for spec, _, _, folder in methods}
-            todo = [s for s in samples if any(s.id not in preds[spec] for spec, *_ in methods)]
-            if todo:
-                log(f"{task_name} @ {length}: {len(todo)} of {len(samples)} samples to run "
-                    f"x {sum(1 for spec, *_ in methods)} methods")
-            eng = engine() if todo else None
-            if eng is not None and eng.max_context and not cfg.allow_long_context:
-                budget = cfg.max_new_tokens or task.max_new_tokens
-                worst = max(s.n_tokens for s in todo) + budget
-                if worst > eng.max_context:
-                    raise ValueError(f"length: {task_name} at {length} needs {worst} tokens (prompt + answer), over "
-                                     f"the model's context {eng.max_context}; lower --length or pass "
-                                     "--allow-long-context")
-            for s in _progress(todo, f"{task_name}@{length}", cfg.progress):
-                _run_sample(cfg, eng, task, s, methods, preds)
+    for unit in units:
+        task_name, task, length = unit.task_name, unit.task, unit.length
+        methods = [m[:4] for m in unit.methods]
+        try:
+            count = len(task.records()) if cfg.samples is None else cfg.samples
+            samples = task.build(tokenizer, length, count, cfg.seed)
+        except TaskUnavailable as exc:
+            built.append(([], {}))
+            log(f"SKIPPED {task_name} @ {length}: {exc}")
             for spec, method, applied, folder in methods:
-                m = _metrics(cfg, task, length, spec, method, applied, samples, preds[spec])
+                m = _metrics_skeleton(cfg, task, length, spec, method, applied)
+                m.update(status="skipped", reason=str(exc), score=None)
                 _write_json(folder / "metrics.json", m)
                 all_metrics.append(m)
+            continue
+        preds = {spec: Predictions(folder / "predictions.jsonl") for spec, _, _, folder in methods}
+        built.append((samples, preds))
+        todo = [s for s in samples if any(s.id not in preds[spec] for spec, *_ in methods)]
+        if todo:
+            log(f"{task_name} @ {length}: {len(todo)} of {len(samples)} samples to run "
+                f"x {sum(1 for spec, *_ in methods)} methods")
+        eng = engine() if todo else None
+        for _, method, _, _ in (methods if hasattr(eng, "check_method") else ()):
+            eng.check_method(method)  # e.g. dense_layers beyond the model's layers, before any prefill
+        if eng is not None and eng.max_context and not cfg.allow_long_context:
+            budget = cfg.max_new_tokens or task.max_new_tokens
+            worst = max(s.n_tokens for s in todo) + budget
+            if worst > eng.max_context:
+                raise ValueError(f"length: {task_name} at {length} needs {worst} tokens (prompt + answer), over "
+                                 f"the model's context {eng.max_context}; lower --length or pass "
+                                 "--allow-long-context")
+        bar = _progress(todo, f"{task_name}@{length}", cfg.progress)
+        try:
+            for s in bar:
+                _run_sample(cfg, eng, task, s, methods, preds)
+        finally:  # on Ctrl-C too, so that the bar is not redrawn after the last message
+            getattr(bar, "close", lambda: None)()
+        for spec, method, applied, folder in methods:
+            m = _metrics(cfg, task, length, spec, method, applied, samples, preds[spec])
+            _write_json(folder / "metrics.json", m)
+            all_metrics.append(m)
     return all_metrics
 
 
@@ -275,12 +482,15 @@ def _run_sample(cfg: EvalConfig, eng, task, sample, methods, preds) -> None:
     for spec, method, applied, folder in methods:
         if sample.id in preds[spec]:
             continue
-        res = eng.decode(pre, method, gen_cfg, continuation_ids=cont)[0]
+        per_sample = method.for_sample(sample.id)  # MagicPIG: projections drawn for this sample
+        res = eng.decode(pre, per_sample, gen_cfg, continuation_ids=cont)[0]
         row = {"id": sample.id, "prompt_tokens": sample.n_tokens, "prediction": res.text,
                "references": sample.references, "score": task.score(res.text, sample),
                "cost": res.cost, "cost1": res.cost1, "new_tokens": res.new_tokens,
                "stop_reason": getattr(res, "stop_reason", ""), "seconds": res.seconds,
                "prefill_seconds": getattr(pre, "seconds", None)}
+        if "seed" in per_sample.params():
+            row["method_seed"] = per_sample.params()["seed"]  # the projection seed this sample used
         extra = getattr(task, "extra_scores", None)
         if extra is not None:
             row["scores"] = extra(res.text, sample)
@@ -303,7 +513,8 @@ def _metrics_skeleton(cfg: EvalConfig, task, length: int, spec: str, method, app
         "method_effective": method.spec(), "method_name": method.name,
         "parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in method.params().items()},
         "overrides_applied": applied, "setup": cfg.setup, "seed": cfg.seed, "backend": cfg.backend,
-        "metric": task.metric, "samples_requested": cfg.samples, "versions": versions(), "hardware": hardware(),
+        "metric": task.metric, "samples_requested": "all" if cfg.samples is None else cfg.samples, "versions": versions(), "hardware": hardware(),
+        "task_settings": task.describe(),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -330,7 +541,7 @@ def _metrics(cfg, task, length, spec, method, applied, samples, preds: Predictio
 
 def _write_json(path: Path, obj: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")
     tmp.replace(path)
 

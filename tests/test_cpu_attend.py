@@ -172,3 +172,39 @@ def test_online_softmax_across_blocks(monkeypatch, isa, rising):
     assert (sampled == n).all()
     torch.testing.assert_close(out, r_out, rtol=1e-4, atol=2e-5)
     torch.testing.assert_close(lse, r_lse, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("isa", isa_params())
+def test_non_finite_query_gives_nan_like_the_reference(monkeypatch, isa):
+    """A query head holding NaN / inf is a caller bug: both backends return NaN output and lse for that
+    head (not 0 / -inf while keys were sampled), and leave the other heads as they were."""
+    use_isa(monkeypatch, isa)
+    K, L, n, d = 3, 8, 200, 16
+    keys, values, codes, counts, q, q_codes = random_layer(1, 2, 2, n, d, K, L, seed=4)
+    layer = cpu.OffloadedLayer.build(keys, values, codes, counts, K, L)
+    bad = q.clone()
+    bad[0, 1, 3] = float("nan")
+    bad[0, 2, 0] = float("inf")
+    out, lse, sampled = layer.attend(bad, q_codes, 2)
+    r_out, r_lse, r_sampled = reference_attend(keys, values, counts, codes, q, q_codes, K, L, 2)
+    assert torch.equal(sampled, r_sampled) and (sampled[0, 1:3] > 0).all()
+    for h in (1, 2):
+        assert torch.isnan(out[0, h]).all() and torch.isnan(lse[0, h])
+    for h in (0, 3):
+        torch.testing.assert_close(out[0, h], r_out[0, h], rtol=1e-4, atol=2e-5)
+        torch.testing.assert_close(lse[0, h], r_lse[0, h], rtol=1e-4, atol=2e-5)
+    # a NaN query whose head sampled nothing is NaN as well (not the empty 0 / -inf)
+    empty = cpu.OffloadedLayer.build(keys, values, torch.zeros_like(codes), counts, K, L)
+    out, lse, sampled = empty.attend(bad, torch.ones_like(q_codes), 2)
+    assert (sampled == 0).all() and torch.isnan(lse[0, 1:3]).all() and torch.isneginf(lse[0, [0, 3]]).all()
+    assert torch.isnan(out[0, 1:3]).all() and (out[0, [0, 3]] == 0).all()
+
+    # the torch reference backend, same contract
+    B, Hkv, G = 1, 2, 2
+    method = MagicPIG(K=K, L=L, sinks=4, local=16)
+    gen = torch.Generator().manual_seed(9)
+    k = torch.randn(B, Hkv, n, d, generator=gen)
+    v = torch.randn(B, Hkv, n, d, generator=gen)
+    ref = method.attend(bad, k, v, KeyLayout.simple(B, n))
+    assert torch.isnan(ref.output[0, 1:3]).all() and torch.isnan(ref.lse[0, 1:3]).all()
+    assert torch.isfinite(ref.output[0, [0, 3]]).all() and torch.isfinite(ref.lse[0, [0, 3]]).all()

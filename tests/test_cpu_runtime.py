@@ -37,6 +37,7 @@ def test_isa_selection_and_threads(monkeypatch):
             monkeypatch.setenv(cpu.ISA_ENV, name)
             with pytest.raises(RuntimeError, match=name):
                 cpu.isa()
+    monkeypatch.delenv(cpu.THREADS_ENV, raising=False)
     old = torch.get_num_threads()
     try:
         torch.set_num_threads(1)

@@ -1,10 +1,14 @@
-"""Pieces of the decode benchmark that run without the real model."""
+"""The decode benchmark (magicpig bench decode) without the real model: tiny and shape-only models."""
+import csv
+
 import pytest
 import torch
 
 from tiny_models import random_prompt, tiny_model
 from magicpig import bench_decode
+from magicpig.cli import main
 from magicpig.engine import Engine, GenerationConfig
+from magicpig.models import shape_config
 
 
 class ByteTokenizer:
@@ -34,3 +38,167 @@ def test_run_rejects_bad_arguments_before_loading():
         bench_decode.run(fill="copy")
     with pytest.raises(ValueError, match="steps"):
         bench_decode.run(steps=0)
+
+
+# ---- the throughput experiment (bench decode) --------------------------------------------------------
+TINY = "shape:tiny-llama"
+
+
+def test_method_arguments_and_the_stock_backend():
+    assert bench_decode.parse_method_arg("dense@stock") == ("dense", "stock")
+    assert bench_decode.parse_method_arg("dense") == ("dense", "reference")
+    assert bench_decode.parse_method_arg("magicpig:K=10,L=150") == ("magicpig", "offload")
+    with pytest.raises(ValueError, match="stock.*dense"):
+        bench_decode.parse_method_arg("magicpig@stock")
+    with pytest.raises(ValueError, match="backend"):
+        bench_decode.parse_method_arg("dense@gpu")
+
+
+def test_repeat_batch_is_a_view_and_every_row_decodes_alike():
+    model = tiny_model("llama", layers=2)
+    pre = Engine(model, None).prefill(random_prompt(30, seed=2))
+    big = bench_decode.repeat_batch(pre, 3)
+    assert big.batch == 3 and big.keys[0].shape[0] == 3
+    assert big.keys[0].data_ptr() == pre.keys[0].data_ptr()  # no copy
+    res = Engine(model, None).decode(big, "dense", GenerationConfig(max_new_tokens=4, ignore_eos=True))
+    assert res[0].token_ids == res[1].token_ids == res[2].token_ids
+
+
+def _shape(dtype=torch.float32):
+    return bench_decode.Shape.of(shape_config("llama-3.1-8b"), dtype)
+
+
+def test_estimate_counts_the_kv_cache_and_tables():
+    s = _shape(torch.bfloat16)
+    stock = bench_decode.estimate_row(s, "dense", "stock", 98304, 1, 160)
+    # Llama-3.1-8B, 96K, bf16: 12.9 GB of KV per sequence
+    assert stock["kv"] == 2 * 32 * 8 * 98304 * 128 * 2 and stock["host"] == 0
+    assert stock["device"] >= stock["kv"]
+    four = bench_decode.estimate_row(s, "dense", "stock", 98304, 4, 160)
+    assert four["kv"] == 4 * stock["kv"] and four["device"] > 3.9 * stock["device"]
+    pig = bench_decode.estimate_row(s, "magicpig:K=10,L=150", "offload", 98304, 1, 160)
+    # the sparse layers' KV and tables live in host memory (Table 8: 14 GB of tables, int32 ids at 96K)
+    assert 13e9 < pig["tables"] < 15.5e9 and pig["host"] > pig["tables"] + 0.9 * stock["kv"] * 30 / 32
+    assert pig["device"] < stock["device"] / 2
+
+
+def test_fit_reason_names_the_numbers():
+    cpu = torch.device("cpu")
+    assert bench_decode.fit_reason({"device": 10, "host": 10}, cpu, {"host": 1000}) == ""
+    why = bench_decode.fit_reason({"device": 6e9, "host": 6e9}, cpu, {"host": 10e9})
+    assert "12.00 GB of host memory" in why and "10.00 GB available" in why
+    cuda = torch.device("cuda")
+    why = bench_decode.fit_reason({"device": 6e9, "host": 1e9}, cuda, {"host": 10e9, "device": 5e9})
+    assert "cuda memory" in why and "host" not in why
+
+
+def _rows(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_bench_decode_grid_on_a_shape_model(tmp_path, capsys):
+    out = tmp_path / "d.csv"
+    rc = main(["bench", "decode", "--model", TINY, "--context", "128", "--batch", "1", "--batch", "2",
+               "--steps", "2", "--warmup", "1", "--csv", str(out)])
+    assert rc == 0
+    rows = _rows(out)
+    assert [(r["batch"], r["method"], r["backend"]) for r in rows] == [
+        ("1", "dense", "stock"), ("1", "dense", "reference"), ("1", "magicpig", "offload"),
+        ("2", "dense", "stock"), ("2", "dense", "reference"), ("2", "magicpig", "offload")]
+    for col in bench_decode.COLUMNS:
+        assert col in rows[0]
+    for r in rows:
+        assert r["fits"] == "true" and r["shape_only"] == "true" and r["fill"] == "exact"
+        ms, tps, b = float(r["ms_per_token"]), float(r["tokens_per_s"]), int(r["batch"])
+        assert ms > 0 and tps == pytest.approx(1000 * b / ms, rel=0.01)
+        assert int(r["kv_bytes"]) == b * 2 * 4 * 2 * 128 * 32 * 4 and float(r["peak_host_mb"]) > 0
+        assert r["predicted_ms_per_token"] == "" and r["steps"] == "2" and r["warmup"] == "1"
+    assert int(rows[2]["table_bytes"]) > 0 and 0 < float(rows[2]["sampled_fraction"]) < 1
+    text = capsys.readouterr().out
+    assert "vs stock" in text and "1.00x" in text and "shape-only" in text
+
+
+def test_context_that_cannot_fit_is_refused_with_the_numbers_not_allocated(tmp_path, capsys):
+    # issue 13.4: `--fill tile --context <huge>` allocated layer by layer into the OOM killer
+    out = tmp_path / "d.csv"
+    rc = main(["bench", "decode", "--model", TINY, "--fill", "tile", "--tile-base", "64",
+               "--context", "4000000000", "--steps", "1", "--warmup", "0", "--csv", str(out)])
+    assert rc == 1
+    rows = _rows(out)
+    assert len(rows) == 3 and all(r["fits"] == "false" and "GB of host memory" in r["reason"] for r in rows)
+    assert "no configuration fits" in capsys.readouterr().err
+
+
+def test_max_throughput_finds_the_largest_batch_the_memory_allows(tmp_path, monkeypatch):
+    n = 4096  # the weights and the prefill need less than a 3-sequence row
+    s = bench_decode.Shape.of(shape_config("tiny-llama"), torch.float32)
+    need = {b: bench_decode.estimate_row(s, "dense", "stock", n, b, 2)["device"] for b in (3, 4)}
+    assert bench_decode.estimate_prefill(s, n, n, 64)["device"] < need[3]
+    free = (need[3] + need[4]) / 2 / bench_decode.MEMORY_MARGIN  # room for 3 sequences, not 4
+    monkeypatch.setattr(bench_decode, "available_memory", lambda device: {"host": int(free)})
+    rows = bench_decode.run(TINY, (n,), ["dense@stock"], batches=(1, 8), steps=1, warmup=1, prefill_chunk=64,
+                            csv_path=str(tmp_path / "d.csv"), max_throughput=True, max_batch=64, verbose=False)
+    assert [(r["batch"], r["fits"], r["search"]) for r in rows] == [(1, True, ""), (8, False, ""),
+                                                                    (3, True, "max-batch")]
+    assert "estimate" in rows[1]["reason"]
+
+
+def test_max_throughput_backs_off_on_a_real_oom(tmp_path, monkeypatch):
+    real = bench_decode.time_stock
+
+    def flaky(net, pre, steps, warmup):
+        if pre.batch > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+        return real(net, pre, steps, warmup)
+
+    monkeypatch.setattr(bench_decode, "time_stock", flaky)
+    rows = bench_decode.run(TINY, (128,), ["dense@stock"], batches=(4,), steps=1, warmup=1,
+                            csv_path=str(tmp_path / "d.csv"), max_throughput=True, max_batch=8, verbose=False)
+    assert rows[0]["fits"] is False and rows[0]["reason"].startswith("out of memory")
+    best = rows[-1]
+    assert best["search"].startswith("max-batch") and best["batch"] == 2 and best["fits"] is True
+
+
+def test_time_breakdown_columns_come_from_the_decode_result(tmp_path, monkeypatch):
+    def fake(net, tokenizer, pre, spec, backend, steps, warmup, offload_dtype=None):
+        return {"step_seconds": [0.01] * (steps + warmup), "setup_seconds": 0.0, "sampled_fraction": 0.02,
+                "timings": {"cpu_attend": 0.004 * steps, "transfer": 0.001 * steps, "setup": 3.0}}
+
+    monkeypatch.setattr(bench_decode, "time_engine", fake)
+    rows = bench_decode.run(TINY, (128,), ["magicpig@offload"], steps=4, warmup=2,
+                            csv_path=str(tmp_path / "d.csv"), verbose=False)
+    assert rows[0]["cpu_attend_ms"] == pytest.approx(4.0) and rows[0]["transfer_ms"] == pytest.approx(1.0)
+    assert rows[0]["hash_ms"] == "" and rows[0]["ms_per_token"] == pytest.approx(10.0)
+    assert "setup_ms" not in rows[0]  # the decoder set-up is once per decode: setup_seconds, not per step
+
+
+def test_offload_dtype_reaches_the_engine_and_the_csv(tmp_path):
+    out = tmp_path / "d.csv"
+    rc = main(["bench", "decode", "--model", TINY, "--context", "128", "--method", "magicpig@offload",
+               "--offload-dtype", "bfloat16", "--steps", "1", "--warmup", "1", "--csv", str(out)])
+    assert rc == 0
+    row = _rows(out)[0]
+    assert row["offload_dtype"] == "bfloat16" and row["fits"] == "true"
+    with pytest.raises(ValueError, match="offload_dtype"):
+        bench_decode.run(TINY, (128,), ["magicpig@offload"], steps=1, warmup=0, offload_dtype="int8",
+                         csv_path=str(tmp_path / "e.csv"), verbose=False)
+
+
+def test_bytes_limit_counts_weights_kv_and_sampled_rows():
+    from magicpig import hardware
+
+    shape = hardware.model_shape("smollm2")
+    row = {"method": "dense", "backend": "stock", "dtype": "float32", "context": 8192, "batch": 2,
+           "ms_per_token": 100.0, "sampled_fraction": 1.0}
+    got = bench_decode.bytes_limit("smollm2", row, stream_gbps=10.0)
+    weights = shape.params_read * 4
+    kv = 2 * 30 * 8192 * (2 * 3 * 64 * 4)  # batch x layers x tokens x K+V bytes of 3 kv heads, fp32
+    assert got["bytes_per_step"] == int(weights + kv)
+    assert got["bytes_limit_ms"] == pytest.approx(1000 * (weights + kv) / 10e9, rel=1e-3)
+    assert got["x_bytes_limit"] == pytest.approx(100.0 / got["bytes_limit_ms"], rel=1e-3)
+    sparse = bench_decode.bytes_limit("smollm2", dict(row, method="magicpig:K=10,L=150", backend="offload",
+                                                      sampled_fraction=0.03), 10.0)
+    assert weights < sparse["bytes_per_step"] < weights + 0.2 * kv  # 2 of 30 layers dense + 3% of the rest
+    assert bench_decode.bytes_limit("smollm2", dict(row, method="quest"), 10.0) == {}  # not modelled
+    assert bench_decode.bytes_limit("smollm2", row, None) == {}  # not a CPU run: no bandwidth measured

@@ -7,7 +7,7 @@ import torch
 from magicpig import lsh
 from tasks.estimation.tune_kl import CosineHistogram, cosine_histogram, l_for_cost, simulate_error, tune_kl
 
-from test_estimation import isotropic
+from test_estimation import isotropic, make_capture
 
 
 def test_histogram_prediction_and_l_for_cost():
@@ -33,9 +33,9 @@ def test_simulation_tracks_the_prediction():
 
 
 def test_tune_kl_hits_target_cost():
-    cap = isotropic(n=3000, d=64, Q=2, H=2, Lc=3, offset=5.0)  # layers 1..3 of 4; layer 2 is dense
+    cap = isotropic(n=3000, d=64, Q=2, H=2, Lc=3, offset=5.0)  # layers 1..3 of 4; only layer 0 is dense
     res = tune_kl(cap, 0.03, Ks=[6, 7, 8], verify=2, max_queries=2)
-    assert res.layers == [1, 3]
+    assert res.layers == [1, 2, 3]
     assert res.within_tolerance and abs(res.measured_cost - 0.03) <= 0.25 * 0.03
     assert res.K in (6, 7, 8) and 2 <= res.L <= 300
     assert math.isfinite(res.relative_error) and res.relative_error > 0  # values are zero-mean noise: o is small
@@ -43,7 +43,8 @@ def test_tune_kl_hits_target_cost():
     m = res.matched_baseline  # of the paper's settings, the one predicted nearest 3% on these keys
     assert abs(math.log(m["predicted_cost"] / 0.03)) <= abs(math.log(res.baseline["predicted_cost"] / 0.03))
     assert sum(c["measured_cost"] is not None for c in res.candidates) == 2
+    mid = make_capture(cap.queries[:1], cap.keys[:1], cap.values[:1], num_layers=32, layers=[16])
     with pytest.raises(ValueError, match="dense"):
-        tune_kl(cap, 0.03, layers=[2])  # layer 2 of 4 is dense in MagicPIG
+        tune_kl(mid, 0.03, layers=[16])  # layer 16 of 32 is dense in MagicPIG
     with pytest.raises(ValueError, match="target_cost"):
         tune_kl(cap, 1.5)

@@ -23,9 +23,11 @@ def test_full_attention_batch_is_capped_by_gpu_memory():
     assert gpu_full_attention(MODELS["llama-3.1-8b"], HARDWARE["RTX4090"], 98304).batch == 0
 
 
-def test_magicpig_step_is_the_slower_of_gpu_and_cpu():
+def test_magicpig_step_is_the_sum_of_gpu_and_cpu_parts():
+    # the sparse CPU part runs between a layer's GPU parts (only the small static part overlaps it)
     p = magicpig_offload(TOY, HW, 100_000, 0.02, 10, 150, dense_layers=1, batch=8)
-    assert p.step_s == pytest.approx(max(p.gpu_s, p.cpu_s))
+    assert p.gpu_s > 0 and p.cpu_s > 0
+    assert p.step_s == pytest.approx(p.gpu_s + p.cpu_s)
     faster_cpu = magicpig_offload(TOY, Hardware(**{**HW.__dict__, "cpu_efficiency": 1.0}), 100_000, 0.02, 10, 150,
                                   dense_layers=1, batch=8)
     assert faster_cpu.cpu_s == pytest.approx(p.cpu_s / 2)
@@ -57,3 +59,17 @@ def test_project_cli_writes_labelled_rows(tmp_path, capsys):
     assert set(df["paper_speedup"]) == {1.5, 5.0, 3.3}
     assert "PROJECTION" in capsys.readouterr().out
     assert main(["project", "--cpu-efficiency", "1.5"]) == 2
+
+
+def test_overhead_and_gpu_efficiency_are_charged():
+    slow = Hardware(**{**HW.__dict__, "gpu_efficiency": 0.5, "layer_overhead_ms": 1.0})
+    base, p = gpu_full_attention(TOY, HW, 1000, batch=3), gpu_full_attention(TOY, slow, 1000, batch=3)
+    assert p.step_s == pytest.approx(2 * base.step_s + TOY.layers * 1e-3)
+
+
+def test_magicpig_batch_is_capped_by_host_memory():
+    m, hw = MODELS["llama-3.1-8b"], HARDWARE["H200"]
+    # per sequence at 96K: 30 sparse layers x (98304 x 4096 B of KV + 8 x 150 x 98304 x 4 B of ids) = 26.2 GB
+    host_seq = 30 * 98304 * 4096 + 30 * 8 * 150 * 98304 * 4
+    assert magicpig_offload(m, hw, 98304, 0.02, 10, 150).batch == int(hw.host_mem_gb * 1e9 // host_seq)
+    assert magicpig_offload(m, hw, 98304, 0.02, 10, 150, batch=1).batch == 1

@@ -1,10 +1,11 @@
 """SimHash primitives: codes, collision probability (checked against simulation), edge cases."""
+import hashlib
 import math
 
 import pytest
 import torch
 
-from magicpig import lsh
+from magicpig import lsh, parse_method
 
 
 def test_codes_shape_range_and_bit_order():
@@ -90,3 +91,24 @@ def test_check_kl_names_the_field():
 def test_cosine_of_zero_vectors_is_zero():
     c = lsh.cosine(torch.zeros(2, 4), torch.zeros(3, 4))
     assert torch.equal(c, torch.zeros(2, 3))
+
+
+def test_sample_seed_is_deterministic_distinct_and_in_range():
+    from magicpig.lsh import MAX_SEED, sample_seed
+
+    seeds = [sample_seed(43, f"ruler/niah/4096/0/{i}") for i in range(200)]
+    assert len(set(seeds)) == 200 and all(0 <= s <= MAX_SEED for s in seeds)
+    assert sample_seed(43, "a") == sample_seed(43, "a") != sample_seed(44, "a")
+    # fixed value: the same (seed, id) must give the same projections in every process and release
+    digest = hashlib.blake2b(b"0:x", digest_size=8).digest()
+    assert sample_seed(0, "x") == int.from_bytes(digest, "little") % (MAX_SEED + 1)
+    with pytest.raises(ValueError, match="seed"):
+        sample_seed(2**70, "a")
+
+
+def test_projections_at_the_largest_seed_and_a_single_table():
+    """seed + layer // 16 (per-block projections) must stay a valid torch seed; L=1 is valid with
+    min_collisions=1."""
+    assert lsh.make_projections(8, 4, 1, seed=lsh.MAX_SEED + 5).shape == (1, 8, 4)
+    m = parse_method(f"magicpig:K=4,L=1,min_collisions=1,seed={lsh.MAX_SEED}")
+    assert m.projections(79, 2, 8).shape == (2, 8, 4)

@@ -266,11 +266,136 @@ def test_shape_errors_are_clear():
 def test_dense_layer_defaults():
     assert parse_method("magicpig").dense_layer_set(32) == {0, 16}
     assert parse_method("magicpig").dense_layer_set(80) == {0, 16, 32, 48}
-    assert parse_method("magicpig").dense_layer_set(30) == {0, 15}
+    assert parse_method("magicpig").dense_layer_set(48) == {0, 16, 32}  # CodeLlama-34B
+    assert parse_method("magicpig").dense_layer_set(30) == {0, 16}
     assert parse_method("quest").dense_layer_set(32) == {0, 1}
     assert parse_method("streaming").dense_layer_set(32) == set()
     assert parse_method("magicpig:dense_layers=none").dense_layer_set(32) == set()
-    assert parse_method("topk:dense_layers=0;5;40").dense_layer_set(32) == {0, 5}
+    assert parse_method("topk:dense_layers=0;5;31").dense_layer_set(32) == {0, 5, 31}
+
+
+@pytest.mark.parametrize("num_layers", range(1, 101))
+def test_magicpig_dense_layers_follow_the_original_for_every_depth(num_layers):
+    """The original's accuracy reference (cache_ref.py) decodes every layer sparsely except 0, 16, 32, 48."""
+    assert MagicPIG().dense_layer_set(num_layers) == {i for i in (0, 16, 32, 48) if i < num_layers}
+
+
+@pytest.mark.parametrize("spec", ["magicpig:dense_layers=0;32", "topk:dense_layers=999", "dense:dense_layers=32"])
+def test_dense_layers_outside_the_model_are_refused(spec):
+    m = parse_method(spec)
+    with pytest.raises(ValueError, match=r"dense_layers.*32 layers.*0\.\.31"):
+        m.dense_layer_set(32)
+
+
+def test_negative_dense_layers_are_refused_when_parsed():
+    with pytest.raises(ValueError, match="dense_layers.*>= 0"):
+        parse_method("magicpig:dense_layers=-1")
+
+
+# ---- Quest: every valid key reachable (issue #12.1) ------------------------------------------------------
+QUEST_LAYOUTS = [  # (n_prompt per row, left padding per row, generated keys, page_size, local, H, Hkv)
+    ([1001, 1001], [0, 0], 0, 16, 64, 4, 4),
+    ([1001, 700], [0, 301], 0, 64, 64, 8, 2),
+    ([130, 97], [0, 33], 90, 16, 64, 6, 3),
+    ([15, 40], [25, 0], 5, 16, 0, 4, 1),
+    ([3, 1], [0, 2], 0, 16, 0, 4, 2),
+    ([77, 77], [0, 0], 200, 7, 5, 2, 1),
+    ([200, 64], [0, 136], 3, 1, 0, 4, 2),
+]
+
+
+def _quest_inputs(prompts, pads, gen, seed=0, H=4, Hkv=2, d=16):
+    n = max(p + a for p, a in zip(prompts, pads)) + gen
+    assert all(p + a == prompts[0] + pads[0] for p, a in zip(prompts, pads)), "rows must end together"
+    q, k, v = make_inputs(B=len(prompts), H=H, Hkv=Hkv, n=n, d=d, offset=0.5, seed=seed)
+    lay = KeyLayout(n, torch.tensor(pads), torch.tensor([a + p for p, a in zip(prompts, pads)]))
+    return q, k, v, lay
+
+
+@pytest.mark.parametrize("prompts,pads,gen,ps,local,H,Hkv", QUEST_LAYOUTS)
+def test_quest_at_ratio_one_is_dense_attention(prompts, pads, gen, ps, local, H, Hkv):
+    q, k, v, lay = _quest_inputs(prompts, pads, gen, H=H, Hkv=Hkv)
+    r = parse_method(f"quest:page_size={ps},ratio=1,local={local}").attend(q, k, v, lay)
+    dense = parse_method("dense").attend(q, k, v, lay)
+    torch.testing.assert_close(r.output, dense.output, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(r.lse, dense.lse, atol=1e-5, rtol=1e-5)
+    assert torch.equal(r.used, r.candidates)
+
+
+def test_quest_keeps_the_prompt_tail_after_the_pages_and_every_generated_key():
+    """n_prompt = 1001, page 16, local 64: pages cover [0, 928); keys 928..1000 and 150 generated keys
+    are always attended (the old code dropped 9 prompt keys and all but 64 generated ones)."""
+    n_prompt, gen, ps = 1001, 150, 16
+    n = n_prompt + gen
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 2, 8, generator=g)
+    k = torch.randn(1, 1, n, 8, generator=g)
+    v = torch.eye(n)[None, None]
+    m = parse_method(f"quest:page_size={ps},ratio=0.02")
+    r = m.attend(q, k, v, KeyLayout.simple(1, n, n_prompt))
+    paged = (n_prompt - 64) // ps * ps
+    assert paged == 928
+    pages = math.ceil(0.02 * n_prompt / ps)
+    for h in range(2):
+        kept = set(torch.nonzero(r.output[0, h] > 0).flatten().tolist())
+        assert set(range(paged, n)) <= kept
+        middle = kept - set(range(paged, n))
+        assert len(middle) == pages * ps
+        assert all(set(range(p * ps, p * ps + ps)) <= kept for p in {i // ps for i in middle}), "whole pages"
+    assert float(r.used[0, 0]) == pages * ps + (n - paged)
+
+
+def test_quest_without_local_window_on_rows_shorter_than_a_page():
+    q, k, v, lay = _quest_inputs([5, 9], [4, 0], 0)
+    r = parse_method("quest:local=0").attend(q, k, v, lay)
+    dense = parse_method("dense").attend(q, k, v, lay)
+    torch.testing.assert_close(r.output, dense.output, atol=1e-5, rtol=1e-5)
+    assert torch.equal(r.used, r.candidates)
+
+
+def test_quest_budget_counts_pages_of_the_prompt():
+    """ratio is a fraction of the row's valid prompt keys, rounded up to whole pages, capped at its pages."""
+    m = parse_method("quest:page_size=16,ratio=0.04")
+    lay = KeyLayout(1100, torch.tensor([0, 100, 1090]), torch.tensor([1000, 1000, 1000]))
+    pages, budget = m.pages(lay)
+    assert pages.tolist() == [(1000 - 64) // 16, (900 - 64) // 16, 0]
+    assert budget.tolist() == [math.ceil(40 / 16), math.ceil(36 / 16), 0]
+
+
+# ---- NaN in the padding never leaks (issue #13.6) ---------------------------------------------------------
+@pytest.mark.parametrize("spec", ALL_SPECS)
+def test_nan_in_padding_does_not_leak(spec):
+    method = parse_method(spec)
+    q, k, v = make_inputs(B=2, n=150, offset=1.0, seed=3)
+    pad = 37
+    nan = torch.full((2, 2, pad, 32), float("nan"))
+    kp, vp = torch.cat([nan, k], 2), torch.cat([nan, v], 2)
+    kp[1, :, pad - 5:pad] = k[1, :, :5]  # row 1 starts 5 keys earlier
+    vp[1, :, pad - 5:pad] = v[1, :, :5]
+    lay = KeyLayout(150 + pad, torch.tensor([pad, pad - 5]), torch.tensor([pad + 140, pad + 140]))
+    r = method.attend(q, kp, vp, lay, generator=torch.Generator().manual_seed(0))
+    assert torch.isfinite(r.output).all() and torch.isfinite(r.lse).all()
+    if not spec.startswith("oracle"):
+        alone = method.attend(q[:1], k[:1], v[:1], KeyLayout.simple(1, 150, 140))
+        torch.testing.assert_close(r.output[:1], alone.output, atol=1e-5, rtol=1e-5)
+
+
+def test_oracle_on_a_fully_padded_row():
+    q, k, v = make_inputs(B=2, n=50)
+    lay = KeyLayout(50, torch.tensor([0, 50]), torch.tensor([50, 50]))
+    r = parse_method("oracle:budget=8").attend(q, k, v, lay, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(r.output[1], torch.zeros_like(r.output[1])) and bool(torch.isneginf(r.lse[1]).all())
+    assert float(r.used[1].sum()) == 0 and torch.isfinite(r.output).all()
+    assert torch.isfinite(r.lse[0]).all() and float(r.used[0, 0]) > 0
+
+
+def test_magicpig_draws_projections_per_sample():
+    a, b = MagicPIG().for_sample("s/0"), MagicPIG().for_sample("s/1")
+    assert a.seed != b.seed and a == MagicPIG().for_sample("s/0")
+    assert not torch.equal(a.projections(0, 2, 16), b.projections(0, 2, 16))
+    fixed = parse_method("magicpig:projection_draw=fixed")
+    assert fixed.for_sample("s/0") is fixed
+    assert parse_method("dense").for_sample("s/0") == parse_method("dense")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
@@ -280,3 +405,13 @@ def test_cuda_matches_cpu(spec):
     cpu = parse_method(spec).attend(q, k, v, KeyLayout.simple(2, 203))
     gpu = parse_method(spec).attend(q.cuda(), k.cuda(), v.cuda(), KeyLayout.simple(2, 203, device="cuda"))
     torch.testing.assert_close(gpu.output.cpu(), cpu.output, atol=1e-3, rtol=1e-3)
+
+
+def test_layout_padded_prefix_is_read_once_and_follows_growth():
+    lay = KeyLayout(10, torch.tensor([0, 4, 10]), torch.tensor([10, 10, 10]))
+    assert lay.padded_prefix() == 10  # a fully padded row
+    grown = lay.grow(5)
+    assert grown._max_start == 10 and grown.padded_prefix() == 10 and grown.to("cpu").padded_prefix() == 10
+    assert KeyLayout.simple(2, 7).padded_prefix() == 0
+    import dataclasses
+    assert dataclasses.replace(lay, start=torch.tensor([0, 1, 2])).padded_prefix() == 2

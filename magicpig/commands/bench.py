@@ -1,6 +1,6 @@
 """``magicpig bench <what>``: benchmarks (not tests). Sub-commands live in SUBCOMMANDS; ``kernel`` times
-the CPU module for one decode step of one layer. To add one (e.g. ``decode``), add a register function
-to SUBCOMMANDS; heavy imports stay inside the handlers."""
+the CPU module for one decode step of one layer, ``decode`` the whole model (magicpig.bench_decode). To add
+one, add a register function to SUBCOMMANDS; heavy imports stay inside the handlers."""
 from __future__ import annotations
 
 
@@ -48,36 +48,62 @@ def _run_kernel(args) -> int:
 
 
 def _register_decode(sub) -> None:
-    p = sub.add_parser("decode", help="model decode: tokens/s of dense vs MagicPIG offload at long contexts")
-    p.add_argument("--model", default="smollm2", help="'smollm2' (embedded), a .gguf file, a folder or a hub id")
+    p = sub.add_parser("decode", help="model decode throughput: batch x context x method, stock transformers "
+                                      "as the baseline (the paper's protocol: 32 warm-up, 128 timed steps)")
+    p.add_argument("--model", default="smollm2",
+                   help="'smollm2' (embedded), a .gguf file, a folder, a hub id, or shape:NAME (random weights of "
+                        "a stored architecture, timing only; see magicpig/data/model_shapes.yaml)")
     p.add_argument("--context", type=int, action="append", help="context length(s) (default 8192, 32768)")
+    p.add_argument("--batch", type=int, action="append", help="batch size(s); the prompt is repeated (default 1)")
     p.add_argument("--method", action="append", metavar="SPEC[@BACKEND]",
-                   help="method spec with optional @reference/@offload (default: offload for magicpig, reference "
-                        "otherwise; methods default to dense and magicpig:K=10,L=150); repeatable")
-    p.add_argument("--steps", type=int, default=16, help="timed decode steps")
-    p.add_argument("--warmup", type=int, default=4, help="untimed decode steps first")
-    p.add_argument("--fill", choices=["prefill", "tile"], default="prefill",
-                   help="prefill every context exactly, or prefill --tile-base tokens and tile the cache")
+                   help="method spec with optional @stock/@reference/@offload (stock = stock transformers SDPA + "
+                        "DynamicCache, dense only; default backend: offload for magicpig, reference otherwise); "
+                        "repeatable; default dense@stock, dense, magicpig:K=10,L=150@offload")
+    p.add_argument("--steps", type=int, default=128, help="timed decode steps (default 128, the paper's)")
+    p.add_argument("--warmup", type=int, default=32, help="untimed decode steps first (default 32, the paper's)")
+    p.add_argument("--fill", choices=["exact", "tile", "prefill"], default="exact",
+                   help="prefill every context exactly, or prefill --tile-base tokens and tile the cache "
+                        "('prefill' = exact, the old name)")
     p.add_argument("--tile-base", type=int, default=8192)
+    p.add_argument("--prefill-chunk", type=int, default=2048, help="prompt tokens per prefill forward")
     p.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available)")
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto",
+                   help="model dtype (auto: float32 on the CPU and for GGUF files, bfloat16 on CUDA)")
+    p.add_argument("--offload-dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                   help="storage of the offloaded keys/values in CPU memory (auto: the model's dtype when it is "
+                        "bfloat16, float32 otherwise)")
+    p.add_argument("--max-throughput", action="store_true",
+                   help="also search the largest batch that fits per method and context and measure it")
+    p.add_argument("--max-batch", type=int, default=256, help="upper bound of the --max-throughput search")
     p.add_argument("--csv", help="output CSV (default results/bench/decode_<time>.csv)")
     p.set_defaults(func=_run_decode)
 
 
 def _run_decode(args) -> int:
-    from .. import bench_decode
-    from ..methods import parse_method
+    import sys
 
-    methods = []
-    for item in args.method or ():
-        spec, _, backend = item.rpartition("@") if "@" in item else (item, "", "")
-        backend = backend or ("offload" if parse_method(spec).name == "magicpig" else "reference")
-        if backend not in ("reference", "offload"):
-            raise ValueError(f"--method: backend after '@' must be reference or offload, got {backend!r}")
-        methods.append((parse_method(spec).spec(), backend))
-    bench_decode.run(args.model, tuple(args.context or bench_decode.CONTEXTS),
-                     tuple(methods) or bench_decode.METHODS, steps=args.steps, warmup=args.warmup, fill=args.fill,
-                     tile_base=args.tile_base, device=args.device, csv_path=args.csv)
+    from .. import bench_decode
+
+    methods = tuple(bench_decode.parse_method_arg(m) for m in args.method or ()) or bench_decode.METHODS
+    for name, values in (("--context", args.context), ("--batch", args.batch)):
+        for v in values or ():
+            if v < 1:
+                raise ValueError(f"{name} must be positive, got {v}")
+    from ..argcheck import check_device, check_writable_file  # before the model is loaded
+
+    check_device(args.device)
+    if args.csv:
+        check_writable_file(args.csv, "--csv")
+    rows = bench_decode.run(args.model, tuple(args.context or bench_decode.CONTEXTS), methods,
+                            batches=tuple(args.batch or bench_decode.BATCHES), steps=args.steps,
+                            warmup=args.warmup, fill=args.fill, tile_base=args.tile_base, device=args.device,
+                            dtype=args.dtype, csv_path=args.csv, prefill_chunk=args.prefill_chunk,
+                            max_throughput=args.max_throughput, max_batch=args.max_batch,
+                            offload_dtype=None if args.offload_dtype == "auto" else args.offload_dtype)
+    if not any(r["fits"] is True for r in rows):
+        print("magicpig bench decode: no configuration fits in memory: "
+              + "; ".join(sorted({r["reason"] for r in rows})), file=sys.stderr)
+        return 1
     return 0
 
 

@@ -11,16 +11,18 @@ def register(sub) -> None:
 
 def run(args) -> int:
     import time
+    from pathlib import Path
 
     from .. import cpu
 
     start = time.perf_counter()
     try:
-        cpu.load()
+        module = cpu.load()
     except RuntimeError as exc:
         print(exc)
         return 1
-    print(f"module:   {cpu.build_dir()} ({time.perf_counter() - start:.1f} s, cached after the first build)")
+    folder = Path(module.__file__).parent  # where it was loaded from (build_dir() follows later source edits)
+    print(f"module:   {folder} ({time.perf_counter() - start:.1f} s, cached after the first build)")
     print(f"cpu:      variants {', '.join(cpu.supported_isas())}")
     print(f"isa:      {cpu.isa()} (set {cpu.ISA_ENV}=scalar|avx2|avx512 to force one)")
     print(f"threads:  {cpu.num_threads()} (torch / OMP_NUM_THREADS)")

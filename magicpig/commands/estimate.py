@@ -103,12 +103,24 @@ def run_capture(args) -> int:
 
     from tasks.estimation.capture import capture_for_model, default_capture_path
 
+    from magicpig.argcheck import (check_device, check_fraction, check_layer_spec, check_min, check_seed,
+                                   check_writable_file)
+    from magicpig.models import resolve
+
     out = Path(args.out) if args.out else default_capture_path(args.model, args.context)
     if out.is_file() and not args.force:
         print(f"{out} exists (use --force to recapture)")
         return 0
-    if args.decode_steps < 0 or args.prompt_queries < 0:
-        raise ValueError("--decode-steps and --prompt-queries must be >= 0")
+    # every argument is checked before the model is loaded
+    check_min(args.context, 64, "--context")
+    check_min(args.decode_steps, 0, "--decode-steps")
+    check_min(args.prompt_queries, 0, "--prompt-queries")
+    check_layer_spec(args.layers)
+    check_fraction(args.depth, "--depth", closed_low=True)
+    check_seed(args.seed)
+    check_device(args.device)
+    check_writable_file(out, "--out")
+    resolve(args.model)
     cap = capture_for_model(args.model, args.context, layers=args.layers, decode_steps=args.decode_steps,
                             prompt_queries=args.prompt_queries, depth=args.depth, seed=args.seed,
                             kv_dtype=getattr(torch, args.kv_dtype), device=args.device,
@@ -132,11 +144,28 @@ def run_experiment(args) -> int:
     kl = parse_kl(args.kl) if hasattr(args, "kl") else None
     Ks = _ints(args.K, "--K") if hasattr(args, "K") else None
     Ls = _ints(args.L, "--L") if hasattr(args, "L") else None
-    if args.max_queries is not None and args.max_queries < 1:
-        raise ValueError(f"--max-queries must be >= 1, got {args.max_queries}")
+    from magicpig.argcheck import check_fraction, check_layer_spec, check_min, check_seed, check_writable_dir
+    from magicpig.lsh import check_kl
+
+    if args.max_queries is not None:
+        check_min(args.max_queries, 1, "--max-queries")
+    pairs = [("--kl", K, L) for K, L in kl or []] + [("--K/--L", K, L) for K in Ks or [] for L in Ls or []]
+    for option, K, L in pairs:
+        try:
+            check_kl(K, L)
+        except ValueError as exc:
+            raise ValueError(f"{option}: {exc}") from None
+    check_layer_spec(args.layers)
+    check_seed(args.seed)
+    check_min(args.sinks, 0, "--sinks")
+    check_min(args.local, 0, "--local")
+    if hasattr(args, "top_frac"):
+        check_fraction(args.top_frac, "--top-frac")
+        check_min(args.sink_tokens, 0, "--sink-tokens")
+    if not Path(args.capture).is_file():
+        raise FileNotFoundError(f"--capture: {args.capture} does not exist (run `magicpig estimate capture` first)")
+    out_dir = check_writable_dir(args.out_dir, "--out-dir")
     cap = Capture.load(args.capture)
-    out_dir = Path(args.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     report = {}
     for name in names:
         heavy = name in ("error", "kl-grid", "centering")

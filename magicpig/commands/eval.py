@@ -1,9 +1,12 @@
 """``magicpig eval``: accuracy benchmarks (RULER, LongBench, GSM8K-CoT) for several attention methods.
 
 Each sample is prefilled once and decoded with every method; results are written per (task, length,
-method) and the run resumes where it stopped (see ``magicpig.evaluate``).
+method) and the run resumes where it stopped, refusing to mix rows made with other settings (see
+``magicpig.evaluate``). Ctrl-C stops with one line saying how many samples are saved (exit code 130).
 """
 from __future__ import annotations
+
+import argparse
 
 
 def register(sub) -> None:
@@ -18,19 +21,43 @@ def register(sub) -> None:
                    help="task or group name (repeatable, or ',' separated); see `magicpig tasks`")
     p.add_argument("--length", action="append", required=True,
                    help="prompt length in tokens (RULER target; LongBench/GSM8K cap); repeatable or ',' separated")
-    p.add_argument("--samples", type=int, default=50, help="samples per task and length (default 50)")
+    p.add_argument("--samples", type=_samples, default=50,
+                   help="samples per task and length (default 50); 'all': every record (LongBench, GSM8K)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--setup", choices=["A", "B"], default="A",
                    help="A: prefill context+question (paper); B: prefill context, decode the question sparsely")
-    p.add_argument("--backend", default="reference", help="engine backend: reference or offload")
+    p.add_argument("--backend", choices=["reference", "offload"], default="reference",
+                   help="engine backend: reference (pure torch) or offload (MagicPIG's device + CPU split)")
     p.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available)")
     p.add_argument("--data", action="append", default=[], metavar="TASK=PATH",
                    help="local data file for a task (e.g. ruler/qa_1=dev-v2.0.json); repeatable")
     p.add_argument("--max-new-tokens", type=int, default=None, help="override every task's answer budget")
     p.add_argument("--allow-long-context", action="store_true", help="permit prompts beyond the model's context")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--overwrite", action="store_true",
+                   help="discard stored predictions made with other settings (model, method, setup, backend, "
+                        "max-new-tokens, seed, device, task settings) instead of refusing to run")
+    from tasks.common import CHAT_TEMPLATES
+
+    p.add_argument("--chat-template", choices=CHAT_TEMPLATES, default="tokenizer",
+                   help="prompt template of the RULER tasks and of LongBench qasper / passage_retrieval_en: "
+                        "tokenizer (the tokenizer's own chat template; default), meta-chat-3 (the original "
+                        "MagicPIG's Llama-3 template, no system block), none (plain text)")
+    p.add_argument("--gsm8k-add-bos", action="store_true",
+                   help="start GSM8K prompts with the tokenizer's BOS token (default: none, as lm-eval "
+                        "0.4 of the paper's era)")
     p.set_defaults(func=run)
+
+
+def _samples(text: str) -> int | None:
+    """--samples: a count, or 'all' (None: every record of the task)."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'all', got {text!r}") from None
 
 
 def _lengths(values: list[str]) -> list[int]:
@@ -60,6 +87,7 @@ def _data(values: list[str]) -> dict[str, str]:
 
 def run(args) -> int:
     import json
+    import os
     from pathlib import Path
 
     from ..evaluate import EvalConfig, format_table, run_eval
@@ -71,12 +99,16 @@ def run(args) -> int:
                      samples=args.samples, out=Path(args.out), seed=args.seed, setup=args.setup,
                      backend=args.backend, device=args.device, data=_data(args.data),
                      max_new_tokens=args.max_new_tokens, allow_long_context=args.allow_long_context,
-                     progress=not args.no_progress)
+                     progress=not args.no_progress, overwrite=args.overwrite, chat_template=args.chat_template,
+                     gsm8k_add_bos=args.gsm8k_add_bos)
     results = run_eval(cfg)
     print(format_table(results))
     for m in results:
         if m.get("status") != "ok":
             print(f"{m['task']} @ {m['length']} / {m['method']}: {m['status']}"
                   + (f" ({m['reason']})" if m.get("reason") else ""))
-    (Path(args.out) / "last_run.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    last = Path(args.out) / "last_run.json"  # parallel jobs may share --out: write whole files only
+    tmp = last.with_name(f"{last.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    tmp.replace(last)
     return 0

@@ -33,19 +33,36 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _prompt_text(args) -> str:
+    if args.prompt_file is None:
+        if not args.prompt.strip():
+            raise ValueError("--prompt is empty")
+        return args.prompt
+    path = Path(args.prompt_file)
+    if not path.is_file():
+        raise FileNotFoundError(f"--prompt-file: {path} does not exist" + (" (a folder)" if path.is_dir() else ""))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"--prompt-file: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ValueError(f"--prompt-file: cannot read {path}: {exc.strerror or exc}") from None
+    if not text.strip():
+        raise ValueError(f"--prompt-file: {path} is empty")
+    return text
+
+
 def run(args) -> int:
+    from ..argcheck import check_device, check_min, check_seed
     from ..methods import parse_method
 
-    method = parse_method(args.method)  # bad specs fail before any loading
-    if args.max_new_tokens < 0:
-        raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
-    if args.prompt_file is not None:
-        path = Path(args.prompt_file)
-        if not path.is_file():
-            raise FileNotFoundError(f"--prompt-file: {path} does not exist")
-        text = path.read_text(encoding="utf-8")
-    else:
-        text = args.prompt
+    # every argument is checked before the model is loaded
+    method = parse_method(args.method)
+    check_min(args.max_new_tokens, 0, "--max-new-tokens")
+    check_min(args.prefill_chunk, 1, "--prefill-chunk")
+    check_seed(args.seed)
+    check_device(args.device)
+    text = _prompt_text(args)
 
     from ..engine import Engine, GenerationConfig
     from ..models import load_model, prompt_ids, resolve

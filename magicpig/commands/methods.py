@@ -19,8 +19,8 @@ def run(args) -> int:
         print(json.dumps(table, indent=2, default=str))
         return 0
     for name, fields in table.items():
-        doc = (METHODS[name].__doc__ or "").strip().splitlines()[0]
-        print(f"{name}: {doc}")
+        doc = " ".join((METHODS[name].__doc__ or "").strip().split("\n\n")[0].split())
+        print(f"{name}: {doc.split('. ')[0].rstrip('.')}.")
         for f in fields:
             print(f"    {f['field']:<18} {f['type']:<34} default {f['default']}")
     return 0

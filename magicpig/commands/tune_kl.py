@@ -41,12 +41,29 @@ def run(args) -> int:
         Ks = [int(k) for k in args.K.split(",") if k.strip()]
     except ValueError:
         raise ValueError(f"--K: expected comma-separated integers, got {args.K!r}") from None
+    from magicpig.argcheck import check_layer_spec, check_min, check_seed, check_writable_dir, check_writable_file
+    from magicpig.lsh import MAX_K
+
+    # every argument is checked before a capture is loaded or made
+    if not Ks or any(not 1 <= k <= MAX_K for k in Ks):
+        raise ValueError(f"--K: expected integers in [1, {MAX_K}], got {args.K!r}")
+    check_min(args.max_L, 2, "--max-L")
+    check_min(args.context, 64, "--context")
+    check_layer_spec(args.layers)
+    check_seed(args.seed)
+    out_dir = check_writable_dir(args.out_dir, "--out-dir")
+    if args.capture and not Path(args.capture).is_file():
+        raise FileNotFoundError(f"--capture: {args.capture} does not exist")
 
     from tasks.estimation.capture import Capture, capture_for_model, default_capture_path, parse_layers
     from tasks.estimation.tune_kl import candidates_frame, tune_kl
 
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     path = Path(args.capture) if args.capture else default_capture_path(args.model, args.context)
+    if not path.is_file():  # a capture will be made: its model and file must be usable
+        from magicpig.models import resolve
+        resolve(args.model)
+        check_writable_file(path, "capture path")
     if path.is_file():
         cap = Capture.load(path)
     elif args.capture:
@@ -64,8 +81,6 @@ def run(args) -> int:
     out.update({"model": args.model, "capture": str(path), "n_prompt": cap.n_prompt,
                 "no_worse_than_baseline": res.relative_error <= res.baseline["relative_error"],
                 "no_worse_than_matched_baseline": res.relative_error <= res.matched_baseline["relative_error"]})
-    out_dir = Path(args.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     tag = f"{args.target_cost:g}"
     (out_dir / f"tune_kl_{tag}.json").write_text(json.dumps(out, indent=2))
     candidates_frame(res).assign(model=args.model).to_csv(out_dir / f"tune_kl_{tag}_candidates.csv", index=False)

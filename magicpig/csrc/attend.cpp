@@ -48,6 +48,12 @@ static AttendGroupFn select(int isa) {
   return scalar::attend_group;
 }
 
+static bool finite_row(const float* x, int64_t d) {
+  for (int64_t i = 0; i < d; ++i)
+    if (!std::isfinite(x[i])) return false;
+  return true;
+}
+
 void attend(const AttendArgs& a, int isa, float* out, float* lse, int threads) {
   const AttendGroupFn fn = select(isa);
   const int64_t G = a.H / a.Hkv, W = (a.n_max + 63) / 64, d = a.d;
@@ -90,6 +96,11 @@ void attend(const AttendArgs& a, int isa, float* out, float* lse, int threads) {
       float m = -std::numeric_limits<float>::infinity();
       for (int64_t s = 0; s < splits; ++s) m = std::max(m, parts[(grp * splits + s) * part_size + g * (d + 2)]);
       float* o = out + bh * d;
+      if (!finite_row(a.q + bh * d, d)) {  // a caller bug: NaN out, as the torch reference gives
+        std::fill(o, o + d, std::numeric_limits<float>::quiet_NaN());
+        lse[bh] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
       std::fill(o, o + d, 0.f);
       if (m == -std::numeric_limits<float>::infinity()) {
         lse[bh] = m;

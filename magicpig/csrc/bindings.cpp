@@ -42,14 +42,17 @@ torch::Tensor empty_huge(std::vector<int64_t> sizes, torch::ScalarType dtype) {
 
 // codes (B, Hkv, n_max, L) int32, counts (B,) int64 -> (offsets (B, Hkv, L, 2^K + 1) int32,
 // ids (B, Hkv, L, n_max) int16 (read as uint16) when n_max <= 65536 else int32)
-std::vector<torch::Tensor> build_tables(torch::Tensor codes, torch::Tensor counts, int64_t K, int64_t threads) {
+std::vector<torch::Tensor> build_tables_impl(torch::Tensor codes, torch::Tensor counts, int64_t K,
+                                             int64_t threads, bool table_major) {
   check_cpu_contig(codes, "codes");
   check_cpu_contig(counts, "counts");
   check_dtype(codes, torch::kInt32, "codes");
   check_dtype(counts, torch::kInt64, "counts");
-  TORCH_CHECK(codes.dim() == 4, "codes must be (B, H_kv, n_max, L)");
+  TORCH_CHECK(codes.dim() == 4,
+              table_major ? "codes must be (B, H_kv, L, n_max)" : "codes must be (B, H_kv, n_max, L)");
   TORCH_CHECK(K >= 1 && K <= 16, "K must be in [1, 16], got ", K);
-  const int64_t B = codes.size(0), Hkv = codes.size(1), n_max = codes.size(2), L = codes.size(3);
+  const int64_t B = codes.size(0), Hkv = codes.size(1);
+  const int64_t n_max = codes.size(table_major ? 3 : 2), L = codes.size(table_major ? 2 : 3);
   TORCH_CHECK(counts.dim() == 1 && counts.size(0) == B, "counts must be (B,) with B = ", B);
   TORCH_CHECK(n_max <= (int64_t(1) << 32), "n_max too large for 32-bit ids: ", n_max);
   const int id_bytes = n_max <= 65536 ? 2 : 4;
@@ -57,9 +60,59 @@ std::vector<torch::Tensor> build_tables(torch::Tensor codes, torch::Tensor count
   auto ids = empty_huge({B, Hkv, L, n_max}, id_bytes == 2 ? torch::kInt16 : torch::kInt32);
   const bool ok = magicpig::build_tables(codes.data_ptr<int32_t>(), counts.data_ptr<int64_t>(), B, Hkv, n_max,
                                          L, static_cast<int>(K), id_bytes, offsets.data_ptr<int32_t>(),
-                                         ids.data_ptr(), static_cast<int>(threads));
+                                         ids.data_ptr(), static_cast<int>(threads), table_major);
   TORCH_CHECK(ok, "codes must lie in [0, 2^K) = [0, ", int64_t(1) << K, ")");
   return {offsets, ids};
+}
+
+// codes (B, Hkv, n_max, L) int32, counts (B,) int64 -> (offsets (B, Hkv, L, 2^K + 1) int32,
+// ids (B, Hkv, L, n_max) int16 (read as uint16) when n_max <= 65536 else int32)
+std::vector<torch::Tensor> build_tables(torch::Tensor codes, torch::Tensor counts, int64_t K, int64_t threads) {
+  return build_tables_impl(codes, counts, K, threads, false);
+}
+
+// the same from table-major codes (B, Hkv, L, n_max)
+std::vector<torch::Tensor> build_tables_table_major(torch::Tensor codes, torch::Tensor counts, int64_t K,
+                                                    int64_t threads) {
+  return build_tables_impl(codes, counts, K, threads, true);
+}
+
+// keys (B, Hkv, n, d) float32, center (B, Hkv, d) float32, proj (S, d, P >= K*L) float32 (S = Hkv or 1),
+// lo / count (B,) int64 row ranges -> codes (B, Hkv, m, L) int32 of the centred rows, or (B, Hkv, L, m)
+// when table_major (kernel 0)
+torch::Tensor hash_keys(torch::Tensor keys, torch::Tensor center, torch::Tensor proj, torch::Tensor lo,
+                        torch::Tensor count, int64_t m, int64_t K, int64_t L, bool table_major, int64_t isa,
+                        int64_t threads) {
+  for (auto* t : {&keys, &center, &proj}) check_dtype(*t, torch::kFloat32, "keys, center and proj");
+  check_cpu_contig(keys, "keys");
+  check_cpu_contig(center, "center");
+  check_cpu_contig(proj, "proj");
+  check_cpu_contig(lo, "lo");
+  check_cpu_contig(count, "count");
+  check_dtype(lo, torch::kInt64, "lo");
+  check_dtype(count, torch::kInt64, "count");
+  TORCH_CHECK(keys.dim() == 4, "keys must be (B, H_kv, n, d)");
+  const int64_t B = keys.size(0), Hkv = keys.size(1), n = keys.size(2), d = keys.size(3);
+  TORCH_CHECK(K >= 1 && K <= 16 && L >= 1, "K must be in [1, 16] and L >= 1, got K = ", K, ", L = ", L);
+  TORCH_CHECK(center.dim() == 3 && center.size(0) == B && center.size(1) == Hkv && center.size(2) == d,
+              "center must be (B, H_kv, d) = (", B, ", ", Hkv, ", ", d, ")");
+  TORCH_CHECK(proj.dim() == 3 && (proj.size(0) == Hkv || proj.size(0) == 1) && proj.size(1) == d &&
+                  proj.size(2) >= K * L,
+              "proj must be (H_kv or 1, d, >= K*L) = (", Hkv, ", ", d, ", >= ", K * L, ")");
+  TORCH_CHECK(lo.dim() == 1 && lo.size(0) == B && count.dim() == 1 && count.size(0) == B,
+              "lo and count must be (B,) with B = ", B);
+  TORCH_CHECK(m >= 0, "m must be >= 0");
+  const int64_t* l = lo.data_ptr<int64_t>();
+  const int64_t* c = count.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    TORCH_CHECK(c[b] >= 0 && c[b] <= m && l[b] >= 0 && l[b] + c[b] <= n, "row range [lo, lo + count) of sequence ",
+                b, " must lie in [0, n = ", n, ") with count <= m = ", m);
+  auto codes = table_major ? torch::empty({B, Hkv, L, m}, torch::kInt32)
+                           : torch::empty({B, Hkv, m, L}, torch::kInt32);
+  magicpig::hash_keys(keys.data_ptr<float>(), B, Hkv, n, d, center.data_ptr<float>(), proj.data_ptr<float>(),
+                      proj.size(0), proj.size(2), static_cast<int>(K), L, l, c, m, codes.data_ptr<int32_t>(),
+                      table_major, static_cast<int>(isa), static_cast<int>(threads));
+  return codes;
 }
 
 Tables tables_view(const torch::Tensor& offsets, const torch::Tensor& ids, int64_t K) {
@@ -194,6 +247,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "MagicPIG CPU kernels: hash tables, retrieval, importance-weighted sparse attention";
   m.def("cpu_supports", [](int64_t isa) { return magicpig::cpu_supports(static_cast<int>(isa)); },
         "whether this CPU runs ISA variant isa (0 scalar, 1 avx2, 2 avx512)");
+  m.def("hash_keys", &hash_keys,
+        "kernel 0: (keys, center, proj, lo, count, m, K, L, table_major, isa, threads) -> codes");
+  m.def("build_tables_table_major", &build_tables_table_major,
+        "kernel 1 from table-major codes (B, H_kv, L, n_max): -> (offsets, ids)");
   m.def("build_tables", &build_tables, "kernel 1: (codes, counts, K, threads) -> (offsets, ids)");
   m.def("retrieve", &retrieve, "kernel 2: -> (bits, sampled, entries)");
   m.def("attend", &attend, "kernel 3: -> (out, lse)");

@@ -1,11 +1,19 @@
 // Kernel 1: hash tables from key codes. For each (sequence b, kv-head h, table j) a counting sort of
 // the valid rows i < counts[b] by their code gives CSR buckets: offsets[b,h,j, c .. c+1] bound the ids of
-// bucket c, stored in increasing order (uint16 ids when n_max <= 65536, uint32 beyond). Work items are
-// (b, h, block of TABLE_BLOCK tables) so that each pass over a row of codes reads one cache line.
+// bucket c, stored in increasing order (uint16 ids when n_max <= 65536, uint32 beyond). Codes in row-major
+// layout (B, Hkv, n_max, L): work items are (b, h, block of TABLE_BLOCK tables) so that each pass over a
+// row of codes reads one cache line. Table-major codes (B, Hkv, L, n_max), as the decoder's hashing
+// writes them: one item per table, whose codes, counters and ids then all stay in the L2 cache.
+//
+// Kernel 0 (hash_keys), the decoder set-up's hashing: SimHash codes of centred key rows computed in one
+// pass, without materialising the (rows, K*L) float projections that ``x @ W`` would write and read back
+// (at 32K keys that is 200 MB per kv-head per layer). Each work item centres a block of rows into a
+// small buffer, multiplies it by the projections in register tiles and packs the signs into codes.
 #include <omp.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <vector>
 
 #include "magicpig_cpu.h"
@@ -14,17 +22,18 @@ namespace magicpig {
 
 static const int64_t TABLE_BLOCK = 16;
 
+// codes of row i in table j at codes[i * rs + j * ts]
 template <typename Id>
-static bool build_block(const int32_t* codes, int64_t n, int64_t n_max, int64_t L, int K, int64_t j0,
-                        int64_t j1, int32_t* offsets, Id* ids, std::vector<int32_t>& cursor) {
+static bool build_block(const int32_t* codes, int64_t rs, int64_t ts, int64_t n, int64_t n_max, int K,
+                        int64_t j0, int64_t j1, int32_t* offsets, Id* ids, std::vector<int32_t>& cursor) {
   const int64_t nb = int64_t(1) << K, stride = nb + 1;
   const int64_t nt = j1 - j0;
   for (int64_t j = j0; j < j1; ++j) std::fill(offsets + j * stride, offsets + (j + 1) * stride, 0);
   // pass 1: bucket sizes (shifted by one so that the prefix sum gives the starts)
   for (int64_t i = 0; i < n; ++i) {
-    const int32_t* row = codes + i * L;
+    const int32_t* row = codes + i * rs;
     for (int64_t j = j0; j < j1; ++j) {
-      const uint32_t c = static_cast<uint32_t>(row[j]);
+      const uint32_t c = static_cast<uint32_t>(row[j * ts]);
       if (c >= static_cast<uint32_t>(nb)) return false;
       ++offsets[j * stride + c + 1];
     }
@@ -38,17 +47,18 @@ static bool build_block(const int32_t* codes, int64_t n, int64_t n_max, int64_t 
   }
   // pass 3: scatter ids (stable: each bucket lists its rows in increasing order)
   for (int64_t i = 0; i < n; ++i) {
-    const int32_t* row = codes + i * L;
+    const int32_t* row = codes + i * rs;
     for (int64_t j = j0; j < j1; ++j) {
-      ids[j * n_max + cursor[(j - j0) * nb + row[j]]++] = static_cast<Id>(i);
+      ids[j * n_max + cursor[(j - j0) * nb + row[j * ts]]++] = static_cast<Id>(i);
     }
   }
   return true;
 }
 
 bool build_tables(const int32_t* codes, const int64_t* counts, int64_t B, int64_t Hkv, int64_t n_max,
-                  int64_t L, int K, int id_bytes, int32_t* offsets, void* ids, int threads) {
-  const int64_t blocks = (L + TABLE_BLOCK - 1) / TABLE_BLOCK;
+                  int64_t L, int K, int id_bytes, int32_t* offsets, void* ids, int threads, bool table_major) {
+  const int64_t block = table_major ? 1 : TABLE_BLOCK, blocks = (L + block - 1) / block;
+  const int64_t rs = table_major ? 1 : L, ts = table_major ? n_max : 1;
   const int64_t items = B * Hkv * blocks;
   const int64_t stride = (int64_t(1) << K) + 1;
   std::atomic<bool> ok(true);
@@ -58,15 +68,17 @@ bool build_tables(const int32_t* codes, const int64_t* counts, int64_t B, int64_
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t bh = it / blocks, blk = it % blocks, b = bh / Hkv;
-      const int64_t j0 = blk * TABLE_BLOCK, j1 = std::min(L, j0 + TABLE_BLOCK);
+      const int64_t j0 = blk * block, j1 = std::min(L, j0 + block);
       const int64_t n = std::min<int64_t>(std::max<int64_t>(counts[b], 0), n_max);
       const int32_t* c = codes + bh * n_max * L;
       int32_t* off = offsets + bh * L * stride;
       bool good;
       if (id_bytes == 2) {
-        good = build_block(c, n, n_max, L, K, j0, j1, off, static_cast<uint16_t*>(ids) + bh * L * n_max, cursor);
+        good = build_block(c, rs, ts, n, n_max, K, j0, j1, off, static_cast<uint16_t*>(ids) + bh * L * n_max,
+                           cursor);
       } else {
-        good = build_block(c, n, n_max, L, K, j0, j1, off, static_cast<uint32_t*>(ids) + bh * L * n_max, cursor);
+        good = build_block(c, rs, ts, n, n_max, K, j0, j1, off, static_cast<uint32_t*>(ids) + bh * L * n_max,
+                           cursor);
       }
       if (!good) ok.store(false);
     }
@@ -74,4 +86,136 @@ bool build_tables(const int32_t* codes, const int64_t* counts, int64_t B, int64_
   return ok.load();
 }
 
+// ---- kernel 0: hashing -------------------------------------------------------------------------------
+
+namespace {
+
+const int64_t HASH_ROWS = 240;  // rows per work item (a multiple of the row tile)
+const int64_t HASH_RB = 6;      // the row tile of every variant
+const int64_t HASH_PAD = 32;    // projection columns are padded to a multiple of the widest column tile
+
+// Rows x (rows, d), a multiple of RB, times projections w (d, KLp): a register tile of RB rows by NV
+// vectors of columns accumulates over d; the signs (> 0, as the torch reference's ``proj > 0``) go to
+// sign (RB, KLp) and are packed into codes (rows_valid, L), bit b of table j = column j*K + b.
+template <typename V, int RB, int NV>
+inline __attribute__((always_inline)) void hash_rows_impl(const float* x, int64_t rows, int64_t rows_valid,
+                                                          int64_t d, const float* w, int64_t KLp, int K,
+                                                          int64_t L, uint8_t* sign, int32_t* codes) {
+  constexpr int VL = sizeof(V) / sizeof(float), JW = VL * NV;
+  for (int64_t r0 = 0; r0 < rows; r0 += RB) {
+    const float* xr = x + r0 * d;
+    for (int64_t j0 = 0; j0 < KLp; j0 += JW) {
+      V acc[RB][NV];
+      for (int r = 0; r < RB; ++r)
+        for (int v = 0; v < NV; ++v) acc[r][v] = V{};
+      for (int64_t k = 0; k < d; ++k) {
+        V wk[NV];
+        for (int v = 0; v < NV; ++v) std::memcpy(&wk[v], w + k * KLp + j0 + v * VL, sizeof(V));
+        for (int r = 0; r < RB; ++r) {
+          const float xv = xr[r * d + k];
+          for (int v = 0; v < NV; ++v) acc[r][v] += xv * wk[v];
+        }
+      }
+      for (int r = 0; r < RB; ++r)
+        for (int v = 0; v < NV; ++v)
+          for (int l = 0; l < VL; ++l) sign[r * KLp + j0 + v * VL + l] = acc[r][v][l] > 0.f;
+    }
+    for (int r = 0; r < RB && r0 + r < rows_valid; ++r) {
+      const uint8_t* sr = sign + r * KLp;
+      int32_t* c = codes + (r0 + r) * L;
+      for (int64_t j = 0; j < L; ++j) {
+        int32_t code = 0;
+        for (int b = 0; b < K; ++b) code |= static_cast<int32_t>(sr[j * K + b]) << b;
+        c[j] = code;
+      }
+    }
+  }
+}
+
+typedef float v16f __attribute__((vector_size(64)));
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+using HashRowsFn = void (*)(const float*, int64_t, int64_t, int64_t, const float*, int64_t, int, int64_t,
+                            uint8_t*, int32_t*);
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void hash_rows_avx512(
+    const float* x, int64_t rows, int64_t rows_valid, int64_t d, const float* w, int64_t KLp, int K, int64_t L,
+    uint8_t* sign, int32_t* codes) {
+  hash_rows_impl<v16f, 6, 2>(x, rows, rows_valid, d, w, KLp, K, L, sign, codes);
+}
+__attribute__((target("avx2,fma"))) void hash_rows_avx2(const float* x, int64_t rows, int64_t rows_valid,
+                                                         int64_t d, const float* w, int64_t KLp, int K,
+                                                         int64_t L, uint8_t* sign, int32_t* codes) {
+  hash_rows_impl<v8f, 6, 2>(x, rows, rows_valid, d, w, KLp, K, L, sign, codes);
+}
+#endif
+void hash_rows_scalar(const float* x, int64_t rows, int64_t rows_valid, int64_t d, const float* w, int64_t KLp,
+                      int K, int64_t L, uint8_t* sign, int32_t* codes) {
+  hash_rows_impl<v4f, 6, 2>(x, rows, rows_valid, d, w, KLp, K, L, sign, codes);
+}
+
+HashRowsFn select_hash(int isa) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (isa == kAvx512 && cpu_supports(kAvx512)) return hash_rows_avx512;
+  if (isa == kAvx2 && cpu_supports(kAvx2)) return hash_rows_avx2;
+#endif
+  return hash_rows_scalar;
+}
+
+}  // namespace
+
+void hash_keys(const float* keys, int64_t B, int64_t Hkv, int64_t n, int64_t d, const float* center,
+               const float* proj, int64_t S, int64_t P, int K, int64_t L, const int64_t* lo,
+               const int64_t* count, int64_t m, int32_t* codes, bool table_major, int isa, int threads) {
+  const HashRowsFn fn = select_hash(isa);
+  const int64_t KL = K * L;
+  // projection columns padded with zeros to the tile width; the caller's (S, d, P) is used as it is when
+  // P already is a multiple of it (a decoder pads once, not at every step)
+  const int64_t KLp = P % HASH_PAD == 0 ? P : (KL + HASH_PAD - 1) / HASH_PAD * HASH_PAD;
+  std::vector<float> padded;
+  const float* w0 = proj;
+  if (KLp != P) {
+    padded.assign(static_cast<size_t>(S * d * KLp), 0.f);
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t k = 0; k < d; ++k)
+        std::memcpy(padded.data() + (s * d + k) * KLp, proj + (s * d + k) * P, sizeof(float) * KL);
+    w0 = padded.data();
+  }
+  std::memset(codes, 0, sizeof(int32_t) * B * Hkv * m * L);  // padding rows (>= count[b]) stay 0
+  const int64_t blocks = (m + HASH_ROWS - 1) / HASH_ROWS, items = B * Hkv * blocks;
+  // a decode step's queries are a few rows: one thread (a parallel region would cost more than them)
+  if (B * Hkv * m < 4 * HASH_ROWS) threads = 1;
+#pragma omp parallel num_threads(threads)
+  {
+    // buffers sized for the rows an item can have (a decode step hashes a few query rows)
+    const int64_t cap = std::min(HASH_ROWS, (m + HASH_RB - 1) / HASH_RB * HASH_RB);
+    std::vector<float> x(static_cast<size_t>(cap * d));
+    std::vector<uint8_t> sign(static_cast<size_t>(HASH_RB * KLp));
+    std::vector<int32_t> block_codes(static_cast<size_t>(cap * L));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t bh = it / blocks, r0 = (it % blocks) * HASH_ROWS, b = bh / Hkv, h = bh % Hkv;
+      const int64_t rows = std::min(HASH_ROWS, count[b] - r0);
+      if (rows <= 0) continue;
+      const float* c = center + bh * d;
+      const float* src = keys + (bh * n + lo[b] + r0) * d;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < d; ++k) x[r * d + k] = src[r * d + k] - c[k];
+      const int64_t padded = (rows + HASH_RB - 1) / HASH_RB * HASH_RB;
+      std::fill(x.begin() + rows * d, x.begin() + padded * d, 0.f);
+      fn(x.data(), padded, rows, d, w0 + (S == 1 ? 0 : h) * d * KLp, KLp, K, L, sign.data(), block_codes.data());
+      if (table_major) {  // (B, Hkv, L, m): table j of this block is `rows` consecutive codes
+        for (int64_t j = 0; j < L; ++j) {
+          int32_t* dst = codes + (bh * L + j) * m + r0;
+          for (int64_t r = 0; r < rows; ++r) dst[r] = block_codes[r * L + j];
+        }
+      } else {
+        std::memcpy(codes + (bh * m + r0) * L, block_codes.data(), sizeof(int32_t) * rows * L);
+      }
+    }
+  }
+}
+
 }  // namespace magicpig
+

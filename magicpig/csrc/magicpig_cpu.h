@@ -31,8 +31,20 @@ struct Tables {
 };
 
 // Kernel 1: build tables. Returns false (and leaves the tables partial) if a code is out of range.
+// table_major: codes are (B, Hkv, L, n_max) instead of (B, Hkv, n_max, L).
 bool build_tables(const int32_t* codes, const int64_t* counts, int64_t B, int64_t Hkv, int64_t n_max,
-                  int64_t L, int K, int id_bytes, int32_t* offsets, void* ids, int threads);
+                  int64_t L, int K, int id_bytes, int32_t* offsets, void* ids, int threads,
+                  bool table_major = false);
+
+// Kernel 0: SimHash codes of the decoder's offloaded keys. For sequence b and kv-head h, rows
+// lo[b] .. lo[b] + count[b] of keys (B, Hkv, n, d) float32, centred by center (B, Hkv, d), are hashed
+// with projections proj (S, d, P), P >= K*L columns of which the first K*L are used (P a multiple of 32
+// avoids a padded copy), S = Hkv (head h uses set h) or 1; row r goes to codes[b, h, r]
+// of codes (B, Hkv, m, L) int32, or (B, Hkv, L, m) when table_major (rows >= count[b] are zero). isa:
+// the variant to use (falls back to what the CPU supports).
+void hash_keys(const float* keys, int64_t B, int64_t Hkv, int64_t n, int64_t d, const float* center,
+               const float* proj, int64_t S, int64_t P, int K, int64_t L, const int64_t* lo,
+               const int64_t* count, int64_t m, int32_t* codes, bool table_major, int isa, int threads);
 
 // Kernel 2: retrieval. For each (b, h): bit i of bits[b, h] is set iff token i shares the query's
 // bucket in >= min_collisions tables of kv-head h / (H / Hkv). sampled[b, h] = number of such tokens;
@@ -75,7 +87,8 @@ namespace avx512 { void attend_group(const AttendArgs&, int64_t, int64_t, const 
 float exact_correction(float cos, int K, int L, int min_collisions);
 
 // Kernel 3 driver: out (B, H, d) float32, lse (B, H) float32 (natural log; -inf and out = 0 when
-// nothing was sampled).
+// nothing was sampled; NaN and out = NaN for a head whose query holds a NaN or inf, as the torch
+// reference gives).
 void attend(const AttendArgs& a, int isa, float* out, float* lse, int threads);
 
 // Ask the kernel to back [data, data + nbytes) with transparent huge pages (best effort; call before

@@ -54,6 +54,7 @@ class KeyLayout:
     n: int
     start: torch.Tensor
     prompt_end: torch.Tensor
+    _max_start: int | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def simple(cls, batch: int, n: int, n_prompt: int | None = None,
@@ -70,7 +71,18 @@ class KeyLayout:
         return int(self.start.shape[0])
 
     def to(self, device) -> "KeyLayout":
-        return KeyLayout(self.n, self.start.to(device), self.prompt_end.to(device))
+        return self._same_start(KeyLayout(self.n, self.start.to(device), self.prompt_end.to(device)))
+
+    def _same_start(self, other: "KeyLayout") -> "KeyLayout":
+        other._max_start = self._max_start
+        return other
+
+    def padded_prefix(self) -> int:
+        """How many leading positions are padding in at least one row (0: no padding anywhere). Read from
+        the device once per layout family (``grow`` passes it on), so decoding does not sync per step."""
+        if self._max_start is None:
+            self._max_start = int(self.start.max()) if self.batch else 0
+        return min(self._max_start, self.n)
 
     def index(self) -> torch.Tensor:
         return torch.arange(self.n, device=self.start.device).unsqueeze(0)  # (1, n)
@@ -101,7 +113,7 @@ class KeyLayout:
 
     def grow(self, extra: int) -> "KeyLayout":
         """The layout after ``extra`` more generated keys were appended."""
-        return KeyLayout(self.n + extra, self.start, self.prompt_end)
+        return self._same_start(KeyLayout(self.n + extra, self.start, self.prompt_end))
 
 
 def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: KeyLayout) -> int:
@@ -127,18 +139,30 @@ def grouped_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tens
     return (qg @ k.float().transpose(-1, -2)) * scale
 
 
-def attend_logits(logits: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def attend_logits(logits: torch.Tensor, v: torch.Tensor,
+                  layout: "KeyLayout | None" = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax over logits (B, H_kv, G, n) with -inf for dropped keys, times v (B, H_kv, n, d).
 
     Returns output (B, H, d) and lse (B, H). A row with no finite logit yields output 0 and lse -inf,
-    never NaN.
+    never NaN. ``layout``: the values of its padding positions are treated as 0 (they may hold NaN or inf,
+    which a zero probability would not cancel); only the padded prefix of the cache is copied for that.
     """
     B, Hkv, G, n = logits.shape
     lse = torch.logsumexp(logits, dim=-1)  # -inf for empty rows
     safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
     probs = torch.exp(logits - safe.unsqueeze(-1))  # exp(-inf) = 0 for dropped keys
-    out = probs @ v.float()
+    pad = layout.padded_prefix() if layout is not None else 0
+    if pad:
+        head = v[:, :, :pad].float().masked_fill(~layout.valid()[:, None, :pad, None], 0.0)
+        out = probs[..., :pad] @ head + probs[..., pad:] @ v[:, :, pad:].float()
+    else:
+        out = probs @ v.float()
     return out.reshape(B, Hkv * G, -1), lse.reshape(B, Hkv * G)
+
+
+def masked_keys(k: torch.Tensor, layout: "KeyLayout") -> torch.Tensor:
+    """k as float32 with padding rows set to 0 (for statistics over keys: min/max, means)."""
+    return k.float().masked_fill(~layout.valid()[:, None, :, None], 0.0)
 
 
 def per_head(mask: torch.Tensor, H: int) -> torch.Tensor:
@@ -149,8 +173,21 @@ def per_head(mask: torch.Tensor, H: int) -> torch.Tensor:
     return mask.sum(-1, dtype=torch.float32).reshape(B, H)
 
 
+MAX_BUDGET = 2**31 - 1  # a key count beyond any context
+
+
+def check_budget(method: str, budget: float) -> None:
+    """Raise ValueError unless ``budget`` is a fraction in (0, 1) or an integer count in [1, MAX_BUDGET]."""
+    ok = isinstance(budget, (int, float)) and math.isfinite(budget) and (
+        0 < budget < 1 or (float(budget).is_integer() and 1 <= budget <= MAX_BUDGET))
+    if not ok:
+        raise ValueError(f"{method}: field 'budget' must be a fraction in (0, 1) or an integer key count in "
+                         f"[1, {MAX_BUDGET}], got {budget!r}")
+
+
 def budget_count(budget: float, n_valid: torch.Tensor) -> torch.Tensor:
-    """A budget given as a fraction (< 1) or a count (>= 1) -> per-row key counts in [1, n_valid]."""
+    """A budget given as a fraction (< 1) or a count (>= 1) -> per-row key counts in [1, n_valid]
+    (0 for a row without valid keys)."""
     if budget >= 1:
         k = torch.full_like(n_valid, float(int(budget)))
     else:
@@ -168,12 +205,34 @@ class AttentionMethod:
     name: ClassVar[str] = ""
     dense_layers: tuple[int, ...] | None
 
+    def __post_init__(self):
+        """Checks shared by every method; subclasses call it first. ``dense_layers`` is normalised to a
+        sorted tuple without repeats (so equivalent specs have one canonical form)."""
+        if self.dense_layers is not None:
+            layers = tuple(self.dense_layers)
+            if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in layers):
+                raise ValueError(f"{self.name}: field 'dense_layers' must list layer indices >= 0 "
+                                 f"(e.g. 0;16, or none), got {self.dense_layers!r}")
+            self.dense_layers = tuple(sorted(set(layers)))
+
     def default_dense_layers(self, num_layers: int) -> tuple[int, ...]:
         return (0, 1) if num_layers > 2 else tuple(range(num_layers))
 
     def dense_layer_set(self, num_layers: int) -> frozenset[int]:
-        layers = self.dense_layers if self.dense_layers is not None else self.default_dense_layers(num_layers)
-        return frozenset(i for i in layers if 0 <= i < num_layers)
+        """The layers of a ``num_layers``-layer model that use exact attention; an explicit
+        ``dense_layers`` naming a layer the model does not have is refused."""
+        if self.dense_layers is None:
+            return frozenset(i for i in self.default_dense_layers(num_layers) if 0 <= i < num_layers)
+        bad = [i for i in self.dense_layers if not 0 <= i < num_layers]
+        if bad:
+            raise ValueError(f"{self.name}: field 'dense_layers' names layer(s) {bad} but the model has "
+                             f"{num_layers} layers: valid indices are 0..{num_layers - 1}")
+        return frozenset(self.dense_layers)
+
+    def for_sample(self, sample_id: str) -> "AttentionMethod":
+        """The method to decode sample ``sample_id`` with (evaluation runner); itself unless the method
+        draws something per sample (MagicPIG's projections)."""
+        return self
 
     def prepare(self, k: torch.Tensor, v: torch.Tensor, layout: KeyLayout, layer_idx: int = 0) -> Any:
         """Per-layer state built once at the end of prefill (None when the method needs none)."""

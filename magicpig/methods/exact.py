@@ -1,12 +1,11 @@
 """Exact-softmax methods over a chosen key subset: dense, streaming (sink + local), TopK, Quest."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
-from .base import (AttentionMethod, AttentionResult, attend_logits, budget_count, check_shapes,
+from .base import (AttentionMethod, AttentionResult, attend_logits, budget_count, check_budget, check_shapes,
                    default_scale, grouped_scores, per_head)
 from .registry import register
 
@@ -31,7 +30,7 @@ class Dense(AttentionMethod):
     def attend(self, q, k, v, layout, *, scale=None, state=None, layer_idx=0, generator=None):
         check_shapes(q, k, v, layout)
         valid = layout.valid()
-        out, lse = attend_logits(_mask_logits(grouped_scores(q, k, default_scale(q, scale)), valid), v)
+        out, lse = attend_logits(_mask_logits(grouped_scores(q, k, default_scale(q, scale)), valid), v, layout)
         n = per_head(valid, q.shape[1])
         return AttentionResult(out, lse, n, n, 0.0)
 
@@ -47,10 +46,14 @@ class Streaming(AttentionMethod):
     dense_layers: tuple[int, ...] | None = None
 
     def __post_init__(self):
+        super().__post_init__()
         if self.sinks < 0:
             raise ValueError(f"streaming: field 'sinks' must be >= 0, got {self.sinks}")
         if self.local < 0:
             raise ValueError(f"streaming: field 'local' must be >= 0, got {self.local}")
+        if self.sinks == 0 and self.local == 0:
+            raise ValueError("streaming: fields 'sinks' and 'local' are both 0, so no key would be attended; "
+                             "give at least one of them a value >= 1")
 
     def default_dense_layers(self, num_layers):
         return ()
@@ -58,7 +61,7 @@ class Streaming(AttentionMethod):
     def attend(self, q, k, v, layout, *, scale=None, state=None, layer_idx=0, generator=None):
         check_shapes(q, k, v, layout)
         keep = layout.sinks(self.sinks) | layout.recent(self.local)
-        out, lse = attend_logits(_mask_logits(grouped_scores(q, k, default_scale(q, scale)), keep), v)
+        out, lse = attend_logits(_mask_logits(grouped_scores(q, k, default_scale(q, scale)), keep), v, layout)
         H = q.shape[1]
         return AttentionResult(out, lse, per_head(keep, H), per_head(layout.valid(), H), 0.0)
 
@@ -68,7 +71,7 @@ class Streaming(AttentionMethod):
 class TopK(AttentionMethod):
     """Oracle TopK: exact top-k keys by score per query head, renormalised softmax.
 
-    ``budget`` < 1 is a fraction of the valid keys, >= 1 a key count.
+    ``budget`` in (0, 1) is a fraction of the valid keys (rounded up), an integer >= 1 a key count.
     """
 
     name = "topk"
@@ -76,8 +79,8 @@ class TopK(AttentionMethod):
     dense_layers: tuple[int, ...] | None = None
 
     def __post_init__(self):
-        if not self.budget > 0:
-            raise ValueError(f"topk: field 'budget' must be > 0 (fraction < 1 or count >= 1), got {self.budget}")
+        super().__post_init__()
+        check_budget("topk", self.budget)
 
     def attend(self, q, k, v, layout, *, scale=None, state=None, layer_idx=0, generator=None):
         check_shapes(q, k, v, layout)
@@ -87,7 +90,7 @@ class TopK(AttentionMethod):
         top = scores.topk(kmax, dim=-1).indices  # (B, Hkv, G, kmax)
         rank_ok = (torch.arange(kmax, device=q.device) < count[:, None, None, None]).expand_as(top)
         keep = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, top, rank_ok)
-        out, lse = attend_logits(scores.masked_fill(~keep, NEG_INF), v)
+        out, lse = attend_logits(scores.masked_fill(~keep, NEG_INF), v, layout)
         H = q.shape[1]
         return AttentionResult(out, lse, per_head(keep, H), per_head(layout.valid(), H), 0.5)
 
@@ -95,11 +98,17 @@ class TopK(AttentionMethod):
 @register
 @dataclass
 class Quest(AttentionMethod):
-    """Quest: pages of ``page_size`` keys summarised by elementwise min/max; keep the best pages
-    (a ``ratio`` of the valid keys) plus the last ``local`` keys; exact softmax over the kept keys.
+    """Quest: the prompt is cut into pages of ``page_size`` keys, each summarised by the elementwise min and
+    max of its keys; the best pages are attended exactly together with everything that is not paged.
 
-    Page score = Σ_d max(q_d·min_d, q_d·max_d), an upper bound of q·k within the page. Pages are
-    counted from each sequence's first valid key; only whole pages before the local window compete.
+    As in the original code, per row with ``n_prompt`` valid prompt keys, the pages cover the first
+    ``P = max(0, n_prompt - local) // page_size * page_size`` prompt keys (counted from the row's first
+    valid key); the prompt tail after them (the last ``local`` prompt keys plus up to ``page_size - 1``
+    more) and every generated key are always kept. Budget: ``ceil(ratio * n_prompt / page_size)`` pages,
+    at most the row's pages, i.e. ``ratio`` is the fraction of the prompt given to selected pages, on top
+    of the always-kept keys; ``ratio=1`` keeps every key (exact attention).
+
+    Page score = Σ_d max(q_d·min_d, q_d·max_d), an upper bound of q·k within the page.
     """
 
     name = "quest"
@@ -109,6 +118,7 @@ class Quest(AttentionMethod):
     dense_layers: tuple[int, ...] | None = None
 
     def __post_init__(self):
+        super().__post_init__()
         if self.page_size < 1:
             raise ValueError(f"quest: field 'page_size' must be >= 1, got {self.page_size}")
         if not 0 < self.ratio <= 1:
@@ -116,39 +126,42 @@ class Quest(AttentionMethod):
         if self.local < 0:
             raise ValueError(f"quest: field 'local' must be >= 0, got {self.local}")
 
+    def pages(self, layout) -> tuple[torch.Tensor, torch.Tensor]:
+        """(pages (B,), budget (B,)): the number of pages of each row and how many of them are selected."""
+        ps = self.page_size
+        n_prompt = (layout.prompt_end - layout.start).clamp_min(0)
+        pages = (n_prompt - self.local).clamp_min(0) // ps
+        budget = torch.ceil(self.ratio * n_prompt.double() / ps - 1e-9).to(torch.long)  # 1e-9: 0.07*100/7 is 1
+        return pages, torch.minimum(budget, pages)
+
     def attend(self, q, k, v, layout, *, scale=None, state=None, layer_idx=0, generator=None):
         check_shapes(q, k, v, layout)
         B, H, d = q.shape
         Hkv, n = k.shape[1], k.shape[2]
-        ps = self.page_size
+        G, ps = H // Hkv, self.page_size
         valid = layout.valid()
-        local = layout.recent(self.local)
-        rel = layout.index() - layout.start[:, None]  # (B, n) position from the first valid key
-        page = torch.where(valid, rel // ps, torch.zeros_like(rel))
-        num_pages = max(1, math.ceil(n / ps))
-        # a page competes when all of its keys are valid and before the local window
-        window_lo = (n - self.local)
-        page_end = layout.start[:, None] + (torch.arange(num_pages, device=q.device)[None] + 1) * ps
-        page_ok = page_end <= min(window_lo, n)  # (B, P)
-        idx = page[:, None, :, None].expand(B, Hkv, n, d)
-        kf = k.float()
-        big = torch.finfo(torch.float32).max
-        kmin = torch.full((B, Hkv, num_pages, d), big, device=q.device).scatter_reduce(
-            2, idx, kf.masked_fill(~valid[:, None, :, None], big), "amin")
-        kmax = torch.full((B, Hkv, num_pages, d), -big, device=q.device).scatter_reduce(
-            2, idx, kf.masked_fill(~valid[:, None, :, None], -big), "amax")
-        qg = q.float().reshape(B, Hkv, H // Hkv, 1, d)
-        page_score = torch.maximum(qg * kmin[:, :, None], qg * kmax[:, :, None]).sum(-1)  # (B,Hkv,G,P)
-        page_score = page_score.masked_fill(~page_ok[:, None, None, :], NEG_INF)
-        budget_pages = torch.ceil(self.ratio * layout.num_valid() / ps).to(torch.long)
-        budget_pages = torch.minimum(budget_pages, page_ok.sum(-1))  # (B,)
-        kp = max(1, int(budget_pages.max()))
-        kp = min(kp, num_pages)
-        top = page_score.topk(kp, dim=-1).indices
-        rank_ok = (torch.arange(kp, device=q.device) < budget_pages[:, None, None, None]).expand_as(top)
-        chosen = torch.zeros_like(page_score, dtype=torch.bool).scatter_(-1, top, rank_ok)  # (B,Hkv,G,P)
-        pidx = page[:, None, None, :].expand(B, Hkv, H // Hkv, n)
-        keep = (torch.gather(chosen, -1, pidx) & valid[:, None, None, :]) | local[:, None, None, :]
+        pages, budget = self.pages(layout)
+        pmax, kp = int(pages.max()), int(budget.max())
+        rel = layout.index() - layout.start[:, None]  # (B, n) position from the row's first valid key
+        paged = valid & (rel < (pages * ps)[:, None])
+        keep = (valid & ~paged)[:, None, None, :].expand(B, Hkv, G, n)
+        if kp > 0:
+            # the keys of page j of row b are start_b + j*ps .. start_b + (j+1)*ps - 1: all valid
+            pos = (layout.start[:, None] + torch.arange(pmax * ps, device=q.device)[None]).clamp_max(n - 1)
+            kpg = torch.gather(k, 2, pos[:, None, :, None].expand(B, Hkv, pmax * ps, d)).float()
+            kpg = kpg.reshape(B, Hkv, pmax, ps, d)
+            kmin, kmax = kpg.amin(3), kpg.amax(3)  # (B, Hkv, P, d)
+            qg = q.float().reshape(B, Hkv, G, d)
+            # Σ_d max(q_d·min_d, q_d·max_d) = relu(q)·max + min(q, 0)·min, since min_d <= max_d
+            score = qg.clamp_min(0) @ kmax.transpose(-1, -2) + qg.clamp_max(0) @ kmin.transpose(-1, -2)
+            page_ok = torch.arange(pmax, device=q.device)[None] < pages[:, None]  # (B, P)
+            score = score.masked_fill(~page_ok[:, None, None, :], NEG_INF)
+            top = score.topk(kp, dim=-1).indices
+            rank_ok = (torch.arange(kp, device=q.device) < budget[:, None, None, None]).expand_as(top)
+            chosen = torch.zeros(B, Hkv, G, pmax + 1, dtype=torch.bool, device=q.device)
+            chosen.scatter_(-1, top, rank_ok)  # column pmax: "not paged", never chosen
+            key_page = torch.where(paged, rel // ps, torch.full_like(rel, pmax))
+            keep = keep | torch.gather(chosen, -1, key_page[:, None, None, :].expand(B, Hkv, G, n))
         scores = grouped_scores(q, k, default_scale(q, scale))
-        out, lse = attend_logits(scores.masked_fill(~keep, NEG_INF), v)
+        out, lse = attend_logits(scores.masked_fill(~keep, NEG_INF), v, layout)
         return AttentionResult(out, lse, per_head(keep, H), per_head(valid, H), 1.0 / ps)

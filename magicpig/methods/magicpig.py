@@ -1,16 +1,21 @@
 """MagicPIG: LSH sampling with importance weights (PAPER.md §1), the pure-torch reference backend."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 
 from .. import lsh
 from .base import (AttentionMethod, AttentionResult, KeyLayout, attend_logits, check_shapes, default_scale,
-                   grouped_scores, per_head)
+                   grouped_scores, masked_keys, per_head)
 from .registry import register
 
 CHUNK = 8192  # keys per block when counting collisions (bounds memory at B*H*CHUNK*L bytes)
+ProjectionDraw = Literal["per_sample", "fixed"]
+PROJECTION_DRAWS = get_args(ProjectionDraw)
+PAPER_DENSE_LAYERS = (0, 16, 32, 48)  # the original's accuracy reference: these layers of any model
 
 
 @dataclass
@@ -49,7 +54,10 @@ class MagicPIG(AttentionMethod):
 
     Projections: one Gaussian (d, K*L) matrix per kv-head per block of 16 layers, seeded from ``seed``
     (the paper's accuracy setting); ``share_projections=true`` uses one matrix for every layer and head
-    (the paper's system setting).
+    (the paper's system setting). ``projection_draw=per_sample`` (default; the original draws new
+    projections for every sample): the evaluation runner decodes each sample with
+    ``seed = lsh.sample_seed(seed, sample id)`` (``for_sample``) and records it; ``fixed``: every sample
+    uses ``seed``. A direct ``attend`` / engine call always uses ``seed`` as given.
     """
 
     name = "magicpig"
@@ -61,24 +69,35 @@ class MagicPIG(AttentionMethod):
     min_collisions: int = 2
     seed: int = 43
     share_projections: bool = False
+    projection_draw: ProjectionDraw = "per_sample"
     dense_layers: tuple[int, ...] | None = None
 
     def __post_init__(self):
+        super().__post_init__()
         try:
             lsh.check_kl(self.K, self.L, self.min_collisions)
+            lsh.check_seed(self.seed)
         except ValueError as exc:
             raise ValueError(f"magicpig: {exc}") from None
         if self.sinks < 0:
             raise ValueError(f"magicpig: field 'sinks' must be >= 0, got {self.sinks}")
         if self.local < 0:
             raise ValueError(f"magicpig: field 'local' must be >= 0, got {self.local}")
+        if self.projection_draw not in PROJECTION_DRAWS:
+            raise ValueError(f"magicpig: field 'projection_draw' must be one of {', '.join(PROJECTION_DRAWS)}, "
+                             f"got {self.projection_draw!r}")
 
     def default_dense_layers(self, num_layers: int) -> tuple[int, ...]:
-        """The paper keeps layers {0, 16} of 32 and {0, 16, 32, 48} of 80 dense: two layers (at 0 and
-        half depth) for models up to 63 layers, every 16th of the first 64 beyond."""
-        if num_layers >= 64:
-            return (0, 16, 32, 48)
-        return (0, num_layers // 2) if num_layers > 1 else (0,)
+        """The original's rule: layers 0, 16, 32 and 48, those the model has ({0, 16} of 32 layers,
+        {0, 16, 32} of 48, {0, 16, 32, 48} of 80, {0} up to 16)."""
+        return tuple(i for i in PAPER_DENSE_LAYERS if i < num_layers)
+
+    def for_sample(self, sample_id: str) -> "MagicPIG":
+        """Per-sample projections (``projection_draw=per_sample``): the seed becomes
+        ``lsh.sample_seed(seed, sample_id)``; ``fixed``: unchanged."""
+        if self.projection_draw == "fixed":
+            return self
+        return dataclasses.replace(self, seed=lsh.sample_seed(self.seed, sample_id))
 
     def projections(self, layer_idx: int, num_kv_heads: int, head_dim: int,
                     device: torch.device | str | None = None) -> torch.Tensor:
@@ -90,7 +109,7 @@ class MagicPIG(AttentionMethod):
 
     def prepare(self, k, v, layout, layer_idx=0) -> MagicPIGState:
         _, offloaded = split_static_offloaded(layout, self.sinks, self.local)
-        kf = k.float()
+        kf = masked_keys(k, layout)  # padding may hold NaN: it must not reach the center
         if self.centering:
             w = offloaded[:, None, :, None].to(torch.float32)
             center = (kf * w).sum(2) / w.sum(2).clamp_min(1.0)
@@ -130,5 +149,5 @@ class MagicPIG(AttentionMethod):
             correction[..., lo:hi] = lsh.importance_log_weight(u.float())
         keep = sampled | static[:, None, None, :]
         logits = torch.where(sampled, logits + correction, logits).masked_fill(~keep, float("-inf"))
-        out, lse = attend_logits(logits, v)
+        out, lse = attend_logits(logits, v, layout)
         return AttentionResult(out, lse, per_head(sampled, H), per_head(offloaded, H), 0.0)

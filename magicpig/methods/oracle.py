@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import (AttentionMethod, AttentionResult, budget_count, check_shapes, default_scale,
+from .base import (AttentionMethod, AttentionResult, budget_count, check_budget, check_shapes, default_scale,
                    grouped_scores, per_head)
 from .registry import register
 
@@ -16,8 +16,8 @@ class OracleSampling(AttentionMethod):
     """Draw ``budget`` indices with replacement from softmax(q·k); the mean of their values is an
     unbiased estimate of the attention output. Cost2 counts the unique keys drawn.
 
-    ``budget`` < 1 is a fraction of the valid keys, >= 1 a draw count. The LSE reported is the exact one
-    (the method needs every score anyway: Cost1 = 0.5).
+    ``budget`` in (0, 1) is a fraction of the valid keys (rounded up), an integer >= 1 a draw count. The
+    LSE reported is the exact one (the method needs every score anyway: Cost1 = 0.5).
     """
 
     name = "oracle"
@@ -25,8 +25,8 @@ class OracleSampling(AttentionMethod):
     dense_layers: tuple[int, ...] | None = None
 
     def __post_init__(self):
-        if not self.budget > 0:
-            raise ValueError(f"oracle: field 'budget' must be > 0 (fraction < 1 or count >= 1), got {self.budget}")
+        super().__post_init__()
+        check_budget("oracle", self.budget)
 
     def attend(self, q, k, v, layout, *, scale=None, state=None, layer_idx=0, generator=None):
         check_shapes(q, k, v, layout)
@@ -35,16 +35,22 @@ class OracleSampling(AttentionMethod):
         valid = layout.valid()
         scores = grouped_scores(q, k, default_scale(q, scale)).masked_fill(~valid[:, None, None, :], float("-inf"))
         lse = torch.logsumexp(scores, dim=-1)
-        probs = torch.softmax(scores, dim=-1).reshape(B * H, n)
-        count = budget_count(self.budget, layout.num_valid())  # (B,)
+        count = budget_count(self.budget, layout.num_valid())  # (B,), 0 for a row without valid keys
         draws = int(count.max())
+        if draws == 0:  # nothing valid anywhere: output 0, lse -inf
+            zero = torch.zeros(B, H, device=q.device)
+            return AttentionResult(torch.zeros(B, H, d, device=q.device), lse.reshape(B, H), zero,
+                                   per_head(valid, H), 0.5)
+        # an empty row draws from a placeholder uniform distribution; its draws are not taken
+        probs = torch.softmax(scores.masked_fill(~torch.isfinite(lse)[..., None], 0.0), dim=-1).reshape(B * H, n)
         idx = torch.multinomial(probs.cpu() if generator is not None and generator.device.type == "cpu"
                                 else probs, draws, replacement=True, generator=generator).to(q.device)
         idx = idx.reshape(B, Hkv, H // Hkv, draws)
         take = (torch.arange(draws, device=q.device) < count[:, None, None, None])  # (B,1,1,draws)
-        vals = torch.gather(v.float()[:, :, None].expand(B, Hkv, H // Hkv, n, d), 3,
-                            idx[..., None].expand(*idx.shape, d))
-        out = (vals * take[..., None]).sum(3) / count[:, None, None, None].to(torch.float32)
+        vals = torch.gather(v[:, :, None].expand(B, Hkv, H // Hkv, n, d), 3,
+                            idx[..., None].expand(*idx.shape, d)).float()
+        vals = vals.masked_fill(~take[..., None], 0.0)  # untaken draws may point at padding
+        out = vals.sum(3) / count.clamp_min(1)[:, None, None, None].to(torch.float32)
         hit = torch.zeros(B, Hkv, H // Hkv, n, device=q.device).scatter_(-1, idx, take.expand_as(idx).float())
         return AttentionResult(out.reshape(B, H, d), lse.reshape(B, H), per_head(hit > 0, H),
                                per_head(valid, H), 0.5)

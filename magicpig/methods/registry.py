@@ -61,6 +61,15 @@ def parse_method(spec: str | AttentionMethod) -> AttentionMethod:
         raise ValueError(f"method {cls.name!r}: {exc}") from exc
 
 
+def canonical_spec(spec: str | AttentionMethod) -> str:
+    """The one spec string of a method: its name plus every field that differs from its default, in the
+    fields' declared order, values normalised (``magicpig:L=150,K=10`` -> ``magicpig``;
+    ``quest:ratio=0.040,page_size=16`` -> ``quest``; ``topk:budget=64.0`` -> ``topk:budget=64``;
+    ``dense_layers=16;0`` -> ``dense_layers=0;16``). Two specs are the same method iff these are equal.
+    Raises ValueError for a spec that does not parse."""
+    return parse_method(spec).spec()
+
+
 def _convert(method: str, field: str, raw: str, hint: typing.Any) -> typing.Any:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) and type(None) in args:
@@ -82,6 +91,10 @@ def _convert(method: str, field: str, raw: str, hint: typing.Any) -> typing.Any:
             return float(raw)
         if hint is str:
             return raw
+        if origin is typing.Literal:
+            if raw in args:
+                return raw
+            raise ValueError
         if origin is tuple:
             if raw.lower() in ("none", ""):
                 return ()
@@ -98,4 +111,6 @@ def _type_name(hint: typing.Any) -> str:
         return f"{_type_name(inner)} or default"
     if typing.get_origin(hint) is tuple:
         return "list of ints separated by ';'"
+    if typing.get_origin(hint) is typing.Literal:
+        return "one of " + "|".join(str(a) for a in args)
     return getattr(hint, "__name__", str(hint))

@@ -40,6 +40,22 @@ def paper_rows(section: dict) -> dict:
     return {canonical(k): v for k, v in section.get(PAPER_MODEL, {}).items()}
 
 
+def paper_match(rows_ref: dict, runs: pd.DataFrame) -> tuple[str | None, list | None]:
+    """(key, values) of the paper's row for the runs of one method: by canonical spec, the effective spec
+    first (what the task ran, e.g. GSM8K's local=24 override), then the spec as written."""
+    for key in list(dict.fromkeys(runs["method_effective"].dropna())) + list(dict.fromkeys(runs["method"])):
+        if key in rows_ref:
+            return key, rows_ref[key]
+    return None, None
+
+
+def paper_only_rows(section: dict, matched: set, n_ours: int, columns: int | None = None) -> list[list[str]]:
+    """The paper's settings this run has no results for (named as the reference file writes them), so every
+    row of the paper's table is listed; ``columns``: how many of the paper's columns to show."""
+    return [[f"`{spec}` (paper only)"] + ["—"] * n_ours + [fmt(x) for x in values[:columns]]
+            for spec, values in section.get(PAPER_MODEL, {}).items() if canonical(spec) not in matched]
+
+
 def _skipped_notes(df: pd.DataFrame) -> list[str]:
     bad = df[df["status"] != "ok"]
     if bad.empty:
@@ -61,7 +77,7 @@ def ruler_section(acc: pd.DataFrame, ref: dict, out: Path) -> list[str]:
     rows_ref = paper_rows(paper)
     header = ["method"] + [f"ours {n}" for n in lengths] + ["tasks", "cost2"] + \
              [f"paper {n // 1024}K" for n in paper["lengths"]]
-    rows = []
+    rows, matched = [], set()
     for method, g in ok.groupby("method", sort=False):
         cells = [f"`{method}`"]
         counts = []
@@ -71,9 +87,11 @@ def ruler_section(acc: pd.DataFrame, ref: dict, out: Path) -> list[str]:
             counts.append(len(s))
         cells.append(f"{min(counts)}/{len(tasks)}" if counts else "0")
         cells.append(fmt(g["cost"].mean(), pct=True))
-        pv = rows_ref.get(method)
+        key, pv = paper_match(rows_ref, g)
+        matched.add(key)
         cells += [fmt(x) for x in pv] if pv else ["—"] * len(paper["lengths"])
         rows.append(cells)
+    rows += paper_only_rows(paper, matched, len(lengths) + 2)
     parts.append("Average score over tasks (string match ×100); `cost2` = mean fraction of offloaded keys used.")
     parts.append(table(header, rows))
     for n in lengths:
@@ -91,17 +109,19 @@ def _task_table(df: pd.DataFrame, tasks: list[str], prefix: str, paper: dict) ->
     rows_ref = paper_rows(paper)
     header = ["method"] + [f"ours {t}" for t in tasks] + ["ours avg", "cost2"] + \
              [f"paper {t}" for t in paper["tasks"]]
-    rows = []
+    rows, matched = [], set()
     methods = list(dict.fromkeys(df["method"]))
     for method in methods:
         g = ok[ok["method"] == method]
         scores = [g[g["task"] == f"{prefix}{t}"]["score"].mean() for t in tasks]
         have = [s for s in scores if s == s]
-        pv = rows_ref.get(method)
+        key, pv = paper_match(rows_ref, df[df["method"] == method])
+        matched.add(key)
         rows.append([f"`{method}`"] + [fmt(s) for s in scores] +
                     [fmt(sum(have) / len(have)) + ("" if len(have) == len(tasks) else f" ({len(have)}/{len(tasks)})")
                      if have else "—", fmt(g["cost"].mean(), pct=True)] +
                     ([fmt(x) for x in pv] if pv else ["—"] * len(paper["tasks"])))
+    rows += paper_only_rows(paper, matched, len(tasks) + 2)
     return table(header, rows)
 
 
@@ -119,12 +139,14 @@ def gsm8k_section(acc: pd.DataFrame, ref: dict) -> list[str]:
     df = acc[acc["task"].fillna("") == "gsm8k"]
     if df.empty:
         return parts + ["No GSM8K results in this run (the preset runs none)."]
-    rows_ref = paper_rows(ref["lm_eval_table1"])
-    rows = []
+    rows_ref = {k: v[:1] for k, v in paper_rows(ref["lm_eval_table1"]).items()}  # the GSM8K-CoT column
+    rows, matched = [], set()
     for method, g in df[df["status"] == "ok"].groupby("method", sort=False):
-        pv = rows_ref.get(method)
+        key, pv = paper_match(rows_ref, g)
+        matched.add(key)
         rows.append([f"`{method}`", fmt(g["score"].mean()), fmt(g["cost"].mean(), pct=True),
                      fmt(pv[0]) if pv else "—"])
+    rows += paper_only_rows(ref["lm_eval_table1"], matched, 2, columns=1)
     return parts + [table(["method", "ours", "cost2", "paper"], rows)] + _skipped_notes(df)
 
 
@@ -200,10 +222,22 @@ THROUGHPUT_TITLES = {
                     "gb_per_s", "read_gb_per_s", "bandwidth_ratio", "gather_gb_per_s", "step_vs_gather",
                     "speedup_vs_dense", "speedup_vs_roofline", "speedup_vs_reference"]),
     "decode.csv": ("End-to-end decoding, measured on this machine", None),
+    "fit.csv": ("Bandwidth model fitted to this machine (`magicpig project`: least squares on the unflagged rows)",
+                ["parameter", "value", "source"]),
+    "decode_predicted.csv": ("Bandwidth model vs measurement per decode row (error = predicted / measured - 1; "
+                             "loo = fitted without that row; rows under load are flagged and not fitted)",
+                             ["context", "batch", "method", "backend", "fits", "under_load", "ms_per_token",
+                              "predicted_ms_per_token", "prediction_error", "loo_error", "model_role"]),
     "projection_paper_hardware.csv": ("PROJECTED (bandwidth model, not measured) throughput on the paper's hardware",
                                       ["cpu_kernel", "hardware", "model", "context", "full_batch",
                                        "full_tokens_per_s", "magicpig_batch", "magicpig_tokens_per_s",
                                        "magicpig_ms_per_step", "speedup", "paper_speedup"]),
+    "projection_paper_latency.csv": ("PROJECTION (bandwidth model, not measured): the paper's L20 latency and "
+                                     "throughput points", ["hardware", "what", "batch", "projected", "paper"]),
+    "projection_h200.csv": ("PROJECTION (bandwidth model, not measured): llama-3.1-8b on one H200, dense GPU-only "
+                            "vs MagicPIG (10,150); host bandwidth and memory assumed",
+                            ["context", "which", "method", "batch", "ms_per_token", "tokens_per_s", "gpu_ms",
+                             "cpu_ms", "cpu_read_gbps_assumed", "host_mem_gb_assumed"]),
 }
 
 

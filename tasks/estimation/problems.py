@@ -39,7 +39,7 @@ class Problem:
 
 
 def sparse_layers(capture: Capture) -> list[int]:
-    """Captured layers that MagicPIG does not keep dense by default (the paper's {0, L/2} rule)."""
+    """Captured layers that MagicPIG does not keep dense by default (layers 0, 16, 32, 48 that exist)."""
     dense = set(MagicPIG().dense_layer_set(capture.num_layers))
     return [i for i in capture.layers if i not in dense]
 

@@ -2,8 +2,11 @@
 lines, greedy generation stopped at "Q:", "</s>", "<|im_end|>", scored by strict and flexible extraction
 (the task score is strict-match; both are recorded).
 
-No chat template (lm-eval's default). The paper runs MagicPIG here with a local window of 24 tokens
-(PAPER.md §1): ``method_overrides`` asks the evaluator for ``local=24`` on magicpig specs that do not set it.
+No chat template and, by default, no BOS token (``add_bos=False``): lm-evaluation-harness of the paper's
+era (0.4.x) encodes with ``add_special_tokens=False`` unless its ``add_bos_token`` model argument is set;
+``add_bos=True`` lets the tokenizer add its special tokens as that argument does. The paper runs MagicPIG
+here with a local window of 24 tokens (PAPER.md §1): ``method_overrides`` asks the evaluator for
+``local=24`` on magicpig specs that do not set it.
 ``length`` caps the prompt: a longer one is an error (the 8-shot prompt is ~900 tokens).
 Data: a local ``.jsonl`` / ``.json`` / ``.parquet`` file with ``question`` and ``answer`` fields, or the
 hub parquet mirror of openai/gsm8k (main, test).
@@ -32,9 +35,15 @@ class GSM8KCoT(Task):
     sized = False
     method_overrides = {"magicpig": {"local": 24}}
 
-    def __init__(self, data_path: str | None = None):
+    def __init__(self, data_path: str | None = None, add_bos: bool = False):
+        if not isinstance(add_bos, bool):
+            raise ValueError(f"gsm8k: add_bos must be true or false, got {add_bos!r}")
         self.data_path = data_path
+        self.add_bos = add_bos
         self._records: list[dict] | None = None
+
+    def settings(self) -> dict:
+        return {"chat_template": "none", "add_bos": self.add_bos}
 
     def records(self) -> list[dict]:
         if self._records is None:
@@ -52,7 +61,7 @@ class GSM8KCoT(Task):
         order = list(range(len(rows)))
         if seed:
             random.Random(seed).shuffle(order)
-        enc = PromptEncoder(tokenizer, chat=False)
+        enc = PromptEncoder(tokenizer, "none", add_bos=self.add_bos)
         out = []
         for j in order[:count]:
             row = rows[j]

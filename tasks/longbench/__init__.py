@@ -2,7 +2,8 @@
 passage_retrieval_en, trec, triviaqa) with the reference prompts, budgets, truncation and metrics.
 
 ``length`` caps the prompt: a longer raw prompt keeps its first and last ``length // 2`` tokens (middle
-truncation), before the chat template is applied (qasper, passage_retrieval_en only). Samples are the
+truncation), before the prompt template is applied (qasper, passage_retrieval_en only; ``chat_template``
+picks it, see tasks.common.CHAT_TEMPLATES; the other four tasks take none, as LongBench). Samples are the
 first ``count`` records in dataset order (a seeded permutation when seed != 0).
 Data: a local ``.jsonl`` / ``.json`` / ``.parquet`` file (``data_path``) or the hub parquet mirror.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from ..common import PromptEncoder, Sample, Task, check_build_args
+from ..common import PromptEncoder, Sample, Task, check_build_args, check_chat_template
 from ..records import read_hub_parquet, read_records
 from .metrics import METRICS
 from .prompts import SPECS
@@ -22,13 +23,19 @@ HUB_URL = "https://huggingface.co/datasets/THUDM/LongBench/resolve/refs%2Fconver
 class LongBenchTask(Task):
     sized = False
 
-    def __init__(self, short: str, data_path: str | None = None):
+    def __init__(self, short: str, data_path: str | None = None, chat_template: str = "tokenizer"):
         if short not in SPECS:
             raise ValueError(f"unknown LongBench task {short!r}; known: {', '.join(SPECS)}")
         self.short = short
         self.spec = SPECS[short]
         self.data_path = data_path
+        check_chat_template(chat_template)
+        # the template that runs: none for the tasks LongBench prompts without one
+        self.chat_template = chat_template if self.spec.chat else "none"
         self._records: list[dict] | None = None
+
+    def settings(self) -> dict:
+        return {"chat_template": self.chat_template}
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -61,7 +68,7 @@ class LongBenchTask(Task):
         order = list(range(len(rows)))
         if seed:
             random.Random(seed).shuffle(order)
-        enc = PromptEncoder(tokenizer, chat=self.spec.chat)
+        enc = PromptEncoder(tokenizer, self.chat_template)
         return [self.sample(enc, rows[j], j, length, seed) for j in order[:count]]
 
     def sample(self, enc: PromptEncoder, row: dict, index: int, length: int, seed: int) -> Sample:

@@ -2,9 +2,12 @@
 
 * ``qa_f1``: token F1 after SQuAD normalisation (lower case, punctuation and articles a/an/the removed,
   whitespace collapsed);
-* ``code_sim``: the fuzzy ratio between the ground truth and the first prediction line that is not a
-  comment or a code fence (no '`', '#', '//'), rounded to an integer percent as the reference's
-  fuzzywuzzy does, / 100 (rapidfuzz computes it);
+* ``code_sim``: the similarity ratio of the first prediction line that is not a comment or a code fence
+  (no '`', '#', '//') to the ground truth, as the reference's ``fuzz.ratio`` of fuzzywuzzy computes it with
+  its pinned requirements (no python-Levenshtein, so difflib): ``SequenceMatcher(None, a, b).ratio()``
+  (autojunk on) as an integer percent, ``int(round(100 * r))``, 100 for equal strings, 0 when one is
+  empty; / 100. rapidfuzz's ``fuzz.ratio`` is the normalised Indel similarity (longest common
+  subsequence), which is never lower and often higher on code lines, so it is not used;
 * ``classification``: the classes named in the prediction, discarding those that are a strict substring of
   the ground truth; 1/len(matches) if the ground truth is among them, else 0 (the reference removes
   items from the list while iterating over it, which can skip a removal; this version removes them all);
@@ -15,6 +18,7 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
+from difflib import SequenceMatcher
 from typing import Sequence
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -48,10 +52,18 @@ def first_code_line(prediction: str) -> str:
     return ""
 
 
-def code_sim(prediction: str, ground_truth: str, **_) -> float:
-    from rapidfuzz import fuzz
+def fuzz_ratio(a: str, b: str) -> int:
+    """fuzzywuzzy's ``fuzz.ratio`` on its difflib path: equal strings 100, an empty one 0, else the
+    rounded percentage of ``SequenceMatcher(None, a, b).ratio()``."""
+    if a == b:
+        return 100
+    if not a or not b:
+        return 0
+    return int(round(100 * SequenceMatcher(None, a, b).ratio()))
 
-    return int(round(fuzz.ratio(first_code_line(prediction), ground_truth))) / 100.0
+
+def code_sim(prediction: str, ground_truth: str, **_) -> float:
+    return fuzz_ratio(first_code_line(prediction), ground_truth) / 100.0
 
 
 def classification(prediction: str, ground_truth: str, all_classes: Sequence[str] = (), **_) -> float:

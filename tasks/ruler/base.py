@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from typing import Callable, ClassVar
 
-from ..common import PromptEncoder, Sample, Task, check_build_args, fit_size, sample_rng
+from ..common import PromptEncoder, Sample, Task, check_build_args, check_chat_template, fit_size, sample_rng
 from .scoring import string_match_all, string_match_part
 
 # A rendering of one sample at haystack size s: (context text, question text, answer prefix).
@@ -20,17 +20,23 @@ class RulerTask(Task):
     """A RULER task: subclasses implement ``make(rng) -> (render, references, guess, meta)`` where
     ``render(s)`` renders the prompt with haystack size ``s`` (monotone in s), ``references`` is a list
     or a function of s (when the answer depends on the haystack), and ``guess`` is a rough size for 1000
-    tokens of haystack."""
+    tokens of haystack. ``chat_template``: the prompt template (tasks.common.CHAT_TEMPLATES)."""
 
     metric: ClassVar[str] = "string_match_all"
     max_new_tokens: ClassVar[int] = 128
+
+    def __init__(self, chat_template: str = "tokenizer"):
+        self.chat_template = check_chat_template(chat_template)
+
+    def settings(self) -> dict:
+        return {"chat_template": self.chat_template}
 
     def make(self, rng: random.Random) -> tuple[Render, list[str], float, dict]:
         raise NotImplementedError
 
     def build(self, tokenizer, length: int, count: int, seed: int = 0) -> list[Sample]:
         check_build_args(self.name, length, count)
-        enc = PromptEncoder(tokenizer, chat=True)
+        enc = PromptEncoder(tokenizer, self.chat_template)
         return [self.build_one(enc, length, i, seed) for i in range(count)]
 
     def build_one(self, enc: PromptEncoder, length: int, index: int, seed: int) -> Sample:

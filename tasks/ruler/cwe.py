@@ -41,7 +41,8 @@ class CommonWords(RulerTask):
     freq_ucw = 3
     num_cw = 10
 
-    def __init__(self):
+    def __init__(self, chat_template: str = "tokenizer"):
+        super().__init__(chat_template)
         self._length = 4096
 
     def build(self, tokenizer, length, count, seed=0):

@@ -41,7 +41,8 @@ class FrequentWords(RulerTask):
     alpha = 2.0
     word_len = 6
 
-    def __init__(self):
+    def __init__(self, chat_template: str = "tokenizer"):
+        super().__init__(chat_template)
         self._length = 4096
 
     def build(self, tokenizer, length, count, seed=0):

@@ -72,7 +72,8 @@ _PER_1K = {"repeat": 42, "essay": 720, "needle": 40}
 class NiahTask(RulerTask):
     max_new_tokens = 128
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, chat_template: str = "tokenizer"):
+        super().__init__(chat_template)
         if name not in CONFIGS:
             raise ValueError(f"unknown niah task {name!r}; known: {', '.join(CONFIGS)}")
         self.short = name

@@ -1,8 +1,19 @@
 """RULER variable tracking (vt): one chain of 4 hops of variable assignments hidden in repeated noise.
 
-A chain is ``VAR A = 12345``, ``VAR B = VAR A``, ... (5 variables of five random capital letters) spread
-over lines of noise; the model is asked for every variable holding the value. The prompt starts with one
-short solved example (its own chain, three-letter names, 5 noise lines), as the reference does.
+Follows current NVIDIA/RULER (``scripts/data/synthetic/variable_tracking.py`` and the ``variable_tracking``
+entry of ``scripts/data/synthetic/constants.py`` at commit c3f5e3b, July 2026; the vt code last changed in
+9f1c84d, June 2025):
+
+* a chain is ``VAR A = 12345``, ``VAR B = VAR A ``, ... (5 variables of five random capital letters; the
+  copies keep RULER's trailing space); its statements go at distinct, increasing positions among the noise
+  lines, at least one noise line between two statements; all lines are joined with single newlines;
+* one solved example goes first: its own chain (three-letter names, its own value) in as many noise lines
+  as fit in 500 tokens of the model's tokenizer (RULER sizes it with ``max_seq_length=500``), followed by
+  its answer prefix, two spaces and the five names, a newline, then a newline before the task itself.
+
+Older layouts differ: the original MagicPIG fork joins everything with spaces, an earlier version of this
+suite put blank lines between the noise lines and used a 5-line example. The answer prefix uses RULER's
+corrected spelling "assigned" (the fork has "assgined").
 """
 from __future__ import annotations
 
@@ -10,13 +21,14 @@ import random
 import string
 
 from . import haystack as hs
+from ..common import fit_size
 from .base import Render, RulerTask
 
 TEMPLATE = ("Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
             "{context}\nQuestion: Find all variables that are assigned the value {query} in the text above.")
-# "assgined" is the reference's spelling, kept so prompts match it.
 ANSWER_PREFIX = (" Answer: According to the chain(s) of variable assignment in the text above, {num_v} "
-                 "variables are assgined the value {query}, they are: ")
+                 "variables are assigned the value {query}, they are: ")
+EXAMPLE_TOKENS = 500  # RULER's size of the solved example (its max_seq_length for it)
 
 
 def _var_names(rng: random.Random, count: int, avoid: set[str], letters: int = 5) -> list[str]:
@@ -36,10 +48,21 @@ def _chain(rng: random.Random, hops: int, avoid: set[str], letters: int = 5) -> 
     return stmts, names, value
 
 
+def noise_positions(fracs: list[float], noise_count: int) -> list[int]:
+    """Distinct increasing noise-line indices in [0, noise_count) for the sorted fractions ``fracs``
+    (RULER samples them without replacement); needs noise_count >= len(fracs)."""
+    out: list[int] = []
+    for j, f in enumerate(fracs):
+        p = max(int(f * noise_count), out[-1] + 1 if out else 0)
+        out.append(min(p, noise_count - (len(fracs) - j)))
+    return out
+
+
 def _context(stmts: list[str], fracs: list[float], noise_count: int) -> str:
-    lines = [hs.NOISE + "\n"] * noise_count  # the reference's noise line ends in a newline
-    for j, (stmt, f) in enumerate(zip(stmts, fracs)):
-        lines.insert(int(f * noise_count) + j, stmt)
+    """Noise lines with statement j inserted before noise line ``position_j`` (RULER: index p_j + j)."""
+    lines = [hs.NOISE] * noise_count
+    for j, (stmt, p) in enumerate(zip(stmts, noise_positions(fracs, noise_count))):
+        lines.insert(p + j, stmt)
     return "\n".join(lines).replace(". \n", ".\n")
 
 
@@ -48,7 +71,28 @@ class VariableTracking(RulerTask):
     max_new_tokens = 30
     num_chains = 1
     num_hops = 4
-    example_noise = 5
+    _tokenizer = None  # set by build: the solved example is sized with the model's tokenizer
+
+    def build(self, tokenizer, length, count, seed=0):
+        self._tokenizer = tokenizer
+        return super().build(tokenizer, length, count, seed)
+
+    def min_size(self) -> int:
+        return self.num_hops + 1
+
+    def example(self, stmts: list[str], names: list[str], value: str, fracs: list[float]) -> str:
+        """The solved example, its noise sized to EXAMPLE_TOKENS tokens (question and prefix included,
+        no special tokens), ending in a newline."""
+        prefix = ANSWER_PREFIX.format(num_v=self.num_hops + 1, query=value)
+
+        def text(n: int) -> str:
+            return TEMPLATE.format(context=_context(stmts, fracs, n), query=value) + prefix
+
+        def n_tokens(n: int) -> int:
+            return len(self._tokenizer(text(n), add_special_tokens=False).input_ids)
+
+        n = fit_size(n_tokens, EXAMPLE_TOKENS, guess=15, lo=self.min_size())
+        return text(n) + " " + " ".join(names) + "\n"
 
     def make(self, rng: random.Random) -> tuple[Render, list[str], float, dict]:
         taken: set[str] = set()
@@ -56,14 +100,12 @@ class VariableTracking(RulerTask):
         ex_fracs = sorted(rng.random() for _ in ex_stmts)
         stmts, names, value = _chain(rng, self.num_hops, taken)
         fracs = sorted(rng.random() for _ in stmts)
-        n_v = self.num_hops + 1
-        example = (TEMPLATE.format(context=_context(ex_stmts, ex_fracs, self.example_noise), query=ex_value)
-                   + ANSWER_PREFIX.format(num_v=n_v, query=ex_value) + " ".join(ex_names))
+        example = self.example(ex_stmts, ex_names, ex_value, ex_fracs)
         head, tail = TEMPLATE.split("{context}")
         tail = tail.format(query=value)
-        prefix = ANSWER_PREFIX.format(num_v=n_v, query=value)
+        prefix = ANSWER_PREFIX.format(num_v=self.num_hops + 1, query=value)
 
         def render(s: int) -> tuple[str, str, str]:
-            return example + "\n\n" + head + _context(stmts, fracs, s), tail, prefix
+            return example + "\n" + head + _context(stmts, fracs, s), tail, prefix
 
-        return render, names, 45.0, {"value": value, "chain": stmts}
+        return render, names, 45.0, {"value": value, "chain": stmts, "example_value": ex_value}

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import pytest
+from fidelity_helpers import BosTokenizer
 
-from tasks.common import PromptEncoder, fit_size, sample_rng
+from tasks.common import CHAT_TEMPLATES, META_CHAT_3, PromptEncoder, check_chat_template, fit_size, sample_rng
 from tasks.registry import GROUPS, TASK_NAMES, expand, get_task
 
 
@@ -31,15 +32,55 @@ def test_sample_rng_independent_streams():
 
 
 def test_prompt_encoder_split_matches_parts(tokenizer):
-    enc = PromptEncoder(tokenizer, chat=True)
+    enc = PromptEncoder(tokenizer, "tokenizer")
     ctx_text, q_text = enc.render("Some context. ", "Question?", " Answer:")
     assert "<|im_start|>user" in ctx_text and ctx_text.endswith("Some context. ")
     assert q_text.startswith("Question?") and q_text.endswith("assistant\n Answer:")
     c, q = enc.encode("Some context. ", "Question?", " Answer:")
     assert tokenizer.decode(c + q) == ctx_text + q_text
-    plain = PromptEncoder(tokenizer, chat=False)
+    plain = PromptEncoder(tokenizer, "none")
     c2, q2 = plain.encode("Some context. ", "Question?")
     assert "<|im_start|>" not in tokenizer.decode(c2 + q2)
+
+
+def test_meta_chat_3_template_is_the_original_magicpig_one(tokenizer):
+    """The original's Llama-3 template (typo in its first token kept), answer prefix after it, and BOS
+    added by the tokenizer as the original's Hugging Face wrapper did."""
+    enc = PromptEncoder(tokenizer, "meta-chat-3")
+    ctx_text, q_text = enc.render("Some context. ", "Question?", " Answer:")
+    assert ctx_text == "|begin_of_text|><|start_header_id|>user<|end_header_id|> Some context. "
+    assert q_text == "Question? <|eot_id|>\n<|start_header_id|>assistant<|end_header_id|> Answer:"
+    assert META_CHAT_3.format(body="X") == ("|begin_of_text|><|start_header_id|>user<|end_header_id|> X <|eot_id|>\n"
+                                            "<|start_header_id|>assistant<|end_header_id|>")
+    bos = BosTokenizer(tokenizer)
+    c, q = PromptEncoder(bos, "meta-chat-3").encode("Some context. ", "Question?")
+    assert c[0] == 1 and 1 not in q
+    c, _ = PromptEncoder(bos, "tokenizer").encode("Some context. ", "Question?")  # no template: plain + BOS
+    assert c[0] == 1
+    c, _ = PromptEncoder(bos, "none", add_bos=False).encode("Some context. ", "Question?")
+    assert c[0] != 1
+    assert PromptEncoder(tokenizer, "tokenizer").add_bos is False  # the chat template writes its own BOS
+
+
+def test_chat_template_checked(tokenizer):
+    assert CHAT_TEMPLATES == ("tokenizer", "meta-chat-3", "none")
+    assert check_chat_template("none") == "none"
+    with pytest.raises(ValueError, match="chat_template must be one of tokenizer, meta-chat-3, none, got 'llama'"):
+        PromptEncoder(tokenizer, "llama")
+    with pytest.raises(ValueError, match="chat_template must be one of"):
+        get_task("ruler/cwe", chat_template="meta-chat")
+
+
+def test_task_settings_in_describe():
+    """describe() (recorded in metrics.json, part of the resume key) names the template that runs."""
+    assert get_task("ruler/vt").describe()["chat_template"] == "tokenizer"
+    assert get_task("ruler/niah_single_1", chat_template="meta-chat-3").describe()["chat_template"] == "meta-chat-3"
+    assert get_task("ruler/qa_1", chat_template="none").describe()["chat_template"] == "none"
+    assert get_task("longbench/qasper", chat_template="meta-chat-3").describe()["chat_template"] == "meta-chat-3"
+    assert get_task("longbench/lcc", chat_template="meta-chat-3").describe()["chat_template"] == "none"
+    g = get_task("gsm8k").describe()
+    assert g["add_bos"] is False and g["chat_template"] == "none"
+    assert get_task("gsm8k", gsm8k_add_bos=True).describe()["add_bos"] is True
 
 
 def test_registry_expand_and_errors():

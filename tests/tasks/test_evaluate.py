@@ -86,8 +86,9 @@ class CountingEngine:
 
 
 def _run(tmp_path, tiny, tokenizer, engines, samples=2, **kw):
-    cfg = EvalConfig(model="tiny", methods=["dense;magicpig:K=4,L=20,local=8"], tasks=["ruler/niah_single_1"],
-                     lengths=[384], samples=samples, out=tmp_path, max_new_tokens=4, progress=False, **kw)
+    kw = {"model": "tiny", "max_new_tokens": 4, **kw}
+    cfg = EvalConfig(methods=["dense;magicpig:K=4,L=20,local=8"], tasks=["ruler/niah_single_1"],
+                     lengths=[384], samples=samples, out=tmp_path, progress=False, **kw)
 
     def factory(model, tok):
         engines.append(CountingEngine(model, tok))
@@ -128,7 +129,8 @@ def test_run_writes_results_and_resumes(tmp_path, tiny, tokenizer):
     text = (folder / "predictions.jsonl").read_text().splitlines()
     (folder / "predictions.jsonl").write_text(text[0] + "\n" + text[1][:20])
     _run(tmp_path, tiny, tokenizer, engines)
-    assert len(engines[0].prefills) == 1 and [d[0] for d in engines[0].decodes] == ["magicpig:K=4,L=20,local=8"]
+    assert len(engines[0].prefills) == 1 and [d[0].split(",seed=")[0] for d in engines[0].decodes] == [
+        "magicpig:K=4,L=20,local=8"]  # (a per-sample projection seed may follow)
     assert len((folder / "predictions.jsonl").read_text().splitlines()) == 2
 
 
@@ -170,3 +172,104 @@ def test_gsm8k_overrides_and_extra_scores(tmp_path, tiny, tokenizer, fixtures):
     assert m["overrides_applied"] == {"local": 24} and m["parameters"]["local"] == 24
     assert m["method"] == "magicpig:K=4,L=20" and "local=24" in m["method_effective"]
     assert set(m["scores"]) == {"strict", "flexible"} and m["status"] == "ok"
+
+
+# ---- resume keyed by settings, folder locks, Ctrl-C (issue #13 items 2, 8, 9) ----------------------------
+
+UNIT = "ruler/niah_single_1/384"
+
+
+@pytest.mark.parametrize("change,named", [
+    ({"setup": "B"}, 'setup: "A" -> "B"'),
+    ({"backend": "offload"}, 'backend: "reference" -> "offload"'),
+    ({"max_new_tokens": 5}, "max_new_tokens: 4 -> 5"),
+    ({"seed": 1}, "seed: 0 -> 1"),
+    ({"model": "other-model"}, 'model: "tiny" -> "other-model"'),
+])
+def test_resume_refuses_rows_made_with_other_settings(tmp_path, tiny, tokenizer, change, named):
+    engines: list = []
+    _run(tmp_path, tiny, tokenizer, engines, samples=1)
+    folder = tmp_path / UNIT / "dense"
+    before = (folder / "predictions.jsonl").read_text()
+    engines.clear()
+    with pytest.raises(ValueError, match="holds predictions made with other settings") as exc:
+        _run(tmp_path, tiny, tokenizer, engines, samples=1, **change)
+    assert named in str(exc.value) and "--overwrite" in str(exc.value) and "another --out" in str(exc.value)
+    assert engines == [] and (folder / "predictions.jsonl").read_text() == before  # nothing ran or changed
+
+    # --overwrite: the rows are made again with the new settings, never mixed with the old ones
+    metrics = _run(tmp_path, tiny, tokenizer, engines, samples=1, overwrite=True, **change)
+    assert len(engines[0].prefills) == 1 and len((folder / "predictions.jsonl").read_text().splitlines()) == 1
+    stored = json.loads((folder / "settings.json").read_text())
+    key, value = next(iter(change.items()))
+    assert stored[key] == value and all(m.get(key, value) == value for m in metrics)
+    engines.clear()
+    _run(tmp_path, tiny, tokenizer, engines, samples=1, **change)  # same settings again: plain resume
+    assert engines == []
+
+
+def test_resume_compares_the_whole_task_description(tmp_path, tiny, tokenizer, monkeypatch):
+    import magicpig.evaluate as ev
+
+    engines: list = []
+    _run(tmp_path, tiny, tokenizer, engines, samples=1)
+    plain = ev._get_task
+
+    def with_new_setting(cfg, name):  # a task setting added later shows in describe() only
+        task = plain(cfg, name)
+        described = task.describe()
+        task.describe = lambda: {**described, "new_setting": "x"}
+        return task
+
+    monkeypatch.setattr(ev, "_get_task", with_new_setting)
+    with pytest.raises(ValueError, match='task.new_setting: \\(unset\\) -> "x"'):
+        _run(tmp_path, tiny, tokenizer, engines, samples=1)
+
+
+def test_rows_without_recorded_settings_are_not_reused(tmp_path, tiny, tokenizer):
+    engines: list = []
+    _run(tmp_path, tiny, tokenizer, engines, samples=1)
+    for settings in (tmp_path / UNIT).glob("*/settings.json"):
+        settings.unlink()  # as written by the code before settings were recorded
+    with pytest.raises(ValueError, match="no settings recorded"):
+        _run(tmp_path, tiny, tokenizer, engines, samples=1)
+
+
+def test_a_second_run_on_the_same_folder_is_refused(tmp_path, tiny, tokenizer):
+    import os
+
+    from magicpig.pidlock import LockHeld, PidLock
+
+    (tmp_path / UNIT).mkdir(parents=True)
+    other = PidLock(tmp_path / UNIT / "eval.lock")
+    assert other.try_acquire()  # as a first run holds it (flock: a second open file is refused too)
+    engines: list = []
+    try:
+        with pytest.raises(LockHeld, match=f"{UNIT} is being written by another magicpig eval \\(pid {os.getpid()}\\)"):
+            _run(tmp_path, tiny, tokenizer, engines, samples=1)
+        assert engines == [] and not list((tmp_path / UNIT).glob("*/predictions.jsonl"))
+    finally:
+        other.release()
+    # a lock file left by a dead run (its pid gone) is taken over
+    (tmp_path / UNIT / "eval.lock").write_text("999999999\n")
+    assert _run(tmp_path, tiny, tokenizer, engines, samples=1)[0]["status"] == "ok"
+
+
+def test_ctrl_c_keeps_the_rows_and_counts_them(tmp_path, tiny, tokenizer):
+    from magicpig.evaluate import EvalInterrupted
+
+    class Interrupting(CountingEngine):
+        def decode(self, pre, method, config, continuation_ids=None):
+            if len(self.decodes) == 3:  # sample 0: both methods; sample 1: dense, then Ctrl-C
+                raise KeyboardInterrupt
+            return super().decode(pre, method, config, continuation_ids)
+
+    cfg = EvalConfig(model="tiny", methods=["dense;magicpig:K=4,L=20,local=8"], tasks=["ruler/niah_single_1"],
+                     lengths=[384], samples=3, out=tmp_path, max_new_tokens=4, progress=False)
+    with pytest.raises(EvalInterrupted) as exc:
+        run_eval(cfg, model=tiny, tokenizer=tokenizer, engine_factory=Interrupting, log=lambda m: None)
+    assert exc.value.summary == "interrupted: 1 of 3 samples saved; rerun to resume"
+    assert len((tmp_path / UNIT / "dense/predictions.jsonl").read_text().splitlines()) == 2
+    engines: list = []
+    _run(tmp_path, tiny, tokenizer, engines, samples=3)  # resumes: sample 1 for magicpig, sample 2 for both
+    assert len(engines[0].prefills) == 2 and len(engines[0].decodes) == 3

@@ -69,3 +69,19 @@ def test_method_overrides():
     assert m.local == 64 and applied == {}
     m, applied = effective_method("dense", task.method_overrides)
     assert applied == {}
+
+
+def test_no_bos_by_default_as_lm_eval(tokenizer, fixtures):
+    """lm-eval of the paper's era encodes without special tokens: no BOS unless add_bos is set."""
+    from fidelity_helpers import BosTokenizer
+
+    bos = BosTokenizer(tokenizer)
+    path = str(fixtures / "gsm8k_test_tiny.jsonl")
+    plain = GSM8KCoT(path).build(bos, 2048, 1)[0]
+    assert plain.context_ids[0] != 1
+    assert plain.context_ids == tokenizer(fewshot_prefix(), add_special_tokens=False).input_ids
+    with_bos = GSM8KCoT(path, add_bos=True).build(bos, 2048, 1)[0]
+    assert with_bos.context_ids == [1] + plain.context_ids and with_bos.question_ids == plain.question_ids
+    assert GSM8KCoT().describe()["add_bos"] is False and GSM8KCoT(add_bos=True).describe()["add_bos"] is True
+    with pytest.raises(ValueError, match="add_bos must be true or false"):
+        GSM8KCoT(add_bos="yes")

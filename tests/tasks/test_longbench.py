@@ -5,7 +5,8 @@ import pytest
 
 from tasks.common import TaskUnavailable
 from tasks.longbench import LongBenchTask
-from tasks.longbench.metrics import classification, code_sim, first_code_line, normalize_answer, qa_f1, retrieval
+from tasks.longbench.metrics import (classification, code_sim, first_code_line, fuzz_ratio, normalize_answer, qa_f1,
+                                     retrieval)
 
 
 def test_normalize_answer():
@@ -31,6 +32,18 @@ def test_code_sim_first_code_line():
     assert code_sim("# note\nreturn a", "return b") == pytest.approx(0.88)  # 2*7/16 = 87.5% -> 88
     assert code_sim("abc", "abd") == pytest.approx(0.67)  # 2*2/6 = 66.7% -> 67
     assert code_sim("", "abc") == 0.0
+
+
+def test_code_sim_is_fuzzywuzzys_difflib_ratio():
+    """LongBench's fuzzywuzzy (pinned requirements, no python-Levenshtein) runs on difflib; rapidfuzz's
+    ratio (LCS-based) gives 68 on this pair and 59 on the long one, where difflib's autojunk drops the
+    digits, comma and space (each in more than 1% of a 200+ character string) from the matching."""
+    assert code_sim("public void setName(String name) {", "public String getName() {") == pytest.approx(0.64)
+    a = "values = [" + ", ".join(str(i) for i in range(60)) + "]"
+    b = "values = [" + ", ".join(str(i) for i in range(0, 120, 2)) + "]"
+    assert code_sim(a, b) == pytest.approx(0.06)
+    assert fuzz_ratio("", "") == 100 and fuzz_ratio("x", "") == 0  # equal strings first, then empty ones
+    assert fuzz_ratio("abc", "abd") == 67
 
 
 def test_classification_hand_worked():
@@ -125,3 +138,22 @@ def test_hub_unreachable_is_task_unavailable(monkeypatch):
     with pytest.raises(TaskUnavailable, match="THUDM/LongBench.*network is unreachable"):
         LongBenchTask("trec").records()
     assert records  # module imported
+
+
+def test_chat_template_setting(tokenizer, fixtures):
+    """qasper takes the chosen template (the original MagicPIG's meta-chat-3, or none); lcc stays plain."""
+    path = str(fixtures / "longbench_qasper_tiny.jsonl")
+    meta = LongBenchTask("qasper", path, chat_template="meta-chat-3").build(tokenizer, 4096, 1)[0]
+    text = tokenizer.decode(meta.prompt_ids)
+    assert text.startswith("|begin_of_text|><|start_header_id|>user<|end_header_id|> You are given a scientific")
+    assert text.endswith("Answer: <|eot_id|>\n<|start_header_id|>assistant<|end_header_id|>")
+    plain = LongBenchTask("qasper", path, chat_template="none").build(tokenizer, 4096, 1)[0]
+    assert tokenizer.decode(plain.prompt_ids).startswith("You are given a scientific article")
+    lcc_path = str(fixtures / "longbench_lcc_tiny.jsonl")
+    lcc = LongBenchTask("lcc", lcc_path, chat_template="meta-chat-3")
+    assert lcc.describe()["chat_template"] == "none"
+    default = LongBenchTask("lcc", lcc_path).build(tokenizer, 4096, 1)[0]
+    assert lcc.build(tokenizer, 4096, 1)[0].prompt_ids == default.prompt_ids
+    for short in ("qasper", "lcc"):
+        with pytest.raises(ValueError, match="chat_template must be one of"):
+            LongBenchTask(short, path, chat_template="chatml")

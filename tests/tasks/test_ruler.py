@@ -3,6 +3,7 @@ structure, determinism under a seed; the scorers; the QA loaders on fixture file
 from __future__ import annotations
 
 import math
+import random
 import re
 from collections import Counter
 
@@ -107,6 +108,38 @@ def test_vt_chain(tokenizer):
     assert f"assigned the value {s.meta['value']}" in tokenizer.decode(s.question_ids)
 
 
+def test_vt_layout_matches_current_ruler(tokenizer):
+    """Current RULER: noise and statements on single-newline lines, a noise line between two statements, a
+    solved example sized to 500 tokens, its answer after two spaces, "assigned" spelt right."""
+    from tasks.ruler.haystack import NOISE
+
+    s = built(tokenizer, "vt")[0]
+    text = _context_text(tokenizer, s)
+    first = text.index("Memorize and track")
+    last = text.rindex("\n\nMemorize and track")
+    example, main = text[first:last], text[last + 2:]
+    assert "\n\n" not in main.split("following text.\n\n", 1)[1]  # no blank lines in the haystack
+    lines = main.split("following text.\n\n", 1)[1].split("\n")
+    assert set(lines) - {NOISE} == {stmt for stmt in s.meta["chain"]}
+    at = [i for i, line in enumerate(lines) if line != NOISE]
+    assert all(b - a >= 2 for a, b in zip(at, at[1:]))  # distinct noise positions: never two statements in a row
+    assert example.count(NOISE) >= 10  # the old example had 5 noise lines
+    solved, names = example.rsplit(", they are: ", 1)
+    assert re.fullmatch(r" [A-Z]{3}( [A-Z]{3}){4}", names)  # two spaces after the prefix (then "\n\n")
+    n = len(tokenizer(solved + ", they are: ", add_special_tokens=False).input_ids)
+    assert 450 < n <= 500
+    assert f"variables are assigned the value {s.meta['example_value']}" in example and "assgined" not in text
+    assert "assgined" not in tokenizer.decode(s.question_ids)
+
+
+def test_vt_noise_positions():
+    from tasks.ruler.vt import noise_positions
+
+    assert noise_positions([0.0, 0.0, 0.0], 3) == [0, 1, 2]
+    assert noise_positions([0.99, 0.99, 0.995], 10) == [7, 8, 9]
+    assert noise_positions([0.1, 0.5, 0.9], 100) == [10, 50, 90]
+
+
 def test_cwe_frequencies(tokenizer):
     s = built(tokenizer, "cwe")[0]
     ctx = _context_text(tokenizer, s)
@@ -173,6 +206,41 @@ def test_squad_loader(fixtures):
     assert answers == ["France", "in France"] and "Normandy, a region in France" in data.docs[gold[0]]
 
 
+def test_squad_hard_negatives(fixtures):
+    """RULER's qa_1 distractors start with the other paragraphs of the question's own article."""
+    data = load_squad(fixtures / "squad_dev_v2_tiny.json")
+    normans = [i for i, d in enumerate(data.docs) if "Norman" in d]
+    complexity = [i for i in range(len(data.docs)) if i not in normans]
+    assert len(normans) == 2 and len(complexity) == 2
+    for k, (_, _, gold) in enumerate(data.questions):
+        article = normans if gold[0] in normans else complexity
+        assert data.related[k] == [i for i in article if i != gold[0]]  # the article's other paragraph
+    assert load_hotpotqa(fixtures / "hotpot_dev_distractor_tiny.json").hard_negatives(0) == []
+
+
+def test_qa_1_fills_the_haystack_with_hard_negatives_first(tokenizer, fixtures, offline):
+    """With room for one distractor it is always the same-article paragraph (old code: a random one of 3)."""
+    task = make_task("qa_1", str(fixtures / "squad_dev_v2_tiny.json"))
+    data = task.data()
+    for k, (_, _, gold) in enumerate(data.questions):
+        hard = data.docs[data.related[k][0]]
+        task._index = k
+        for seed in range(12):
+            render, _, _, meta = task.make(random.Random(seed))
+            assert meta["hard_negatives_available"] == 1
+            ctx = render(2)[0]
+            assert hard in ctx and data.docs[gold[0]] in ctx and ctx.count("Document ") == 2
+    # end to end: a prompt with room for gold + 1 document holds the hard negative
+    full = make_task("qa_1", str(fixtures / "squad_dev_v2_tiny.json")).build(tokenizer, 4096, 1)[0]
+    assert full.meta["haystack_size"] == 4 and full.meta["hard_negatives"] == 1
+    for length in range(full.n_tokens - 40, full.n_tokens - 200, -10):
+        s = make_task("qa_1", str(fixtures / "squad_dev_v2_tiny.json")).build(tokenizer, length, 1)[0]
+        if s.meta["haystack_size"] == 2:
+            break
+    assert s.meta["haystack_size"] == 2 and s.meta["hard_negatives"] == 1
+    assert data.docs[data.related[0][0]] in tokenizer.decode(s.prompt_ids)
+
+
 def test_hotpotqa_loader(fixtures):
     data = load_hotpotqa(fixtures / "hotpot_dev_distractor_tiny.json")
     assert len(data.docs) == 6 and len(data.questions) == 2
@@ -216,3 +284,20 @@ def test_qa_unavailable_offline(tokenizer, offline):
         make_task("qa_1").build(tokenizer, 1024, 1)
     with pytest.raises(TaskUnavailable, match="HotpotQA"):
         make_task("qa_2").build(tokenizer, 1024, 1)
+
+
+def test_chat_template_option(tokenizer):
+    """meta-chat-3: the original MagicPIG's Llama-3 template around the task text, answer prefix after it;
+    none: the plain task text. Both sized to the target like the default."""
+    orig = make_task("niah_single_1", chat_template="meta-chat-3").build(tokenizer, 1024, 1)[0]
+    text = tokenizer.decode(orig.prompt_ids)
+    assert text.startswith("|begin_of_text|><|start_header_id|>user<|end_header_id|> A special magic number is hidden")
+    q = tokenizer.decode(orig.question_ids)
+    assert q.endswith(" <|eot_id|>\n<|start_header_id|>assistant<|end_header_id|> The special magic number for "
+                      + orig.meta["queried"][0] + " mentioned in the provided text is")
+    assert "<|im_start|>" not in text and 0.98 * 1024 <= orig.n_tokens <= 1024
+    plain = make_task("niah_single_1", chat_template="none").build(tokenizer, 1024, 1)[0]
+    assert tokenizer.decode(plain.prompt_ids).startswith("A special magic number is hidden")
+    assert make_task("vt", chat_template="none").describe()["chat_template"] == "none"
+    with pytest.raises(ValueError, match="chat_template must be one of tokenizer, meta-chat-3, none"):
+        make_task("cwe", chat_template="llama-3")

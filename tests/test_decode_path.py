@@ -1,0 +1,230 @@
+"""The system decode path (backend ``offload``): the decoder set-up's hashing and table build (kernel 0 and
+the table-major build), the fused exact parts, bf16 offloading, the staged (GPU-style) host-buffer path
+run on the CPU, the CPU threads setting and the timings the engine reports."""
+import pytest
+import torch
+
+from tiny_models import random_prompt, tiny_model
+from magicpig import attention, cache, lsh
+from magicpig.engine import Engine, GenerationConfig
+from magicpig.methods import KeyLayout, MagicPIG
+from magicpig.methods.exact import Dense
+
+from test_cpu_common import require_module
+
+METHOD = "magicpig:K=4,L=24,local=16"
+
+
+def _codes_agree(got: torch.Tensor, ref: torch.Tensor, x: torch.Tensor, proj: torch.Tensor, K: int, L: int):
+    """Codes equal, except (in principle) where a projection is within rounding of 0."""
+    bad = got != ref
+    if bad.any():
+        near = ((x @ proj).abs() < 1e-4).reshape(*x.shape[:-1], L, K).any(-1)
+        assert not (bad & ~near).any(), "codes differ away from a zero projection"
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+def test_hash_keys_equals_torch_reference(isa, monkeypatch):
+    require_module()
+    from magicpig import cpu
+
+    if isa not in cpu.supported_isas():
+        pytest.skip(f"CPU lacks {isa}")
+    monkeypatch.setenv(cpu.ISA_ENV, isa)
+    gen = torch.Generator().manual_seed(0)
+    B, Hkv, n, d, K, L = 2, 3, 500, 48, 5, 21  # K*L = 105: not a multiple of the column tile
+    k = torch.randn(B, Hkv, n, d, generator=gen) + 0.5
+    center = torch.randn(B, Hkv, d, generator=gen) * 0.2
+    lo, count = torch.tensor([3, 40]), torch.tensor([490, 431])
+    for proj in (lsh.make_projections(d, K, L, num_sets=Hkv), lsh.make_projections(d, K, L, num_sets=1)):
+        for padded in (False, True):
+            p = cpu.pad_projections(proj) if padded else proj
+            codes = cpu.hash_keys(k, center, p, K, L, lo, count, m=495)
+            tm = cpu.hash_keys(k, center, p, K, L, lo, count, m=495, table_major=True)
+            assert codes.shape == (B, Hkv, 495, L) and tm.shape == (B, Hkv, L, 495)
+            assert torch.equal(tm.transpose(2, 3), codes)
+            for b in range(B):
+                c, s = int(count[b]), int(lo[b])
+                x = k[b:b + 1, :, s:s + c] - center[b:b + 1, :, None]
+                ref = lsh.hash_codes(x, proj, K, L)[0]
+                _codes_agree(codes[b, :, :c], ref, x[0], proj if proj.shape[0] == Hkv else proj[0], K, L)
+                assert not codes[b, :, c:].any()  # padding rows are 0
+    with pytest.raises(RuntimeError, match="row range"):
+        cpu.hash_keys(k, center, proj, K, L, torch.tensor([0, 100]), torch.tensor([10, 450]), m=450)
+
+
+def test_table_major_build_equals_row_major():
+    require_module()
+    from magicpig import cpu
+
+    gen = torch.Generator().manual_seed(1)
+    codes = torch.randint(0, 2**6, (2, 2, 300, 20), generator=gen, dtype=torch.int32)
+    counts = torch.tensor([300, 170])
+    mod = cpu.load()
+    off_a, ids_a = mod.build_tables(codes, counts, 6, 2)
+    off_b, ids_b = mod.build_tables_table_major(codes.transpose(2, 3).contiguous(), counts, 6, 2)
+    assert torch.equal(off_a, off_b)
+    for b, c in enumerate(counts.tolist()):  # slots past a sequence's count are never read
+        assert torch.equal(ids_a[b, ..., :c], ids_b[b, ..., :c])
+    with pytest.raises(RuntimeError, match="codes must lie"):
+        mod.build_tables_table_major(torch.full((1, 1, 2, 5), 64, dtype=torch.int32), torch.tensor([5]), 6, 1)
+
+
+def _state(B=2, Hkv=2, n=400, d=32, seed=2):
+    gen = torch.Generator().manual_seed(seed)
+    k = torch.randn(B, Hkv, n, d, generator=gen) + 0.6
+    v = torch.randn(B, Hkv, n, d, generator=gen)
+    layout = KeyLayout(n, torch.tensor([0, 57]), torch.tensor([n, n]))
+    return k, v, layout
+
+
+@pytest.mark.parametrize("impl", ["compiled", "torch"])
+def test_from_prefill_equals_build_from_reference_state(impl):
+    if impl == "compiled":
+        require_module()
+    from magicpig import cpu
+
+    k, v, layout = _state()
+    method = MagicPIG(K=5, L=20, sinks=4, local=16)
+    state = method.prepare(k, v, layout)
+    off = cpu.compact_offloaded(k, v, state)
+    _, offloaded = cache.split_static_offloaded(layout, method.sinks, method.local)
+    lo, counts = cache._row_ranges(offloaded)
+    center = cache._center(k, layout, offloaded, True)
+    assert torch.equal(center, state.center)
+    cls = cache.offload_layer_class(impl)
+    layer = cls.from_prefill(k, v, center, state.projections, lo, counts, method.K, method.L)
+    if impl == "torch":
+        assert torch.equal(layer.codes, off.codes) and torch.equal(layer.keys, off.keys)
+        return
+    ref = cpu.OffloadedLayer.build(off.keys, off.values, off.codes, off.counts, method.K, method.L)
+    assert torch.equal(layer.kv, ref.kv) and torch.equal(layer.counts, ref.counts)
+    # the same tables (codes equal the reference's on these inputs)
+    assert torch.equal(layer.offsets, ref.offsets)
+    for b, c in enumerate(counts.tolist()):
+        assert torch.equal(layer.ids[b, ..., :c], ref.ids[b, ..., :c])
+    half = cpu.OffloadedLayer.from_prefill(k, v, center, state.projections, lo, counts, method.K, method.L,
+                                           torch.bfloat16)
+    assert half.kv.dtype == torch.bfloat16 and torch.equal(half.kv, ref.kv.to(torch.bfloat16))
+    with pytest.raises(ValueError, match="offload_dtype"):
+        cpu.OffloadedLayer.from_prefill(k, v, center, state.projections, lo, counts, 5, 20, torch.float16)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_exact_matches_dense_reference(dtype):
+    k, v, layout = _state(n=300)
+    q = torch.randn(2, 6, 32)
+    ref = Dense().attend(q, k, v, layout, scale=0.2)
+    valid = layout.valid()
+    out, lse = attention.decode_exact(q.to(dtype), k.to(dtype), v.to(dtype), 0.2, valid)
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(out, ref.output, atol=tol, rtol=tol)
+    torch.testing.assert_close(lse, ref.lse, atol=tol, rtol=tol)
+    assert out.dtype == lse.dtype == torch.float32
+    # a row with no valid key: output 0 and lse -inf, never NaN (the fused kernel itself returns lse 0)
+    none = valid.clone()
+    none[1] = False
+    out, lse = attention.decode_exact(q, k, v, 0.2, none)
+    assert torch.isfinite(out).all() and not out[1].any() and torch.isneginf(lse[1]).all()
+    out0, lse0 = attention.decode_exact(q[:1], k[:1], v[:1], 0.2)  # no mask
+    torch.testing.assert_close(out0, Dense().attend(q[:1], k[:1], v[:1], KeyLayout.simple(1, 300), scale=0.2).output)
+
+
+def test_bf16_model_keeps_exact_parts_in_bf16():
+    """The system path never holds float32 copies of a bf16 cache (static part, dense layers)."""
+    k, v, layout = _state()
+    kb, vb = k.bfloat16(), v.bfloat16()
+    dec = cache.OffloadDecoder(MagicPIG(K=5, L=20, local=16), kb, vb, layout, 0, "torch")
+    assert dec.k_static.data.dtype == dec.v_static.data.dtype == torch.bfloat16
+    assert dec.cpu_layer.keys.dtype == torch.bfloat16  # default store follows the model
+    ex = cache.ExactDecoder(kb, vb, layout, 0)
+    assert ex.k.data.dtype == torch.bfloat16
+    q = torch.randn(2, 4, 32).bfloat16()
+    res = ex.attend(q, None)
+    ref = Dense().attend(q.float(), kb.float(), vb.float(), layout)
+    torch.testing.assert_close(res.output, ref.output, atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.parametrize("impl", ["compiled", "torch"])
+def test_bf16_offload_close_to_fp32(impl):
+    """bf16 storage of the offloaded keys/values: per-layer output within 2% (relative L2) of float32
+    storage; the same keys are sampled (codes come from float32 keys either way)."""
+    if impl == "compiled":
+        require_module()
+    k, v, layout = _state(n=600)
+    method = MagicPIG(K=4, L=30, sinks=4, local=16)
+    q = torch.randn(2, 6, 32) * 2
+    full = cache.OffloadDecoder(method, k, v, layout, 0, impl, offload_dtype=torch.float32).attend(q, None)
+    half = cache.OffloadDecoder(method, k, v, layout, 0, impl, offload_dtype=torch.bfloat16).attend(q, None)
+    assert torch.equal(full.used, half.used)
+    err = (half.output - full.output).norm() / full.output.norm()
+    assert 0 < err < 2e-2
+    with pytest.raises(ValueError, match="offload_dtype"):
+        Engine(tiny_model("llama"), None, backend="offload", offload_dtype="float16")
+
+
+@pytest.mark.parametrize("concurrent", [True, False])
+def test_staged_host_path_equals_direct(concurrent):
+    """The GPU route (queries hashed on the model's device, staged through host buffers, results copied
+    back) run on the CPU gives the direct CPU route's result. host_buffer pins only beside CUDA."""
+    require_module()
+    k, v, layout = _state()
+    method = MagicPIG(K=5, L=20, sinks=4, local=16)
+    q = torch.randn(2, 4, 32)
+    direct = cache.OffloadDecoder(method, k, v, layout, 0, "compiled")
+    staged = cache.OffloadDecoder(method, k, v, layout, 0, "compiled", concurrent=concurrent,
+                                  stage_through_host=True)
+    assert direct._hash_on_cpu and not staged._hash_on_cpu
+    for step in range(3):
+        a, b = direct.attend(q, None), staged.attend(q, None)
+        torch.testing.assert_close(a.output, b.output, atol=1e-6, rtol=1e-6)
+        assert torch.equal(a.used, b.used)
+        kn, vn = torch.randn(2, 2, 1, 32), torch.randn(2, 2, 1, 32)
+        direct.append(kn, vn)
+        staged.append(kn, vn)
+    assert set(staged._host) == {"q", "codes", "out", "lse"}
+    assert all(not t.is_pinned() for t in staged._host.values())
+    assert cache.host_buffer((2,), torch.float32, torch.device("cpu")).is_pinned() is False
+
+
+def test_threads_env(monkeypatch):
+    from magicpig import cpu
+
+    monkeypatch.delenv(cpu.THREADS_ENV, raising=False)
+    assert cpu.num_threads() == torch.get_num_threads()
+    assert cpu.num_threads(gpu=True) == max(1, cpu.physical_cores() - 1)
+    monkeypatch.setenv(cpu.THREADS_ENV, " 3 ")
+    assert cpu.num_threads() == cpu.num_threads(gpu=True) == 3
+    for bad in ("0", "-2", "two", "1.5"):
+        monkeypatch.setenv(cpu.THREADS_ENV, bad)
+        with pytest.raises(ValueError, match=cpu.THREADS_ENV):
+            cpu.num_threads()
+
+
+def test_timings_reported():
+    model = tiny_model("llama")
+    engine = Engine(model, None)
+    pre = engine.prefill(random_prompt(200, seed=3))
+    cfg = GenerationConfig(max_new_tokens=4, ignore_eos=True)
+    off = Engine(model, None, backend="offload").decode(pre, METHOD, cfg)[0]
+    keys = {"setup", *cache.TIMING_KEYS}
+    assert set(off.timings) == keys and all(t >= 0 for t in off.timings.values())
+    assert off.timings["setup"] == off.setup_seconds > 0
+    for key in ("hash", "cpu_attend", "exact"):
+        assert off.timings[key] > 0, key
+    assert off.timings["cpu_attend"] >= off.timings["cpu_retrieve"]
+    ref = engine.decode(pre, METHOD, cfg)[0]
+    assert set(ref.timings) == keys and ref.timings["cpu_attend"] == 0
+
+
+def test_offload_decoders_are_system_decoders():
+    """Backend offload: dense layers use the fused ExactDecoder, sparse layers the OffloadDecoder."""
+    model = tiny_model("llama")
+    c = cache.MagicPIGCache(model, METHOD, "offload", offload_impl="torch")
+    k, v, layout = _state(B=1, Hkv=model.config.num_key_value_heads,
+                          d=model.config.hidden_size // model.config.num_attention_heads)
+    layout = KeyLayout.simple(1, k.shape[2])
+    c.start_decoding([k] * c.num_layers, [v] * c.num_layers, layout)
+    kinds = {type(l.decoder).__name__ for i, l in enumerate(c.layers) if not c.is_sparse(i)}
+    assert kinds == {"ExactDecoder"}
+    assert {type(l.decoder).__name__ for i, l in enumerate(c.layers) if c.is_sparse(i)} == {"OffloadDecoder"}

@@ -1,0 +1,300 @@
+"""Load-time validation of the pipeline config (magicpig.pipeline_config): every bad setting is refused with
+its config path named, before any job; the real configs pass. Also `magicpig eval --samples all`."""
+import copy
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from magicpig.pipeline_config import gguf_context_length, model_context, validate_pipeline_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = shutil.which("snakemake", path=str(Path(sys.executable).parent)) or shutil.which("snakemake")
+
+
+def load(name):
+    return yaml.safe_load((ROOT / "config" / name).read_text())
+
+
+@pytest.fixture
+def smoke():
+    return load("smoke.yaml")
+
+
+def problems(config, warnings=None):
+    """The validator's message for ``config`` (fails the test if it is accepted)."""
+    with pytest.raises(ValueError) as info:
+        validate_pipeline_config(config, warn=(warnings or []).append)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("file,preset", [("config.yaml", "cpu"), ("config.yaml", "paper"), ("smoke.yaml", "smoke")])
+def test_real_configs_pass(file, preset):
+    cfg = load(file)
+    cfg["preset"] = preset
+    warnings = []
+    validate_pipeline_config(cfg, warn=warnings.append)
+    if preset == "paper":  # a hub id not in the local cache: accepted, with a warning naming the field
+        assert all("presets.paper.model" in w for w in warnings)
+    else:
+        assert warnings == []
+
+
+@pytest.mark.parametrize("block,spec,expect", [
+    ("ruler", "magicpig:K=10,L=150,X=1", "has no field 'X'"),
+    ("longbench", "fast", "unknown attention method 'fast'; known methods:"),
+    ("gsm8k", "quest:ratio=2", "'ratio' must be in (0, 1]"),
+    ("ablations", "magicpig:K=abc", "field 'K' expects int"),
+])
+def test_bad_method_spec_names_the_field(smoke, block, spec, expect):
+    key = "kl_grid" if block == "ablations" else "methods"
+    smoke["presets"]["smoke"][block][key] = ["dense", spec]
+    msg = problems(smoke)
+    assert f"presets.smoke.{block}.{key}[1]: " in msg and expect in msg
+
+
+@pytest.mark.parametrize("methods,dup", [
+    (["dense", "magicpig", "magicpig:K=10,L=150"], "presets.smoke.ruler.methods[2]: 'magicpig:K=10,L=150' is the same "
+                                                   "method as presets.smoke.ruler.methods[1] 'magicpig'"),
+    (["quest:ratio=0.04", "quest:page_size=16"], "presets.smoke.ruler.methods[1]"),
+    (["dense", "dense"], "presets.smoke.ruler.methods[1]"),
+])
+def test_duplicate_or_equivalent_methods_are_refused(smoke, methods, dup):
+    smoke["presets"]["smoke"]["ruler"]["methods"] = methods
+    msg = problems(smoke)
+    assert dup in msg and "list each setting once" in msg
+
+
+def test_decode_bench_backend_suffix(smoke):
+    p = smoke["presets"]["smoke"]
+    p["decode_bench"]["methods"] = ["dense@reference", "magicpig@offload", "magicpig@reference"]
+    validate_pipeline_config(smoke)  # same method on two backends is two measurements
+    p["decode_bench"]["methods"] = ["dense@gpu"]
+    msg = problems(smoke)
+    assert "presets.smoke.decode_bench.methods[0]" in msg and "stock, reference, offload" in msg
+
+
+@pytest.mark.parametrize("block", ["ruler", "ablations"])
+def test_unknown_task_names_the_field_and_the_tasks(smoke, block):
+    smoke["presets"]["smoke"][block]["tasks"] = ["niah_single_1", "niah_singel_2"]
+    msg = problems(smoke)
+    assert f"presets.smoke.{block}.tasks[1]: unknown RULER task 'niah_singel_2'" in msg
+    assert "did you mean 'niah_single_2'" in msg and "qa_2" in msg
+
+
+def test_unknown_longbench_task_lists_the_allowed(smoke):
+    smoke["presets"]["smoke"]["longbench"]["tasks"] = ["narrativeqa"]
+    msg = problems(smoke)
+    assert "presets.smoke.longbench.tasks[0]" in msg and "triviaqa" in msg
+
+
+@pytest.mark.parametrize("kl,expect", [("17,150", "K must be an integer in [1, 16]"), ("10,0", "L must be a positive"),
+                                       ("16,600", "at most 8192 hash bits")])
+def test_kernel_bench_kl_out_of_range(smoke, kl, expect):
+    smoke["presets"]["smoke"]["kernel_bench"]["kl"] = ["10,150", kl]
+    msg = problems(smoke)
+    assert f"presets.smoke.kernel_bench.kl[1]: '{kl}'" in msg and expect in msg
+
+
+@pytest.mark.parametrize("model,expect", [("/nonexistent/llama", "neither 'smollm2'"),
+                                          ("/nonexistent/model.gguf", "does not exist")])
+def test_missing_model(smoke, model, expect):
+    smoke["presets"]["smoke"]["model"] = model
+    msg = problems(smoke)
+    assert "presets.smoke.model: " in msg and expect in msg
+
+
+def test_only_the_selected_presets_model_must_exist(smoke):
+    other = copy.deepcopy(smoke["presets"]["smoke"])
+    other["model"] = "/elsewhere/weights"  # another machine's path
+    smoke["presets"]["gpu_box"] = other
+    validate_pipeline_config(smoke)
+    other["ruler"]["methods"] = ["nope"]  # but its method lists are checked
+    assert "presets.gpu_box.ruler.methods[0]" in problems(smoke)
+
+
+@pytest.mark.parametrize("field,value,where,allowed", [
+    (("ruler", "lengths"), [1024, 16384], "presets.smoke.ruler.lengths[1]: 16384 + 128 answer tokens", 8064),
+    (("longbench", "max_length"), 8192, "presets.smoke.longbench.max_length: 8192", None),
+    (("gsm8k", "max_length"), 8000, "presets.smoke.gsm8k.max_length: 8000 + 256 answer tokens", 7936),
+    (("estimation", "length"), 9000, "presets.smoke.estimation.length: 9000 is beyond", 8192),
+])
+def test_lengths_beyond_the_models_context(smoke, field, value, where, allowed):
+    p = smoke["presets"]["smoke"]
+    p["longbench"].update(tasks=["trec"], samples=1)
+    p["gsm8k"]["samples"] = "all"
+    p[field[0]][field[1]] = value
+    msg = problems(smoke)
+    assert where in msg and "context of 'smollm2' (8192 tokens" in msg
+    if allowed:
+        assert f"allowed: at most {allowed}" in msg
+
+
+def test_empty_lengths_are_refused(smoke):
+    smoke["presets"]["smoke"]["ruler"]["lengths"] = []  # used to be an IndexError in the ablation rules
+    assert "presets.smoke.ruler.lengths: [] should be non-empty" in problems(smoke)
+
+
+def test_misspelled_keys_are_refused(smoke):
+    smoke["sead"] = 1
+    smoke["presets"]["smoke"]["ruler"]["lenghts"] = [1024]
+    msg = problems(smoke)
+    assert "(top level): Additional properties are not allowed ('sead' was unexpected)" in msg
+    assert "did you mean 'sead' -> 'seed'?" in msg and "allowed keys: preset, presets, seed" in msg
+    assert "presets.smoke.ruler: Additional properties are not allowed ('lenghts' was unexpected)" in msg
+
+
+def test_every_problem_is_listed_at_once(smoke):
+    p = smoke["presets"]["smoke"]
+    p["ruler"]["tasks"] = ["nope"]
+    p["kernel_bench"]["kl"] = ["20,10"]
+    p["ruler"]["lengths"] = [65536]
+    msg = problems(smoke)
+    assert msg.startswith("config: 3 problem(s):")
+
+
+def test_unknown_preset(smoke):
+    smoke["preset"] = "nope"
+    assert "preset 'nope' is not one of ['smoke']" in problems(smoke)
+
+
+@pytest.mark.parametrize("block,ok", [("longbench", True), ("gsm8k", True), ("ruler", False)])
+def test_samples_all_only_for_record_tasks(smoke, block, ok):
+    smoke["presets"]["smoke"][block]["samples"] = "all"
+    if ok:
+        validate_pipeline_config(smoke)
+    else:
+        msg = problems(smoke)
+        assert "presets.smoke.ruler.samples: 'all' is not of type 'integer'" in msg
+
+
+def test_bad_sample_count_lists_the_allowed(smoke):
+    smoke["presets"]["smoke"]["longbench"]["samples"] = "every"
+    msg = problems(smoke)
+    assert "presets.smoke.longbench.samples" in msg and "allowed: integer >= 0 or 'all'" in msg
+
+
+def test_chat_template_is_schema_checked(smoke):
+    smoke["presets"]["smoke"]["chat_template"] = "meta-chat-3"
+    validate_pipeline_config(smoke)
+    smoke["presets"]["smoke"]["chat_template"] = "llama3"
+    msg = problems(smoke)
+    assert "presets.smoke.chat_template: 'llama3' is not one of ['tokenizer', 'meta-chat-3', 'none']" in msg
+
+
+def test_model_context_sources(tmp_path, monkeypatch):
+    from magicpig.models import embedded_gguf_path
+
+    assert model_context("smollm2")[0] == 8192  # the embedded GGUF's own metadata
+    assert gguf_context_length(embedded_gguf_path()) == 8192
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"max_position_embeddings": 2048}))
+    assert model_context(str(folder))[0] == 2048
+    not_gguf = tmp_path / "x.gguf"
+    not_gguf.write_bytes(b"ABCD" + bytes(64))
+    with pytest.raises(ValueError):
+        model_context(str(not_gguf))
+    # a hub id: the cached config.json when there is one, else unknown (a warning, not an error)
+    monkeypatch.setattr("huggingface_hub.try_to_load_from_cache", lambda repo, name: None)
+    context, why = model_context("someone/some-model")
+    assert context is None and "not in the local Hugging Face cache" in why
+    monkeypatch.setattr("huggingface_hub.try_to_load_from_cache", lambda repo, name: str(folder / "config.json"))
+    assert model_context("someone/some-model")[0] == 2048
+
+
+def test_local_folder_context_limits_lengths(smoke, tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"max_position_embeddings": 2048}))
+    smoke["presets"]["smoke"]["model"] = str(folder)
+    smoke["presets"]["smoke"]["estimation"]["length"] = 1024
+    smoke["presets"]["smoke"]["longbench"]["max_length"] = 1024
+    validate_pipeline_config(smoke)  # 1024 + 128 fits 2048; GSM8K (4096) does not run in this preset
+    smoke["presets"]["smoke"]["gsm8k"]["samples"] = 5
+    assert "presets.smoke.gsm8k.max_length: 4096 + 256 answer tokens" in problems(smoke)
+    smoke["presets"]["smoke"]["gsm8k"]["samples"] = 0
+    smoke["presets"]["smoke"]["ruler"]["lengths"] = [1024, 2048]
+    assert "presets.smoke.ruler.lengths[1]: 2048 + 128 answer tokens" in problems(smoke)
+
+
+def test_snakemake_refuses_a_bad_config_at_load_time():
+    """`snakemake -n` stops while loading the Snakefile, naming the field (used to pass)."""
+    r = subprocess.run([SNAKEMAKE, "-n", "--cores", "1", "--config",
+                        'presets={"cpu": {"longbench": {"methods": ["magicpig", "magicpig:K=10,L=150"]}}}'],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert "presets.cpu.longbench.methods[1]: 'magicpig:K=10,L=150' is the same method" in out
+    assert "Job stats" not in out  # refused before any job was planned
+
+
+# ---- magicpig eval --samples all -------------------------------------------------------------------------
+
+def test_eval_cli_parses_samples_all():
+    from magicpig.cli import build_parser
+
+    parser = build_parser()
+    base = ["eval", "--task", "gsm8k", "--length", "4096", "--out", "x"]
+    assert parser.parse_args(base + ["--samples", "all"]).samples is None
+    assert parser.parse_args(base + ["--samples", "7"]).samples == 7
+    with pytest.raises(SystemExit):
+        parser.parse_args(base + ["--samples", "every"])
+
+
+def test_samples_all_is_refused_for_generated_tasks(tmp_path):
+    from magicpig.evaluate import EvalConfig
+
+    cfg = EvalConfig(model="smollm2", methods=["dense"], tasks=["gsm8k", "ruler/cwe"], lengths=[4096], samples=None,
+                     out=tmp_path)
+    with pytest.raises(ValueError, match=r"samples: 'all' needs tasks with a fixed set of records.*ruler/cwe"):
+        cfg.check()
+
+
+class FakeEngine:
+    """Answers 'x' at once: enough to see which samples the runner builds."""
+
+    max_context = 0
+
+    def prefill(self, ids):
+        return SimpleNamespace(seconds=0.0)
+
+    def decode(self, pre, method, config, continuation_ids=None):
+        return [SimpleNamespace(text="x", cost=1.0, cost1=0.0, new_tokens=1, seconds=0.0, stop_reason="stop")]
+
+
+def test_samples_all_runs_every_record(tmp_path):
+    from magicpig.evaluate import EvalConfig, run_eval
+    from magicpig.models import load_tokenizer
+
+    data = ROOT / "tests" / "fixtures" / "gsm8k_test_tiny.jsonl"
+    n_records = len(data.read_text().splitlines())
+    cfg = EvalConfig(model="smollm2", methods=["dense"], tasks=["gsm8k"], lengths=[4096], samples=None,
+                     out=tmp_path, data={"gsm8k": str(data)}, progress=False)
+    [m] = run_eval(cfg, model=object(), tokenizer=load_tokenizer("smollm2"),
+                   engine_factory=lambda model, tok: FakeEngine(), log=lambda msg: None)
+    assert m["status"] == "ok" and m["counts"]["samples"] == n_records == 3
+    assert m["samples_requested"] == "all"
+
+
+def test_gguf_context_after_arrays(tmp_path):
+    """The header reader skips arrays of strings and numbers before the context key."""
+    import gguf
+
+    path = tmp_path / "tiny.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_token_list(["a", "bb", "ccc"])
+    w.add_token_scores([0.0, 1.0, 2.0])
+    w.add_context_length(4096)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    assert gguf_context_length(path) == 4096
+    path.write_bytes(path.read_bytes()[:40])  # cut inside the header
+    with pytest.raises(ValueError, match="ends early"):
+        gguf_context_length(path)

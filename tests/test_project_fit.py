@@ -1,0 +1,344 @@
+"""The hardware model fitted to measurement (`magicpig project` with kernel + decode CSVs).
+
+Fixtures: throughput_{decode,kernel}_cpu.csv were generated (tests/fixtures/throughput_fixtures.py) from the
+physical model with known rates, 6% noise, rows measured again under load (times x1.7-2.3,
+``under_load=true``) and one row that does not fit; throughput_decode_cputime_real.csv holds real rows of
+this machine (see test_model_fits_real_rows_of_this_machine).
+"""
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from magicpig.commands import project
+from magicpig.hardware import (HARDWARE, MODELS, Fit, SparseSetting, dtype_bytes, fit, h200_rows, method_family,
+                               model_shape, nnls, step_work)
+
+FIX = Path(__file__).parent / "fixtures"
+DECODE, KERNEL = FIX / "throughput_decode_cpu.csv", FIX / "throughput_kernel_cpu.csv"
+TRUTH = {"flops": 1 / 60e9, "kv:dense@stock": 1 / 2.8e9, "kv:dense": 1 / 4.1e9, "sparse": 1 / 4.2e9,
+         "layer:dense@stock": 1.5e-3, "layer:dense": 1.0e-3, "layer:magicpig": 2.4e-3}
+SMOL = model_shape("smollm2").with_dtype(4)
+
+
+def grid():
+    works = []
+    for n in (8192, 32768):
+        for b in (1, 2, 4, 8):
+            for fam in ("dense@stock", "dense", "magicpig"):
+                works.append(step_work(SMOL, fam, n, b, SparseSetting(sampled_fraction=0.02)))
+    return works
+
+
+def test_model_shapes_come_from_the_yaml_file():
+    s = model_shape("smollm2")
+    assert (s.name, s.layers, s.heads, s.kv_heads, s.head_dim, s.tie_embeddings) == ("smollm2-135m", 30, 9, 3, 64, True)
+    assert model_shape("shape:llama-3.1-8b") is MODELS["llama-3.1-8b"]
+    assert model_shape("meta-llama/Llama-3.1-8B-Instruct").layers == 32
+    assert {"llama-3.1-8b", "codellama-13b", "codellama-34b"} <= set(MODELS)
+    with pytest.raises(ValueError, match="model: no architecture facts.*llama-3.1-8b"):
+        model_shape("gpt-9")
+    with pytest.raises(ValueError, match="dtype.*float32"):
+        dtype_bytes("int3")
+
+
+def test_step_work_by_hand():
+    w = step_work(SMOL, "dense", 32768, 2)
+    assert w.weight_bytes == pytest.approx(0.135e9 * 4)  # tied embeddings: the output head reads them
+    assert w.exact_kv_bytes == 2 * 30 * 32768 * (2 * 3 * 64 * 4)
+    assert w.flops == pytest.approx(2 * 2 * 0.135e9)
+    llama = MODELS["llama-3.1-8b"]  # untied: the input-embedding table is only looked up
+    assert step_work(llama, "dense", 1024, 1).weight_bytes == pytest.approx((8.03e9 - 128256 * 4096) * 2)
+    p = step_work(SMOL, "magicpig", 32768, 1, SparseSetting(10, 150, 0.02, 2, 132))
+    assert p.exact_kv_bytes == (2 * 32768 + 28 * 132) * 1536
+    assert p.sparse_bytes == pytest.approx(28 * 9 * (0.02 * 32768 * 2 * 64 * 4 + 150 * 32 * 2))
+    with pytest.raises(ValueError, match="family must be one of"):
+        step_work(SMOL, "quest", 1024, 1)
+
+
+def test_method_family():
+    assert method_family("dense", "stock") == method_family("dense@stock") == "dense@stock"
+    assert method_family("dense", "reference") == "dense"
+    assert method_family("magicpig:K=10,L=150", "offload") == method_family("magicpig@offload") == "magicpig"
+    assert method_family("magicpig", "reference") is None and method_family("quest:ratio=0.04", "reference") is None
+
+
+def test_nnls_keeps_coefficients_non_negative():
+    import numpy as np
+
+    A = np.array([[1.0, 1.0], [1.0, 1.01], [1.0, 0.99]])
+    b = np.array([1.0, 0.5, 1.5])  # unconstrained: a large negative second coefficient
+    assert np.linalg.lstsq(A, b, rcond=None)[0][1] < 0
+    x = nnls(A, b)
+    assert (x >= 0).all() and x[1] == 0 and x[0] == pytest.approx(1.0)
+    exact = nnls(A, A @ np.array([0.3, 0.7]))
+    assert exact == pytest.approx([0.3, 0.7])
+
+
+def test_fit_recovers_the_rates_from_exact_rows():
+    works = grid()
+    truth = Fit(14.0, TRUTH)
+    f = fit(works, [truth.predict_s(w) for w in works], 14.0)
+    for k, v in TRUTH.items():
+        assert f.coef[k] == pytest.approx(v, rel=1e-6), k
+    p = f.parameters()
+    assert p["gflops"] == pytest.approx(60) and p["exact_kv_gbps[dense]"] == pytest.approx(4.1)
+    assert p["sparse_efficiency (of stream)"] == pytest.approx(4.2 / 14)
+    assert p["layer_overhead_ms[magicpig]"] == pytest.approx(2.4)
+
+
+def test_undetermined_parameters_are_nan_not_zero():
+    works = [w for w in grid() if w.family == "dense"]
+    f = fit(works, [Fit(14.0, TRUTH).predict_s(w) for w in works], 14.0)
+    p = f.parameters()
+    assert math.isnan(p["sparse_gbps[magicpig]"]) and math.isnan(p["layer_overhead_ms[dense@stock]"])
+    assert p["exact_kv_gbps[dense]"] == pytest.approx(4.1)
+    with pytest.raises(ValueError, match="no unflagged measured rows"):
+        fit([], [], 14.0)
+
+
+def test_kernel_summary_uses_unflagged_rows_only(tmp_path):
+    k = project.kernel_summary([KERNEL])
+    assert (k["rows"], k["unflagged"]) == (5, 4)
+    assert k["stream_gbps"] == pytest.approx(13.95) and k["efficiency"] == pytest.approx(0.305)
+    loaded = tmp_path / "k.csv"
+    df = pd.read_csv(KERNEL)
+    df.assign(load_avg=5.0).to_csv(loaded, index=False)
+    k = project.kernel_summary([loaded])
+    assert k["unflagged"] == 0 and math.isnan(k["efficiency"])
+    assert k["stream_gbps"] == pytest.approx(14.2) and "under load" in k["stream_source"]
+
+
+def run_project(tmp_path, *extra, decode=DECODE):
+    from magicpig.cli import main
+
+    out = tmp_path / "out"
+    args = ["project", "--kernel-csv", str(KERNEL), "--decode-csv", str(decode), "--out-dir", str(out), *extra]
+    assert main(args) == 0
+    return {k: pd.read_csv(out / name) for k, name in project.OUT_FILES.items()}
+
+
+def test_fixture_fit_within_target_and_loaded_rows_flagged(tmp_path, capsys):
+    res = run_project(tmp_path)
+    pred = res["predicted"]
+    assert len(pred) == len(pd.read_csv(DECODE))
+    assert pred["predicted_ms_per_token"].notna().all()  # every decode row gets a prediction
+    fitted = pred[pred["model_role"] == "fitted"]
+    assert len(fitted) == 23
+    assert fitted["prediction_error"].abs().max() <= 0.25
+    assert fitted["loo_error"].abs().max() <= 0.25 and fitted["loo_error"].notna().all()
+    loaded = pred[pred["under_load"]]
+    assert len(loaded) == 6 and (loaded["model_role"] == "flagged: under load").all()
+    assert (pred.loc[pred["fits"] == False, "model_role"] == "not measured (does not fit)").all()  # noqa: E712
+    out = capsys.readouterr().out
+    assert "max |error| on 23 unflagged rows" in out and "within the +-25% target" in out
+    assert "PROJECTION" in out and "layer_overhead_ms[magicpig]" in out
+    fit_df = res["fit"].set_index("parameter")["value"]
+    assert fit_df["exact_kv_gbps[dense@stock]"] == pytest.approx(2.8, rel=0.15)
+    assert fit_df["sparse_efficiency (of stream)"] == pytest.approx(0.3, rel=0.25)
+
+
+def test_loaded_rows_never_enter_the_fit(tmp_path):
+    df = pd.read_csv(DECODE)
+    changed = tmp_path / "d.csv"
+    df.assign(ms_per_token=df["ms_per_token"].where(~df["under_load"], df["ms_per_token"] * 50)).to_csv(
+        changed, index=False)
+    a = run_project(tmp_path / "a")["fit"].set_index("parameter")["value"]
+    b = run_project(tmp_path / "b", decode=changed)["fit"].set_index("parameter")["value"]
+    assert a.drop(["max abs prediction error", "max abs leave-one-out error"]).equals(
+        b.drop(["max abs prediction error", "max abs leave-one-out error"]))
+    # and they matter: fitted with them, the model misses the quiet rows by far more
+    unflag = tmp_path / "u.csv"
+    df.assign(under_load=False).to_csv(unflag, index=False)
+    pred = run_project(tmp_path / "c", decode=unflag)["predicted"]
+    assert pred["prediction_error"].abs().max() > 0.25
+
+
+def test_reader_tolerates_old_and_minimal_columns(tmp_path):
+    old = tmp_path / "old.csv"
+    pd.DataFrame([
+        # the old bench decode columns: seconds_per_token, no dtype / load / fits columns
+        {"model": "smollm2", "context": 8192, "method": "dense", "backend": "reference", "batch": 1,
+         "seconds_per_token": 0.17, "tokens_per_s": 5.9, "device": "cpu", "threads": 2},
+        {"model": "smollm2", "context": 32768, "method": "magicpig:K=10,L=150", "backend": "offload", "batch": 2,
+         "tokens_per_s": 10.0},  # only tokens/s: a step of 2 tokens is 200 ms
+        {"model": "smollm2", "context": 32768, "method": "dense", "backend": "reference", "batch": 4,
+         "ms_per_token": 100.0, "tokens_per_s": 10.0},  # ms per token of the batch: a step is 400 ms
+        {"model": "smollm2", "context": 8192, "method": "quest:ratio=0.04", "backend": "reference", "batch": 1,
+         "ms_per_token": 300.0},
+        {"model": "someone/unknown-model", "context": 8192, "method": "dense", "batch": 1, "ms_per_token": 50.0},
+    ]).to_csv(old, index=False)
+    items = project.decode_items([old])
+    assert [round(it["measured_s"], 3) for it in items] == [0.17, 0.2, 0.4, 0.3, 0.05]
+    assert [it["role"] for it in items] == ["fitted", "fitted", "fitted", "not modelled (method)",
+                                           "not modelled (unknown model shape)"]
+    assert items[0]["work"].weight_bytes == pytest.approx(0.135e9 * 4)  # CPU rows without dtype: float32
+    assert items[1]["sparse"].sampled_fraction == 0.02  # no sampled_fraction column: the default
+
+
+def test_gpu_rows_are_checked_against_the_h200_projection(tmp_path):
+    gpu = tmp_path / "gpu.csv"
+    rows = pd.read_csv(DECODE).head(3).to_dict("records")
+    rows.append({"model": "shape:llama-3.1-8b", "device": "cuda:0", "context": 16384, "batch": 1, "method": "dense",
+                 "backend": "stock", "ms_per_token": 9.0, "dtype": "bfloat16", "fits": True, "under_load": False})
+    pd.DataFrame(rows).to_csv(gpu, index=False)
+    pred = run_project(tmp_path, decode=gpu)["predicted"]
+    g = pred[pred["device"] == "cuda:0"].iloc[0]
+    assert g["model_role"] == "GPU check of the H200 projection"
+    h = [r for r in h200_rows(0.3) if r["context"] == 16384 and r["which"] == "batch 1"
+         and r["method"] == "dense@stock"][0]
+    assert g["predicted_ms_per_token"] == pytest.approx(h["ms_per_token"])
+    assert g["prediction_error"] == pytest.approx(h["ms_per_token"] / 9.0 - 1)
+
+
+def test_h200_projection_rows():
+    rows = h200_rows(0.3)
+    assert len(rows) == 18 and all("PROJECTION" in r["kind"] for r in rows)
+    by = {(r["context"], r["which"], r["method"].split(":")[0].split("@")[0]): r for r in rows}
+    assert all(by[(n, "batch 1", m)]["batch"] == 1 for n in (16384, 65536, 98304) for m in ("dense", "magicpig"))
+    # (141 GB x 0.95 - 16.06 GB of weights) // (32 layers x 98304 x 4096 B) = 9 sequences
+    assert by[(98304, "max batch", "dense")]["batch"] == by[(98304, "max batch", "dense (static cache)")]["batch"] == 9
+    # stock transformers moves the cache three times a step (torch.cat read + write, attention read)
+    stock, static = by[(98304, "batch 1", "dense")], by[(98304, "batch 1", "dense (static cache)")]
+    kv = 32 * 98304 * 4096 / (4800e9 * 0.8) * 1e3
+    assert stock["gpu_ms"] - static["gpu_ms"] == pytest.approx(2 * kv)
+    hw = HARDWARE["H200"]
+    assert "ASSUMED" in hw.note and hw.gpu_read_gbps == 4800 and hw.gpu_mem_gb == 141
+
+
+def test_project_paper_and_latency_tables(tmp_path):
+    res = run_project(tmp_path, "--host-gbps", "40")
+    paper = res["paper"]
+    assert set(paper["paper_speedup"]) == {1.5, 5.0, 3.3} and paper["kind"].str.contains("PROJECTION").all()
+    assert paper["cpu_kernel"].str.contains("fitted to decode rows").any()
+    lat = res["latency"].set_index("what")
+    assert lat.loc["MagicPIG ms/token, batch 1", "paper"] == 54.0
+    assert lat.loc["MagicPIG tokens/s, batch 18", "paper"] == 53.8
+    assert (res["h200"]["cpu_read_gbps_assumed"] == 40).all()
+
+
+def test_gpu_assumptions_can_be_corrected(tmp_path):
+    a = run_project(tmp_path / "a")["h200"]
+    b = run_project(tmp_path / "b", "--gpu-layer-overhead-ms", "1.3", "--gpu-efficiency", "0.4")["h200"]
+    one = (a["which"] == "batch 1") & (a["method"] == "dense@stock")
+    # 32 layers x 1 ms more, and the GPU part at half the bandwidth
+    assert float(b.loc[one, "ms_per_token"].iloc[0] - a.loc[one, "ms_per_token"].iloc[0]) == pytest.approx(
+        32 * 1.0 + float(a.loc[one, "gpu_ms"].iloc[0]))
+
+
+@pytest.mark.parametrize("flag,value", [("--cpu-efficiency", "1.5"), ("--host-gbps", "-3"),
+                                        ("--sampled-fraction", "0"), ("--gpu-efficiency", "0"),
+                                        ("--gpu-layer-overhead-ms", "-1")])
+def test_bad_values_are_refused(flag, value):
+    from magicpig.cli import main
+
+    assert main(["project", flag, value]) == 2
+
+
+def test_missing_csv_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such CSV"):
+        project.decode_items([tmp_path / "none.csv"])
+
+
+def test_report_shows_fit_errors_and_labelled_projections(tmp_path):
+    from magicpig.cli import main
+    from magicpig.report.build import csv_sections
+    from magicpig.report.collect import load_reference
+
+    thr = tmp_path / "results" / "throughput"
+    assert main(["project", "--kernel-csv", str(KERNEL), "--decode-csv", str(DECODE), "--out-dir", str(thr)]) == 0
+    text = "\n".join(csv_sections(tmp_path / "results", tmp_path, load_reference()))
+    assert "Bandwidth model fitted to this machine" in text and "layer_overhead_ms[dense@stock]" in text
+    assert "prediction_error" in text and "flagged: under load" in text
+    assert "PROJECTION (bandwidth model, not measured): llama-3.1-8b on one H200" in text
+    assert "MagicPIG ms/token, batch 1" in text
+
+
+def test_rows_of_two_machines_are_not_fitted_together(tmp_path):
+    df = pd.read_csv(DECODE)
+    mixed = tmp_path / "mixed.csv"
+    df.assign(cpu_model=["AMD EPYC" if i % 2 else "Intel Xeon" for i in range(len(df))]).to_csv(mixed, index=False)
+    with pytest.raises(ValueError, match="decode-csv: CPU rows of 2 machines"):
+        project.fit_machine(project.decode_items([mixed]), 14.0)
+
+
+def test_model_fits_real_rows_of_this_machine():
+    """Real rows: smollm2 on this machine, 1 thread, each step timed in process CPU time (the machine was
+    shared, so wall time was not usable), 3 timed steps, contexts 2K / 8K tiled from a 1K prefill, batches
+    1 / 2 / 4 (the 8K batch-4 MagicPIG row is missing: the run was cut short)."""
+    items = project.decode_items([FIX / "throughput_decode_cputime_real.csv"])
+    assert all(it["role"] == "fitted" for it in items) and len(items) == 17
+    f = project.fit_machine(items, 10.0)
+    errors = [it["predicted_s"] / it["measured_s"] - 1 for it in items]
+    assert max(abs(e) for e in errors) <= 0.25
+    assert 0 < f.parameters()["sparse_efficiency (of stream)"] < 1
+
+
+def test_every_output_is_written_without_usable_decode_rows(tmp_path, capsys):
+    loaded = tmp_path / "loaded.csv"
+    pd.read_csv(DECODE).assign(under_load=True).to_csv(loaded, index=False)
+    res = run_project(tmp_path / "a", decode=loaded)  # all flagged: nothing to fit, still every table
+    assert (res["predicted"]["model_role"] == "flagged: under load").sum() == 29  # + 1 that does not fit
+    assert res["predicted"]["predicted_ms_per_token"].isna().all() and res["fit"].empty is False
+    assert "no unflagged measured row to fit" in capsys.readouterr().out
+    header_only = tmp_path / "empty.csv"
+    header_only.write_text(DECODE.read_text().splitlines()[0] + "\n")
+    res = run_project(tmp_path / "b", decode=header_only)
+    assert set(res) == set(project.OUT_FILES) and res["predicted"].empty
+
+
+@pytest.mark.parametrize("row,loaded", [
+    ({"under_load": "true", "load_avg": 0.0}, True),  # the benchmark's own verdict wins
+    ({"under_load": False, "load_avg": 9.0}, False),
+    ({"other_cpu_load": 1.5, "threads": 2}, True),
+    ({"other_cpu_load": 0.5, "load_after": 5.0, "threads": 2}, False),
+    ({"load_avg": 2.1, "threads": 2}, False),  # a quiet 2-core machine running a 2-thread benchmark
+    ({"load_avg": 3.3, "threads": 2}, True),
+    ({"load_before": 0.2, "load_after": 3.5, "threads": 2}, True),
+])
+def test_under_load_discounts_the_benchmarks_own_threads(row, loaded):
+    assert project.under_load(row) is loaded
+
+
+def test_predicted_parts_add_up_and_match_the_physics(tmp_path):
+    pred = run_project(tmp_path)["predicted"]
+    parts = pred[[f"predicted_{p}_ms" for p in ("weights", "flops", "exact_kv", "sparse", "overhead")]]
+    assert parts.sum(axis=1).to_numpy() == pytest.approx(pred["predicted_ms_per_token"].to_numpy())
+    dense = pred[pred["backend"] == "reference"]
+    assert (dense["predicted_sparse_ms"] == 0).all()
+    # weights at the kernel CSV's streaming bandwidth: 0.135e9 x 4 B / 13.95 GB/s
+    assert dense["predicted_weights_ms"].iloc[0] == pytest.approx(0.135e9 * 4 / 13.95e9 * 1e3)
+    fit_df = run_project(tmp_path / "b")["fit"].set_index("parameter")["value"]
+    assert fit_df["parameters fitted"] == 7
+
+
+def test_an_unphysical_fitted_efficiency_falls_back_to_the_kernel():
+    kern = {"efficiency": 0.3}
+    assert project._efficiency(None, {"sparse_efficiency (of stream)": 0.4}, kern) == (0.4, "fitted to decode rows")
+    eff, source = project._efficiency(None, {"sparse_efficiency (of stream)": math.inf}, kern)
+    assert eff == 0.3 and "not a physical efficiency" in source
+    assert project._efficiency(0.5, {"sparse_efficiency (of stream)": 0.4}, kern)[0] == 0.5
+    assert project._efficiency(None, {}, {})[0] is None
+
+
+def test_a_row_without_context_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame([{"model": "smollm2", "batch": 1, "method": "dense", "ms_per_token": 5.0}]).to_csv(bad, index=False)
+    with pytest.raises(ValueError, match="field 'context' must be a positive integer"):
+        project.decode_items([bad])
+
+
+def test_reads_the_columns_bench_decode_writes(tmp_path):
+    from magicpig import bench_decode
+
+    row = dict.fromkeys(bench_decode.COLUMNS, "")
+    row.update(model="smollm2", shape_only=False, device="cpu", context=8192, batch=2, method="magicpig",
+               backend="offload", ms_per_token=150.0, tokens_per_s=13.33, sampled_fraction=0.021, fits=True,
+               load_before=0.4, load_after=1.9, under_load=False, threads=2, dtype="float32", steps=8, warmup=4)
+    path = tmp_path / "d.csv"
+    pd.DataFrame([row, dict(row, under_load=True), dict(row, fits=False, ms_per_token="")]).to_csv(path, index=False)
+    items = project.decode_items([path])
+    assert [it["role"] for it in items] == ["fitted", "flagged: under load", "not measured (does not fit)"]
+    assert items[0]["measured_s"] == pytest.approx(0.15) and items[0]["sparse"].sampled_fraction == 0.021
+    assert items[0]["work"].batch == 2 and items[0]["shape"].bytes_per_param == 4

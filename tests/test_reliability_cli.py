@@ -1,0 +1,305 @@
+"""Reliability of the CLI and the CPU-module build: interrupted builds never hang later ones, the build
+folder is keyed by the installation and printed correctly, locks free themselves when their process dies,
+every command rejects bad arguments before loading a model, and Ctrl-C in `magicpig eval` ends with one
+line and exit code 130."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from magicpig import cpu
+from magicpig.cli import main
+from magicpig.pidlock import LockHeld, LockTimeout, PidLock
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+# A process that runs magicpig.cpu._load on a folder with torch's compile step replaced by: take torch's
+# own build lock (its FileBaton, as the real build does), say so, and keep "compiling".
+FAKE_BUILDER = r"""
+import sys, time
+from pathlib import Path
+from torch.utils import cpp_extension
+from torch.utils.file_baton import FileBaton
+from magicpig import cpu
+
+def compiling(**kw):
+    assert FileBaton(str(Path(kw["build_directory"]) / "lock")).try_acquire()
+    print("compiling", flush=True)
+    time.sleep(600)
+
+cpp_extension.load = compiling
+cpu._load(Path(sys.argv[1]), 60.0)
+"""
+
+HOLD_LOCK = r"""
+import sys, time
+from magicpig.pidlock import PidLock
+assert PidLock(sys.argv[1]).try_acquire()
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+def _spawn(script: str, *args: str) -> subprocess.Popen:
+    proc = subprocess.Popen([PY, "-c", script, *args], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    line = proc.stdout.readline()  # blocks until the child holds its lock (or dies)
+    if not line:
+        proc.wait()
+        pytest.fail(f"helper process ended early (rc {proc.returncode})")
+    return proc
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([PY, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _torch_baton_would_not_wait(build_directory, **kw):
+    """Stands in for cpp_extension.load: torch's FileBaton waits forever when its lock file exists."""
+    from torch.utils.file_baton import FileBaton
+
+    baton = FileBaton(os.path.join(build_directory, "lock"))
+    if not baton.try_acquire():
+        raise AssertionError("torch's build lock is still there: the real build would wait forever")
+    baton.release()
+    return "module"
+
+
+# ---- item 1: an interrupted build ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_build_does_not_block_the_next(tmp_path, monkeypatch, capsys, sig):
+    from torch.utils import cpp_extension
+
+    folder = tmp_path / "build"
+    proc = _spawn(FAKE_BUILDER, str(folder))
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    assert (folder / "lock").exists()  # what a killed build leaves behind
+    monkeypatch.setattr(cpp_extension, "load", _torch_baton_would_not_wait)
+    assert cpu._load(folder, 30.0) == "module"
+    assert not (folder / "lock").exists()
+    assert "stale build lock" in capsys.readouterr().err
+
+
+def test_lock_files_naming_a_dead_pid_are_cleared(tmp_path, monkeypatch):
+    from torch.utils import cpp_extension
+
+    folder = tmp_path / "build"
+    folder.mkdir()
+    pid = _dead_pid()
+    (folder / "lock").write_text(f"{pid}\n")
+    (folder / "build.lock").write_text(f"{pid}\n")
+    monkeypatch.setattr(cpp_extension, "load", _torch_baton_would_not_wait)
+    assert cpu._load(folder, 30.0) == "module"
+
+
+def test_waiting_for_a_live_build_says_for_whom_and_times_out(tmp_path, capsys):
+    folder = tmp_path / "build"
+    proc = _spawn(FAKE_BUILDER, str(folder))
+    try:
+        with pytest.raises(RuntimeError, match=rf"timed out .* pid {proc.pid}"):
+            cpu._load(folder, 0.5)
+        assert f"waiting for pid {proc.pid}: building the MagicPIG CPU module in {folder}" in capsys.readouterr().err
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_build_timeout_setting(monkeypatch):
+    monkeypatch.setenv(cpu.BUILD_TIMEOUT_ENV, "12")
+    assert cpu.build_timeout() == 12.0
+    monkeypatch.setenv(cpu.BUILD_TIMEOUT_ENV, "soon")
+    with pytest.raises(ValueError, match=cpu.BUILD_TIMEOUT_ENV):
+        cpu.build_timeout()
+
+
+# ---- item 8: build folder, locks between processes -------------------------------------------------------
+
+def test_build_prints_the_folder_that_holds_the_module(capsys):
+    assert main(["build", "--no-check"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("module:"))
+    folder = Path(line.split()[1])
+    assert folder.parent == cpu.build_dir().parent and list(folder.glob("magicpig_cpu_*.so"))
+    # torch appends its own flags to the list it is given (we give it a copy): the hash, and with it
+    # build_dir(), would no longer name the folder just built
+    assert not [f for f in cpu.CFLAGS + cpu.LDFLAGS if f.startswith(("-L", "-l"))], cpu.LDFLAGS
+
+
+def test_build_dir_is_keyed_by_the_installation(monkeypatch):
+    here = cpu.build_dir()
+    monkeypatch.setattr(sys, "prefix", "/some/other/venv")
+    assert cpu.build_dir() != here
+    monkeypatch.undo()
+    monkeypatch.setattr(sys, "executable", "/usr/bin/python-other")
+    assert cpu.build_dir() != here
+
+
+def test_pid_lock_is_freed_when_its_holder_dies(tmp_path):
+    path = tmp_path / "x.lock"
+    proc = _spawn(HOLD_LOCK, str(path))
+    lock = PidLock(path)
+    try:
+        assert not lock.try_acquire() and lock.holder() == proc.pid
+        with pytest.raises(LockTimeout, match=f"pid {proc.pid}"):
+            lock.acquire(0.3, "testing", say=lambda m: None)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert lock.try_acquire() and lock.holder() == os.getpid()
+    lock.release()
+    assert issubclass(LockTimeout, LockHeld)
+
+
+# ---- item 5 / 7: bad arguments fail before any model is loaded -------------------------------------------
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Loading a model, a tokenizer or a capture fails the test."""
+    import magicpig.models as models
+    from tasks.estimation import capture
+
+    def boom(*a, **k):
+        raise AssertionError("a model was loaded before the arguments were checked")
+
+    for mod, name in ((models, "load_model"), (models, "load_tokenizer"), (capture, "capture_for_model")):
+        monkeypatch.setattr(mod, name, boom)
+    monkeypatch.setattr(capture.Capture, "load", classmethod(lambda cls, p: boom()))
+
+
+def _file(tmp_path, name="f.txt", data=b"x"):
+    p = tmp_path / name
+    p.write_bytes(data)
+    return p
+
+
+BAD_INPUTS = [
+    # (name, argv builder, expected text in the error)
+    ("eval unwritable --out", lambda t: ["eval", "--out", str(_file(t) / "out")], "out: cannot write"),
+    ("eval --device bogus", lambda t: ["eval", "--device", "bogus"], "device must be cpu, cuda"),
+    ("eval --device cuda:7", lambda t: ["eval", "--device", "cuda:7"], "device"),
+    ("eval --seed -1", lambda t: ["eval", "--seed", "-1"], "seed must be an integer in [0, 2**63 - 1]"),
+    ("eval --seed 2**64", lambda t: ["eval", "--seed", str(2**64)], "seed must be an integer"),
+    ("eval bad method", lambda t: ["eval", "--methods", "magicpig:K=99"], "K"),
+    ("eval --samples 0", lambda t: ["eval", "--samples", "0"], "samples"),
+    ("eval --max-new-tokens 0", lambda t: ["eval", "--max-new-tokens", "0"], "max_new_tokens"),
+    ("generate --prefill-chunk 0", lambda t: ["generate", "--prompt", "hi", "--prefill-chunk", "0"],
+     "--prefill-chunk must be an integer >= 1"),
+    ("generate --device bogus", lambda t: ["generate", "--prompt", "hi", "--device", "bogus"], "--device"),
+    ("generate empty --prompt-file", lambda t: ["generate", "--prompt-file", str(_file(t, data=b" \n"))], "is empty"),
+    ("generate --prompt-file folder", lambda t: ["generate", "--prompt-file", str(t)], "--prompt-file"),
+    ("generate --prompt-file not UTF-8", lambda t: ["generate", "--prompt-file", str(_file(t, data=b"\xff\xfe"))],
+     "not UTF-8"),
+    ("generate empty --prompt", lambda t: ["generate", "--prompt", "  "], "--prompt is empty"),
+    ("generate --seed -5", lambda t: ["generate", "--prompt", "hi", "--seed", "-5"], "--seed"),
+    ("generate --temperature 0", lambda t: ["generate", "--prompt", "hi", "--do-sample", "--temperature", "0"],
+     "temperature"),
+    ("generate --top-p 2", lambda t: ["generate", "--prompt", "hi", "--top-p", "2"], "top_p"),
+    ("capture --context 10", lambda t: ["estimate", "capture", "--context", "10", "--out", str(t / "c.pt")],
+     "--context"),
+    ("capture --depth 2", lambda t: ["estimate", "capture", "--depth", "2", "--out", str(t / "c.pt")], "--depth"),
+    ("capture --layers every:0", lambda t: ["estimate", "capture", "--layers", "every:0", "--out", str(t / "c.pt")],
+     "--layers"),
+    ("capture --device bogus", lambda t: ["estimate", "capture", "--device", "bogus", "--out", str(t / "c.pt")],
+     "--device"),
+    ("capture unwritable --out", lambda t: ["estimate", "capture", "--out", str(_file(t) / "c.pt")], "--out"),
+    ("error missing --capture", lambda t: ["estimate", "error", "--capture", str(t / "none.pt")], "--capture"),
+    ("error --kl 99x10", lambda t: ["estimate", "error", "--capture", str(_file(t)), "--kl", "99x10"], "--kl: K"),
+    ("kl-grid --L 1", lambda t: ["estimate", "kl-grid", "--capture", str(_file(t)), "--L", "1"], "--K/--L"),
+    ("spread --top-frac 0", lambda t: ["estimate", "spread", "--capture", str(_file(t)), "--top-frac", "0"],
+     "--top-frac"),
+    ("all unwritable --out-dir", lambda t: ["estimate", "all", "--capture", str(_file(t)),
+                                            "--out-dir", str(_file(t, "g") / "o")], "--out-dir"),
+    ("tune-kl --K 0", lambda t: ["tune-kl", "--target-cost", "0.02", "--K", "0,9"], "--K"),
+    ("tune-kl --max-L 1", lambda t: ["tune-kl", "--target-cost", "0.02", "--max-L", "1"], "--max-L"),
+    ("tune-kl missing --capture", lambda t: ["tune-kl", "--target-cost", "0.02", "--capture", str(t / "n.pt")],
+     "--capture"),
+    ("tune-kl unwritable --out-dir", lambda t: ["tune-kl", "--target-cost", "0.02", "--out-dir",
+                                                str(_file(t) / "o")], "--out-dir"),
+    ("tune-kl --layers x", lambda t: ["tune-kl", "--target-cost", "0.02", "--layers", "x"], "--layers"),
+    ("bench decode --device bogus", lambda t: ["bench", "decode", "--device", "bogus"], "--device"),
+    ("bench decode unwritable --csv", lambda t: ["bench", "decode", "--csv", str(_file(t) / "d.csv")], "--csv"),
+    ("bench decode bad method", lambda t: ["bench", "decode", "--method", "magicpig:K=99"], "K"),
+]
+
+
+@pytest.mark.parametrize("name,argv,expected", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_argument_fails_before_loading(tmp_path, capsys, no_loading, name, argv, expected):
+    args = argv(tmp_path)
+    if args[0] == "eval":  # a valid eval command line, one value made bad
+        base = {"--task": "ruler/niah_single_1", "--length": "512", "--methods": "dense", "--out": str(tmp_path / "o")}
+        given = dict(zip(args[1::2], args[2::2]))
+        args = ["eval"] + [x for k, v in {**base, **given}.items() for x in (k, v)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1, err
+
+
+def test_eval_rejects_an_unknown_backend_by_name(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["eval", "--task", "ruler/cwe", "--length", "4k", "--methods", "dense", "--out", str(tmp_path),
+              "--backend", "bogus"])
+    assert exc.value.code == 2 and "invalid choice: 'bogus'" in capsys.readouterr().err
+
+
+# ---- item 9: Ctrl-C during eval ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    """A saved 2-layer random Llama with the embedded model's tokenizer: a model folder the CLI loads."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from magicpig.models import load_tokenizer
+
+    tok = load_tokenizer("smollm2")
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+                      initializer_range=0.2, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
+                      pad_token_id=0)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    folder = tmp_path_factory.mktemp("tiny_model")
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_ctrl_c_during_eval_is_one_line_and_130(tmp_path, tiny_model_dir):
+    out = tmp_path / "out"
+    preds = out / "ruler/niah_single_1/256/dense/predictions.jsonl"
+    cmd = [PY, "-m", "magicpig.cli", "eval", "--model", str(tiny_model_dir), "--device", "cpu",
+           "--task", "ruler/niah_single_1", "--length", "256", "--samples", "200", "--max-new-tokens", "24",
+           "--methods", "dense", "--out", str(out), "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.monotonic() + 300
+        while not (preds.is_file() and preds.read_text().count("\n") >= 2):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no sample finished"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    last = stderr.strip().splitlines()[-1]
+    saved = len(preds.read_text().splitlines())
+    assert last == f"interrupted: {saved} of 200 samples saved; rerun to resume"
+    assert 2 <= saved < 200
+    # the folder lock died with the run: a new run is not refused
+    assert PidLock(out / "ruler/niah_single_1/256/eval.lock").try_acquire()
+    assert json.loads((preds.parent / "settings.json").read_text())["device"] == "cpu"

@@ -246,10 +246,17 @@ _GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?",
 def gguf_data_extent(path) -> tuple[int, int]:
     """(bytes the GGUF header says the file holds = end of its last tensor, alignment) from the header
     alone (the vocabulary arrays are skipped, not decoded). Raises ValueError on a malformed header."""
-    import struct
+    return gguf_header(path)[:2]
 
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+def gguf_metadata(path) -> dict:
+    """The scalar and string key-value metadata of a GGUF file (arrays such as the vocabulary left out),
+    e.g. ``general.architecture``, ``llama.context_length``."""
+    return gguf_header(path)[2]
+
+
+def gguf_header(path) -> tuple[int, int, dict]:
+    """(data extent, alignment, scalar metadata) of a GGUF file from its header alone."""
     with open(path, "rb") as fh:
         if os.fstat(fh.fileno()).st_size == 0:
             raise ValueError("the file is empty")
@@ -257,7 +264,7 @@ def gguf_data_extent(path) -> tuple[int, int]:
             return _parse_gguf_header(buf)
 
 
-def _parse_gguf_header(buf) -> tuple[int, int]:
+def _parse_gguf_header(buf) -> tuple[int, int, dict]:
     import struct
 
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -306,12 +313,14 @@ def _parse_gguf_header(buf) -> tuple[int, int]:
     if version < 2:
         raise ValueError(f"GGUF version {version} is not supported")
     n_tensors, n_kv = take("Q"), take("Q")
-    alignment = 32
+    meta = {}
     for _ in range(n_kv):
         key = string()
         val = value(take("I"))
-        if key == "general.alignment" and isinstance(val, int):
-            alignment = val
+        if val is not None:
+            meta[key] = val
+    alignment = meta.get("general.alignment", 32)
+    alignment = alignment if isinstance(alignment, int) and alignment > 0 else 32
     end = 0
     for _ in range(n_tensors):
         string()
@@ -326,7 +335,7 @@ def _parse_gguf_header(buf) -> tuple[int, int]:
             elems *= d
         end = max(end, offset + elems // block * type_size)
     data_start = -(-pos // alignment) * alignment
-    return data_start + end, alignment
+    return data_start + end, alignment, meta
 
 
 @functools.lru_cache(maxsize=16)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import struct
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -205,54 +204,16 @@ def config_context(path: Path) -> int:
     return value
 
 
-# GGUF metadata value types (the GGUF spec) -> struct format of the scalar ones; 8 = string, 9 = array
-_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-
-
 def gguf_context_length(path: Path) -> int:
-    """``<architecture>.context_length`` from a GGUF file's key-value header.
+    """``<architecture>.context_length`` from a GGUF file's key-value header (``models.gguf_metadata``:
+    the header alone, the vocabulary arrays skipped)."""
+    from .models import gguf_metadata
 
-    Reads the header sequentially and stops at the key, so the large tokenizer arrays after it are not
-    parsed (gguf.GGUFReader parses every field: seconds for a tokenizer of 50K tokens).
-    """
-    with open(path, "rb") as f:
-        def read(fmt: str):
-            fmt = "<" + fmt
-            raw = f.read(struct.calcsize(fmt))
-            if len(raw) < struct.calcsize(fmt):
-                raise ValueError(f"{path}: GGUF header ends early (truncated file?)")
-            return struct.unpack(fmt, raw)[0]
-
-        def string() -> str:
-            return f.read(read("Q")).decode("utf-8", errors="replace")
-
-        def value(kind: int):
-            if kind in _GGUF_SCALARS:
-                return read(_GGUF_SCALARS[kind])
-            if kind == 8:
-                return string()
-            if kind == 9:
-                item, count = read("I"), read("Q")
-                if item in _GGUF_SCALARS:
-                    f.seek(count * struct.calcsize(_GGUF_SCALARS[item]), 1)
-                else:
-                    for _ in range(count):
-                        value(item)
-                return None
-            raise ValueError(f"{path}: unknown GGUF value type {kind}")
-
-        if f.read(4) != b"GGUF":
-            raise ValueError(f"{path} is not a GGUF file")
-        version = read("I")
-        if version < 2:
-            raise ValueError(f"{path}: GGUF version {version} is not supported (2 or later)")
-        read("Q")  # tensor count
-        arch = None
-        for _ in range(read("Q")):
-            key = string()
-            got = value(read("I"))
-            if key == "general.architecture":
-                arch = got
-            elif arch and key == f"{arch}.context_length":
-                return int(got)
-    raise ValueError(f"{path}: no context_length in its GGUF metadata")
+    try:
+        meta = gguf_metadata(path)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    value = meta.get(f"{meta.get('general.architecture')}.context_length")
+    if not isinstance(value, int) or value < 1:
+        raise ValueError(f"{path}: no context_length in its GGUF metadata")
+    return value

@@ -296,5 +296,5 @@ def test_gguf_context_after_arrays(tmp_path):
     w.close()
     assert gguf_context_length(path) == 4096
     path.write_bytes(path.read_bytes()[:40])  # cut inside the header
-    with pytest.raises(ValueError, match="ends early"):
+    with pytest.raises(ValueError, match="header ends"):
         gguf_context_length(path)

@@ -342,3 +342,12 @@ def test_reads_the_columns_bench_decode_writes(tmp_path):
     assert [it["role"] for it in items] == ["fitted", "flagged: under load", "not measured (does not fit)"]
     assert items[0]["measured_s"] == pytest.approx(0.15) and items[0]["sparse"].sampled_fraction == 0.021
     assert items[0]["work"].batch == 2 and items[0]["shape"].bytes_per_param == 4
+
+
+def test_a_fit_with_no_more_rows_than_parameters_is_not_called_a_check(tmp_path, capsys):
+    few = tmp_path / "few.csv"
+    pd.read_csv(DECODE).query("not under_load and fits").head(3).to_csv(few, index=False)
+    res = run_project(tmp_path / "p", decode=few)
+    fit = res["fit"].set_index("parameter")
+    assert "NOT A CHECK" in fit.loc["max abs prediction error", "source"]
+    assert "NOT A CHECK" in capsys.readouterr().out

@@ -158,8 +158,7 @@ class ReferenceDecoder:
                  layer_idx: int, generator: torch.Generator | None = None):
         self.method = method
         self.layer_idx = layer_idx
-        self.generator = generator
-        k, v = _zero_padding(k, layout), _zero_padding(v, layout)
+        self.generator = generator  # padding may hold NaN: every method masks it itself (fuzz-tested)
         self.state = method.prepare(k, v, layout, layer_idx)
         self.k = GrowBuffer(k, 2)
         self.v = GrowBuffer(v, 2)

@@ -11,7 +11,7 @@ validate(config, "workflow/schemas/config.schema.yaml")
 # What the schema cannot say (method specs, task names, (K, L) limits, the model and its context): refused
 # here, before any job, with every problem named by its config path.
 sys.path.insert(0, workflow.basedir)
-from magicpig.pipeline_config import validate_pipeline_config
+from magicpig.harness.pipeline_config import validate_pipeline_config
 
 validate_pipeline_config(config)
 
@@ -22,7 +22,7 @@ RES = f"results/{PRESET}"
 FIG = f"figures/generated/{PRESET}"
 # The interpreter running Snakemake runs every step, so no virtual environment needs activating.
 PYTHON = sys.executable
-MAGICPIG = f"{PYTHON} -m magicpig.cli"
+MAGICPIG = f"{PYTHON} -m magicpig.harness.cli"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/build.smk"

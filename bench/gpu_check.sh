@@ -44,7 +44,7 @@ if ! "$PYTHON" -c "import magicpig, torch" 2>/dev/null; then
   exit 2
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1  # the GPU machine has no network
-MAGICPIG=("$PYTHON" -m magicpig.cli)
+MAGICPIG=("$PYTHON" -m magicpig.harness.cli)
 
 if [ "$DRY" = "1" ]; then
   DEVICE=cpu MODEL=shape:tiny-llama DTYPE=float32 TILE_BASE=256
@@ -69,7 +69,7 @@ echo "gpu_check: $([ "$DRY" = 1 ] && echo 'DRY run (CPU rehearsal)' || echo "GPU
 
 "$PYTHON" - "$OUT/machine.json" "$DEVICE" <<'PY' || { echo "gpu_check: machine description failed" >&2; exit 1; }
 import json, sys
-from magicpig.bench_decode import machine_description
+from magicpig.harness.bench_decode import machine_description
 info = machine_description(sys.argv[2])
 with open(sys.argv[1], "w") as fh:
     json.dump(info, fh, indent=1)
@@ -109,7 +109,7 @@ BENCH_RC=$?
        "+ max batch <= $MAX_BATCH, $WARMUP warm-up + $STEPS timed steps"
   echo "build rc=$BUILD_RC, cuda tests rc=$TESTS_RC ($(tail -n 1 "$OUT/tests.log")), bench rc=$BENCH_RC"
   if [ -s "$OUT/decode.csv" ]; then
-    "$PYTHON" -c "import sys; from magicpig.bench_decode import load_rows, summary; print(summary(load_rows(sys.argv[1])))" "$OUT/decode.csv"
+    "$PYTHON" -c "import sys; from magicpig.harness.bench_decode import load_rows, summary; print(summary(load_rows(sys.argv[1])))" "$OUT/decode.csv"
   else
     echo "no decode rows (see $OUT/decode.log):"; tail -n 20 "$OUT/decode.log"
   fi

@@ -2,8 +2,8 @@
 
 Importing this package is cheap: it never compiles the CPU module nor touches CUDA.
 """
-from .methods import AttentionResult, KeyLayout, METHODS, parse_method
-from .merge import merge_attention
+from magicpig.methods import AttentionResult, KeyLayout, METHODS, parse_method
+from magicpig.merge import merge_attention
 
 __version__ = "0.1.0"
 __all__ = ["AttentionResult", "KeyLayout", "METHODS", "merge_attention", "parse_method", "__version__",

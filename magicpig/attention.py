@@ -192,8 +192,8 @@ def patch(model, method: Any = "magicpig", backend: str = "reference", **cache_k
     heterogeneous split: offloaded keys/values and hash tables in CPU memory, computed by the CPU module).
     Extra keyword arguments go to ``MagicPIGCache``. Returns the model.
     """
-    from .cache import BACKENDS, MagicPIGCache
-    from .methods import parse_method
+    from magicpig.cache import BACKENDS, MagicPIGCache
+    from magicpig.methods import parse_method
 
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")

@@ -33,13 +33,13 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from . import attention as _attention
-from . import lsh
-from .merge import merge_attention
-from .methods import AttentionResult, KeyLayout, MagicPIG, parse_method
-from .methods.base import AttentionMethod, attend_logits, default_scale, masked_keys
-from .methods.exact import Dense
-from .methods.magicpig import split_static_offloaded
+from magicpig import attention as _attention
+from magicpig import lsh
+from magicpig.merge import merge_attention
+from magicpig.methods import AttentionResult, KeyLayout, MagicPIG, parse_method
+from magicpig.methods.base import AttentionMethod, attend_logits, default_scale, masked_keys
+from magicpig.methods.exact import Dense
+from magicpig.methods.magicpig import split_static_offloaded
 
 BACKENDS = ("reference", "offload")
 OFFLOAD_IMPLS = ("auto", "compiled", "torch")
@@ -281,7 +281,7 @@ class OffloadDecoder:
             self._hash_on_cpu = not self.staged and impl is not TorchOffloadedLayer
             self._checked = hasattr(self.cpu_layer, "attend_checked")  # inputs built here: skip re-checks
             if self._hash_on_cpu:  # the arguments of kernel 0 for the queries, built once
-                from . import cpu
+                from magicpig import cpu
                 # [kernel, zero centre, padded projections, row starts, row counts (= query heads per
                 # kv-head, made at the first step), ISA code]
                 self._q_hash = [cpu.load().hash_keys, torch.zeros(B, Hkv, d), self._padded(cpu, projection_pool),
@@ -487,7 +487,7 @@ def offload_layer_class(impl: str = "auto"):
     if impl == "torch":
         return TorchOffloadedLayer
     try:
-        from . import cpu
+        from magicpig import cpu
         ok = cpu.available()
     except ImportError as exc:
         cpu, ok, why = None, False, str(exc)

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import torch
 
-from . import lsh
-from .pidlock import LockTimeout, PidLock
+from magicpig import lsh
+from magicpig.pidlock import LockTimeout, PidLock
 
 ISA_CODES = {"scalar": 0, "avx2": 1, "avx512": 2}
 ISA_ENV = "MAGICPIG_ISA"
@@ -575,9 +575,9 @@ def self_check(seed: int = 0) -> dict[str, float]:
     """Compare every ISA variant this CPU runs with the torch reference ``MagicPIG.attend`` on a small
     random layer (offloaded part merged with the exact static part). Returns {isa: max abs error of the
     output}; raises RuntimeError when a variant disagrees or retrieval differs."""
-    from .merge import merge_attention
-    from .methods import KeyLayout, MagicPIG
-    from .methods.base import attend_logits
+    from magicpig.merge import merge_attention
+    from magicpig.methods import KeyLayout, MagicPIG
+    from magicpig.methods.base import attend_logits
 
     B, Hkv, G, d, n = 2, 2, 3, 48, 700
     method = MagicPIG(K=5, L=20, sinks=4, local=16)

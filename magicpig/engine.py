@@ -35,10 +35,10 @@ from typing import Any, Sequence
 
 import torch
 
-from . import attention as _attention
-from .cache import BACKENDS, OFFLOAD_IMPLS, MagicPIGCache, offload_dtype_of, offload_layer_class
-from .methods import AttentionMethod, KeyLayout, parse_method
-from .models import max_context
+from magicpig import attention as _attention
+from magicpig.cache import BACKENDS, OFFLOAD_IMPLS, MagicPIGCache, offload_dtype_of, offload_layer_class
+from magicpig.methods import AttentionMethod, KeyLayout, parse_method
+from magicpig.models import max_context
 
 
 @dataclass

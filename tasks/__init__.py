@@ -1,1 +1,1 @@
-"""Benchmark tasks: ruler/, longbench/, gsm8k/ (accuracy; names in ``tasks.registry``) and estimation/."""
+"""Benchmark tasks: ruler/, longbench/, gsm8k/ (accuracy; names in ``magicpig_tasks.registry``) and estimation/."""

@@ -11,7 +11,7 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from .common import TaskUnavailable
+from magicpig_tasks.common import TaskUnavailable
 
 
 def cache_dir() -> Path:

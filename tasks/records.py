@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .common import TaskUnavailable
+from magicpig_tasks.common import TaskUnavailable
 
 
 def read_records(path: str | Path, what: str) -> list[dict[str, Any]]:

@@ -5,9 +5,9 @@ Task names: ``ruler/<task>`` (13), ``longbench/<task>`` (6), ``gsm8k``. Groups e
 """
 from __future__ import annotations
 
-from .common import CHAT_TEMPLATES, Task, check_chat_template
-from .longbench import SPECS as LONGBENCH_SPECS, TASKS as LONGBENCH
-from .ruler import NON_QA, TASKS as RULER
+from magicpig_tasks.common import CHAT_TEMPLATES, Task, check_chat_template
+from magicpig_tasks.longbench import SPECS as LONGBENCH_SPECS, TASKS as LONGBENCH
+from magicpig_tasks.ruler import NON_QA, TASKS as RULER
 
 TASK_NAMES: tuple[str, ...] = tuple(f"ruler/{t}" for t in RULER) + tuple(f"longbench/{t}" for t in LONGBENCH) \
     + ("gsm8k",)
@@ -55,7 +55,7 @@ def get_task(name: str, data_path: str | None = None, *, chat_template: str = "t
              gsm8k_add_bos: bool = False) -> Task:
     """Build task ``name``; ``data_path`` is a local data file for the tasks in DATA_TASKS.
 
-    ``chat_template`` (one of tasks.common.CHAT_TEMPLATES): the prompt template of the RULER tasks and of
+    ``chat_template`` (one of magicpig_tasks.common.CHAT_TEMPLATES): the prompt template of the RULER tasks and of
     the LongBench tasks that take one (GSM8K takes none). ``gsm8k_add_bos``: GSM8K prompts start with the
     tokenizer's BOS (off: lm-eval's default of the paper's era). Both show in the task's ``describe()``."""
     check_chat_template(chat_template)
@@ -65,10 +65,10 @@ def get_task(name: str, data_path: str | None = None, *, chat_template: str = "t
         raise ValueError(f"task {name!r} takes no data file (only {', '.join(DATA_TASKS)} do)")
     family, _, short = name.partition("/")
     if family == "ruler":
-        from .ruler import make_task
+        from magicpig_tasks.ruler import make_task
         return make_task(short, data_path, chat_template)
     if family == "longbench":
-        from .longbench import LongBenchTask
+        from magicpig_tasks.longbench import LongBenchTask
         return LongBenchTask(short, data_path, chat_template)
-    from .gsm8k import GSM8KCoT
+    from magicpig_tasks.gsm8k import GSM8KCoT
     return GSM8KCoT(data_path, add_bos=gsm8k_add_bos)

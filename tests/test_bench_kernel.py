@@ -1,4 +1,4 @@
-"""The kernel benchmark's hygiene (magicpig.bench_kernel): the last-level cache it sizes the cold-cache
+"""The kernel benchmark's hygiene (magicpig.harness.bench_kernel): the last-level cache it sizes the cold-cache
 flush by, one streaming-bandwidth method, the memory check before anything is allocated, and what
 ``magicpig bench kernel`` prints."""
 import csv
@@ -6,7 +6,8 @@ import csv
 import pytest
 import torch
 
-from magicpig import bench_kernel, cpu
+from magicpig import cpu
+from magicpig.harness import bench_kernel
 
 from test_cpu_common import require_module
 
@@ -64,7 +65,7 @@ def test_impossible_size_is_refused_before_the_csv(tmp_path):
     with pytest.raises(cpu.InsufficientMemoryError, match=r"n=50000000.*layer .*available"):
         bench_kernel.run(ns=(50_000_000,), head_dims=(128,), kls=((10, 150),), csv_path=path, echo=lambda _: None)
     assert not path.exists()
-    from magicpig.cli import main
+    from magicpig.harness.cli import main
 
     assert main(["bench", "kernel", "--n", "50000000", "--head-dim", "128", "--kl", "10,150",
                  "--csv", str(path)]) == 2

@@ -15,8 +15,8 @@ from test_cpu_common import require_module
 
 def test_import_compiles_nothing(tmp_path):
     env = dict(os.environ, MAGICPIG_BUILD_DIR=str(tmp_path / "build"))
-    code = ("import magicpig, magicpig.cpu, magicpig.bench_kernel, magicpig.commands.build, "
-            "magicpig.commands.bench")
+    code = ("import magicpig, magicpig.cpu, magicpig.harness.bench_kernel, magicpig.harness.commands.build, "
+            "magicpig.harness.commands.bench")
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=600)
     assert not (tmp_path / "build").exists()
 
@@ -49,7 +49,7 @@ def test_isa_selection_and_threads(monkeypatch):
 
 def test_build_command_self_checks(capsys):
     require_module()
-    from magicpig.cli import main
+    from magicpig.harness.cli import main
 
     assert main(["build"]) == 0
     out = capsys.readouterr().out
@@ -58,7 +58,7 @@ def test_build_command_self_checks(capsys):
 
 def test_kernel_bench_writes_csv(tmp_path):
     require_module()
-    from magicpig import bench_kernel
+    from magicpig.harness import bench_kernel
 
     path = tmp_path / "k.csv"
     lines = []
@@ -98,7 +98,7 @@ def test_gather_probe_reads_the_listed_rows():
 
 def test_union_rows_are_the_tokens_the_kernel_reads():
     require_module()
-    from magicpig import bench_kernel
+    from magicpig.harness import bench_kernel
     from test_cpu_common import random_layer
 
     keys, values, codes, counts, q, q_codes = random_layer(2, 3, 4, 130, 8, 3, 5, seed=2)

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from tiny_models import random_prompt, tiny_model
-from magicpig import bench_decode
-from magicpig.cli import main
+from magicpig.harness import bench_decode
+from magicpig.harness.cli import main
 from magicpig.engine import Engine, GenerationConfig
 from magicpig.models import shape_config
 
@@ -186,7 +186,7 @@ def test_offload_dtype_reaches_the_engine_and_the_csv(tmp_path):
 
 
 def test_bytes_limit_counts_weights_kv_and_sampled_rows():
-    from magicpig import hardware
+    from magicpig.harness import projection as hardware
 
     shape = hardware.model_shape("smollm2")
     row = {"method": "dense", "backend": "stock", "dtype": "float32", "context": 8192, "batch": 2,

@@ -15,7 +15,7 @@ def smollm2():
 
 @pytest.mark.slow
 def test_needle_4k_answered_by_dense_and_magicpig(smollm2):
-    from magicpig.bench_decode import needle_prompt
+    from magicpig.harness.bench_decode import needle_prompt
     from magicpig.engine import Engine, GenerationConfig
 
     model, tok = smollm2
@@ -34,7 +34,7 @@ def test_needle_4k_answered_by_dense_and_magicpig(smollm2):
 def test_cli_generate_json(tmp_path):
     prompt = tmp_path / "q.txt"
     prompt.write_text("What is the capital of France? Answer in one word.")
-    out = subprocess.run([sys.executable, "-m", "magicpig.cli", "generate", "--model", "smollm2", "--method",
+    out = subprocess.run([sys.executable, "-m", "magicpig.harness.cli", "generate", "--model", "smollm2", "--method",
                           "magicpig:K=10,L=150", "--prompt-file", str(prompt), "--max-new-tokens", "8", "--json"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]

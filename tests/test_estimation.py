@@ -6,9 +6,9 @@ import torch
 
 from magicpig import lsh
 from magicpig.methods import MagicPIG
-from tasks.estimation import experiments as E
-from tasks.estimation.capture import Capture, parse_layers
-from tasks.estimation.problems import iter_problems, layer_batch, query_subset, run_method
+from magicpig_tasks.experiments import experiments as E
+from magicpig_tasks.experiments.capture import Capture, parse_layers
+from magicpig_tasks.experiments.problems import iter_problems, layer_batch, query_subset, run_method
 
 
 def make_capture(q, k, v, *, n_prompt=None, positions=None, num_layers=4, layers=None):

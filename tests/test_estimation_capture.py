@@ -4,8 +4,8 @@ import json
 import pytest
 import torch
 
-from tasks.estimation.capture import capture_model
-from tasks.estimation.haystack import build_prompt
+from magicpig_tasks.experiments.capture import capture_model
+from magicpig_tasks.experiments.haystack import build_prompt
 
 
 class CharTokenizer:
@@ -76,7 +76,7 @@ def test_haystack_prompt_fits_and_holds_the_needle():
 
 
 def test_cli_runs_experiments_on_a_capture(tmp_path, capsys):
-    from magicpig.cli import main
+    from magicpig.harness.cli import main
     from test_estimation import isotropic
 
     cap = isotropic(n=400, d=16, Q=2, H=2, Lc=2)
@@ -95,8 +95,8 @@ def test_cli_runs_experiments_on_a_capture(tmp_path, capsys):
 @pytest.mark.slow
 def test_capture_embedded_model_short_prompt():
     """The embedded SmolLM2 at a short haystack: capture two layers, then the spread and grid experiments."""
-    from tasks.estimation import experiments as E
-    from tasks.estimation.capture import capture_for_model
+    from magicpig_tasks.experiments import experiments as E
+    from magicpig_tasks.experiments.capture import capture_for_model
 
     cap = capture_for_model("smollm2", 600, layers="3,20", decode_steps=2, device="cpu")
     assert cap.layers == [3, 20] and cap.num_layers == 30 and cap.head_dim == 64

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from magicpig import lsh
-from tasks.estimation.tune_kl import CosineHistogram, cosine_histogram, l_for_cost, simulate_error, tune_kl
+from magicpig_tasks.experiments.tune_kl import CosineHistogram, cosine_histogram, l_for_cost, simulate_error, tune_kl
 
 from test_estimation import isotropic, make_capture
 

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from magicpig.hardware import HARDWARE, MODELS, Hardware, ModelShape, gpu_full_attention, magicpig_offload
+from magicpig.harness.projection import HARDWARE, MODELS, Hardware, ModelShape, gpu_full_attention, magicpig_offload
 
 TOY = ModelShape("toy", params_b=1.0, layers=4, heads=8, kv_heads=2, head_dim=64)
 HW = Hardware("toy-gpu", gpu_mem_gb=10, gpu_read_gbps=1000, host_mem_gb=100, cpu_read_gbps=100, cpu_efficiency=0.5)
@@ -50,7 +50,7 @@ def test_offload_beats_gpu_only_when_kv_dominates():
 def test_project_cli_writes_labelled_rows(tmp_path, capsys):
     import pandas as pd
 
-    from magicpig.cli import main
+    from magicpig.harness.cli import main
 
     out = tmp_path / "p.csv"
     assert main(["project", "--cpu-efficiency", "0.4", "--csv", str(out)]) == 0

@@ -1,7 +1,7 @@
 """`magicpig generate` argument errors are reported before any model is loaded."""
 import time
 
-from magicpig.cli import main
+from magicpig.harness.cli import main
 
 
 def test_bad_method_spec_fails_fast(tmp_path, capsys):

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from magicpig.evaluate import EvalConfig, run_eval
+from magicpig.harness.evaluate import EvalConfig, run_eval
 from magicpig.lsh import sample_seed
 
 

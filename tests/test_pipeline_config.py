@@ -1,4 +1,4 @@
-"""Load-time validation of the pipeline config (magicpig.pipeline_config): every bad setting is refused with
+"""Load-time validation of the pipeline config (magicpig.harness.pipeline_config): every bad setting is refused with
 its config path named, before any job; the real configs pass. Also `magicpig eval --samples all`."""
 import copy
 import json
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from magicpig.pipeline_config import gguf_context_length, model_context, validate_pipeline_config
+from magicpig.harness.pipeline_config import gguf_context_length, model_context, validate_pipeline_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = shutil.which("snakemake", path=str(Path(sys.executable).parent)) or shutil.which("snakemake")
@@ -237,7 +237,7 @@ def test_snakemake_refuses_a_bad_config_at_load_time():
 # ---- magicpig eval --samples all -------------------------------------------------------------------------
 
 def test_eval_cli_parses_samples_all():
-    from magicpig.cli import build_parser
+    from magicpig.harness.cli import build_parser
 
     parser = build_parser()
     base = ["eval", "--task", "gsm8k", "--length", "4096", "--out", "x"]
@@ -248,7 +248,7 @@ def test_eval_cli_parses_samples_all():
 
 
 def test_samples_all_is_refused_for_generated_tasks(tmp_path):
-    from magicpig.evaluate import EvalConfig
+    from magicpig.harness.evaluate import EvalConfig
 
     cfg = EvalConfig(model="smollm2", methods=["dense"], tasks=["gsm8k", "ruler/cwe"], lengths=[4096], samples=None,
                      out=tmp_path)
@@ -269,7 +269,7 @@ class FakeEngine:
 
 
 def test_samples_all_runs_every_record(tmp_path):
-    from magicpig.evaluate import EvalConfig, run_eval
+    from magicpig.harness.evaluate import EvalConfig, run_eval
     from magicpig.models import load_tokenizer
 
     data = ROOT / "tests" / "fixtures" / "gsm8k_test_tiny.jsonl"

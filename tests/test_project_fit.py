@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from magicpig.commands import project
-from magicpig.hardware import (HARDWARE, MODELS, Fit, SparseSetting, dtype_bytes, fit, h200_rows, method_family,
+from magicpig.harness.commands import project
+from magicpig.harness.projection import (HARDWARE, MODELS, Fit, SparseSetting, dtype_bytes, fit, h200_rows, method_family,
                                model_shape, nnls, step_work)
 
 FIX = Path(__file__).parent / "fixtures"
@@ -111,7 +111,7 @@ def test_kernel_summary_uses_unflagged_rows_only(tmp_path):
 
 
 def run_project(tmp_path, *extra, decode=DECODE):
-    from magicpig.cli import main
+    from magicpig.harness.cli import main
 
     out = tmp_path / "out"
     args = ["project", "--kernel-csv", str(KERNEL), "--decode-csv", str(decode), "--out-dir", str(out), *extra]
@@ -231,7 +231,7 @@ def test_gpu_assumptions_can_be_corrected(tmp_path):
                                         ("--sampled-fraction", "0"), ("--gpu-efficiency", "0"),
                                         ("--gpu-layer-overhead-ms", "-1")])
 def test_bad_values_are_refused(flag, value):
-    from magicpig.cli import main
+    from magicpig.harness.cli import main
 
     assert main(["project", flag, value]) == 2
 
@@ -242,9 +242,9 @@ def test_missing_csv_is_a_clear_error(tmp_path):
 
 
 def test_report_shows_fit_errors_and_labelled_projections(tmp_path):
-    from magicpig.cli import main
-    from magicpig.report.build import csv_sections
-    from magicpig.report.collect import load_reference
+    from magicpig.harness.cli import main
+    from magicpig.harness.report.build import csv_sections
+    from magicpig.harness.report.collect import load_reference
 
     thr = tmp_path / "results" / "throughput"
     assert main(["project", "--kernel-csv", str(KERNEL), "--decode-csv", str(DECODE), "--out-dir", str(thr)]) == 0
@@ -330,7 +330,7 @@ def test_a_row_without_context_is_a_clear_error(tmp_path):
 
 
 def test_reads_the_columns_bench_decode_writes(tmp_path):
-    from magicpig import bench_decode
+    from magicpig.harness import bench_decode
 
     row = dict.fromkeys(bench_decode.COLUMNS, "")
     row.update(model="smollm2", shape_only=False, device="cpu", context=8192, batch=2, method="magicpig",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from magicpig import cpu
-from magicpig.cli import main
+from magicpig.harness.cli import main
 from magicpig.pidlock import LockHeld, LockTimeout, PidLock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,7 +167,7 @@ def test_pid_lock_is_freed_when_its_holder_dies(tmp_path):
 def no_loading(monkeypatch):
     """Loading a model, a tokenizer or a capture fails the test."""
     import magicpig.models as models
-    from tasks.estimation import capture
+    from magicpig_tasks.experiments import capture
 
     def boom(*a, **k):
         raise AssertionError("a model was loaded before the arguments were checked")
@@ -278,7 +278,7 @@ def tiny_model_dir(tmp_path_factory):
 def test_ctrl_c_during_eval_is_one_line_and_130(tmp_path, tiny_model_dir):
     out = tmp_path / "out"
     preds = out / "ruler/niah_single_1/256/dense/predictions.jsonl"
-    cmd = [PY, "-m", "magicpig.cli", "eval", "--model", str(tiny_model_dir), "--device", "cpu",
+    cmd = [PY, "-m", "magicpig.harness.cli", "eval", "--model", str(tiny_model_dir), "--device", "cpu",
            "--task", "ruler/niah_single_1", "--length", "256", "--samples", "200", "--max-new-tokens", "24",
            "--methods", "dense", "--out", str(out), "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

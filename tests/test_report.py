@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from magicpig.report import build_report
-from magicpig.report.build import table9
-from magicpig.report.collect import canonical, load_reference
+from magicpig.harness.report import build_report
+from magicpig.harness.report.build import table9
+from magicpig.harness.report.collect import canonical, load_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 

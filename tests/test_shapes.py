@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from magicpig import models
-from magicpig.cli import main
+from magicpig.harness.cli import main
 
 
 @pytest.mark.parametrize("name", models.shape_names())

@@ -63,7 +63,7 @@ def test_every_method_lists_its_fields():
 
 
 def test_cli_lists_methods(capsys):
-    from magicpig.cli import main
+    from magicpig.harness.cli import main
 
     assert main(["methods"]) == 0
     out = capsys.readouterr().out
@@ -99,7 +99,7 @@ def test_canonical_spec_orders_fields_and_keeps_differences():
 
 
 def test_report_canonical_uses_canonical_spec():
-    from magicpig.report.collect import canonical
+    from magicpig.harness.report.collect import canonical
 
     assert canonical("quest:page_size=16,ratio=0.04") == canonical("quest") == "quest"
     assert canonical("magicpig:dense_layers=16;0") == "magicpig:dense_layers=0;16"
@@ -107,7 +107,7 @@ def test_report_canonical_uses_canonical_spec():
 
 
 def test_eval_rejects_equivalent_methods():
-    from magicpig.evaluate import split_methods
+    from magicpig.harness.evaluate import split_methods
 
     with pytest.raises(ValueError, match="'magicpig' and 'magicpig:K=10,L=150' are the same method"):
         split_methods("magicpig;magicpig:K=10,L=150")

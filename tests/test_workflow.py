@@ -68,19 +68,19 @@ def test_every_eval_command_parses(args):
     """The rules' `magicpig eval` lines are accepted by its own parser (--samples all, --chat-template ...)."""
     import shlex
 
-    from magicpig.cli import build_parser
+    from magicpig.harness.cli import build_parser
 
     cmds = [line.split("Shell command: ", 1)[1].split(" > ", 1)[0] for line in dry_run("-p", *args).stdout.splitlines()
-            if line.startswith("Shell command: ") and " -m magicpig.cli eval " in line]
+            if line.startswith("Shell command: ") and " -m magicpig.harness.cli eval " in line]
     assert cmds
     parser = build_parser()
     for cmd in cmds:
         argv = shlex.split(cmd)
-        parser.parse_args(argv[argv.index("magicpig.cli") + 1:])
+        parser.parse_args(argv[argv.index("magicpig.harness.cli") + 1:])
 
 
 def test_chat_template_choices_match_the_schema():
-    from tasks.common import CHAT_TEMPLATES
+    from magicpig_tasks.common import CHAT_TEMPLATES
 
     schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
     preset = schema["properties"]["presets"]["additionalProperties"]["properties"]

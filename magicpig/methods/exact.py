@@ -5,9 +5,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import (AttentionMethod, AttentionResult, attend_logits, budget_count, check_budget, check_shapes,
+from magicpig.methods.base import (AttentionMethod, AttentionResult, attend_logits, budget_count, check_budget, check_shapes,
                    default_scale, grouped_scores, per_head)
-from .registry import register
+from magicpig.methods.registry import register
 
 NEG_INF = float("-inf")
 

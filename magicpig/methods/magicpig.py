@@ -7,10 +7,10 @@ from typing import Literal, get_args
 
 import torch
 
-from .. import lsh
-from .base import (AttentionMethod, AttentionResult, KeyLayout, attend_logits, check_shapes, default_scale,
+from magicpig import lsh
+from magicpig.methods.base import (AttentionMethod, AttentionResult, KeyLayout, attend_logits, check_shapes, default_scale,
                    grouped_scores, masked_keys, per_head)
-from .registry import register
+from magicpig.methods.registry import register
 
 CHUNK = 8192  # keys per block when counting collisions (bounds memory at B*H*CHUNK*L bytes)
 ProjectionDraw = Literal["per_sample", "fixed"]

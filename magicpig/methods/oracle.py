@@ -5,9 +5,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import (AttentionMethod, AttentionResult, budget_count, check_budget, check_shapes, default_scale,
+from magicpig.methods.base import (AttentionMethod, AttentionResult, budget_count, check_budget, check_shapes, default_scale,
                    grouped_scores, per_head)
-from .registry import register
+from magicpig.methods.registry import register
 
 
 @register

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 
-from .base import AttentionMethod
+from magicpig.methods.base import AttentionMethod
 
 METHODS: dict[str, type[AttentionMethod]] = {}
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import random
 
-from ..common import PromptEncoder, Sample, Task, check_build_args
-from ..records import read_hub_parquet, read_records
-from .exemplars import EXEMPLARS
-from .extract import exact_match, flexible_answer, gold_answer, strict_answer
+from magicpig_tasks.common import PromptEncoder, Sample, Task, check_build_args
+from magicpig_tasks.records import read_hub_parquet, read_records
+from magicpig_tasks.gsm8k.exemplars import EXEMPLARS
+from magicpig_tasks.gsm8k.extract import exact_match, flexible_answer, gold_answer, strict_answer
 
 HUB_URL = "https://huggingface.co/datasets/openai/gsm8k/resolve/main/main/test-00000-of-00001.parquet"
 STOP = ["Q:", "</s>", "<|im_end|>"]

@@ -3,7 +3,7 @@ passage_retrieval_en, trec, triviaqa) with the reference prompts, budgets, trunc
 
 ``length`` caps the prompt: a longer raw prompt keeps its first and last ``length // 2`` tokens (middle
 truncation), before the prompt template is applied (qasper, passage_retrieval_en only; ``chat_template``
-picks it, see tasks.common.CHAT_TEMPLATES; the other four tasks take none, as LongBench). Samples are the
+picks it, see magicpig_tasks.common.CHAT_TEMPLATES; the other four tasks take none, as LongBench). Samples are the
 first ``count`` records in dataset order (a seeded permutation when seed != 0).
 Data: a local ``.jsonl`` / ``.json`` / ``.parquet`` file (``data_path``) or the hub parquet mirror.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import random
 
-from ..common import PromptEncoder, Sample, Task, check_build_args, check_chat_template
-from ..records import read_hub_parquet, read_records
-from .metrics import METRICS
-from .prompts import SPECS
+from magicpig_tasks.common import PromptEncoder, Sample, Task, check_build_args, check_chat_template
+from magicpig_tasks.records import read_hub_parquet, read_records
+from magicpig_tasks.longbench.metrics import METRICS
+from magicpig_tasks.longbench.prompts import SPECS
 
 TASKS = tuple(SPECS)
 HUB_URL = "https://huggingface.co/datasets/THUDM/LongBench/resolve/refs%2Fconvert%2Fparquet/{task}/test/0000.parquet"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import random
 from typing import Callable, ClassVar
 
-from ..common import PromptEncoder, Sample, Task, check_build_args, check_chat_template, fit_size, sample_rng
-from .scoring import string_match_all, string_match_part
+from magicpig_tasks.common import PromptEncoder, Sample, Task, check_build_args, check_chat_template, fit_size, sample_rng
+from magicpig_tasks.ruler.scoring import string_match_all, string_match_part
 
 # A rendering of one sample at haystack size s: (context text, question text, answer prefix).
 Render = Callable[[int], tuple[str, str, str]]
@@ -20,7 +20,7 @@ class RulerTask(Task):
     """A RULER task: subclasses implement ``make(rng) -> (render, references, guess, meta)`` where
     ``render(s)`` renders the prompt with haystack size ``s`` (monotone in s), ``references`` is a list
     or a function of s (when the answer depends on the haystack), and ``guess`` is a rough size for 1000
-    tokens of haystack. ``chat_template``: the prompt template (tasks.common.CHAT_TEMPLATES)."""
+    tokens of haystack. ``chat_template``: the prompt template (magicpig_tasks.common.CHAT_TEMPLATES)."""
 
     metric: ClassVar[str] = "string_match_all"
     max_new_tokens: ClassVar[int] = 128

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import random
 
-from . import haystack as hs
-from .base import Render, RulerTask
+from magicpig_tasks.ruler import haystack as hs
+from magicpig_tasks.ruler.base import Render, RulerTask
 
 TEMPLATE = ("Below is a numbered list of words. In these words, some appear more often than others. "
             "Memorize the ones that appear most often.\n{context}\n"

@@ -12,7 +12,7 @@ import math
 import random
 import string
 
-from .base import Render, RulerTask
+from magicpig_tasks.ruler.base import Render, RulerTask
 
 TEMPLATE = ("Read the following coded text and track the frequency of each coded word. Find the three most "
             "frequently appeared coded words. {context}\nQuestion: Do not provide any explanation. Please "

@@ -28,8 +28,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from . import haystack as hs
-from .base import Render, RulerTask
+from magicpig_tasks.ruler import haystack as hs
+from magicpig_tasks.ruler.base import Render, RulerTask
 
 TEMPLATE = ("Some special magic {kind} are hidden within the following text. Make sure to memorize it. "
             "I will quiz you about the {kind} afterwards.\n{context}\n"

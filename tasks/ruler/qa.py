@@ -19,9 +19,9 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..common import TaskUnavailable
-from ..download import fetch
-from .base import Render, RulerTask
+from magicpig_tasks.common import TaskUnavailable
+from magicpig_tasks.download import fetch
+from magicpig_tasks.ruler.base import Render, RulerTask
 
 TEMPLATE = ("Answer the question based on the given documents. Only give me the answer and do not output any "
             "other words.\n\nThe following are given documents.\n\n{context}\n\nAnswer the question based on "
@@ -127,7 +127,7 @@ class QATask(RulerTask):
         order = list(range(len(data.questions)))
         if seed:
             random.Random(seed).shuffle(order)
-        from ..common import PromptEncoder, check_build_args
+        from magicpig_tasks.common import PromptEncoder, check_build_args
         check_build_args(self.name, length, count)
         enc = PromptEncoder(tokenizer, self.chat_template)
         out = []

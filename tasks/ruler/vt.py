@@ -20,9 +20,9 @@ from __future__ import annotations
 import random
 import string
 
-from . import haystack as hs
-from ..common import fit_size
-from .base import Render, RulerTask
+from magicpig_tasks.ruler import haystack as hs
+from magicpig_tasks.common import fit_size
+from magicpig_tasks.ruler.base import Render, RulerTask
 
 TEMPLATE = ("Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
             "{context}\nQuestion: Find all variables that are assigned the value {query} in the text above.")

@@ -1,11 +1,11 @@
-"""tasks.common: size fitting, prompt encoding and the task registry."""
+"""magicpig_tasks.common: size fitting, prompt encoding and the task registry."""
 from __future__ import annotations
 
 import pytest
 from fidelity_helpers import BosTokenizer
 
-from tasks.common import CHAT_TEMPLATES, META_CHAT_3, PromptEncoder, check_chat_template, fit_size, sample_rng
-from tasks.registry import GROUPS, TASK_NAMES, expand, get_task
+from magicpig_tasks.common import CHAT_TEMPLATES, META_CHAT_3, PromptEncoder, check_chat_template, fit_size, sample_rng
+from magicpig_tasks.registry import GROUPS, TASK_NAMES, expand, get_task
 
 
 @pytest.mark.parametrize("guess", [1, 7, 50, 400, 5000])

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from magicpig.evaluate import (EvalConfig, collect_metrics, effective_method, fields_in_spec, format_table,
+from magicpig.harness.evaluate import (EvalConfig, collect_metrics, effective_method, fields_in_spec, format_table,
                                method_dirname, run_eval, split_methods)
 
 
@@ -154,7 +154,7 @@ def test_unavailable_task_is_reported_skipped(tmp_path, tiny, tokenizer, offline
 
 
 def test_cli_tasks_and_errors(capsys, tmp_path):
-    from magicpig.cli import main
+    from magicpig.harness.cli import main
 
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out
@@ -209,7 +209,7 @@ def test_resume_refuses_rows_made_with_other_settings(tmp_path, tiny, tokenizer,
 
 
 def test_resume_compares_the_whole_task_description(tmp_path, tiny, tokenizer, monkeypatch):
-    import magicpig.evaluate as ev
+    import magicpig.harness.evaluate as ev
 
     engines: list = []
     _run(tmp_path, tiny, tokenizer, engines, samples=1)
@@ -256,7 +256,7 @@ def test_a_second_run_on_the_same_folder_is_refused(tmp_path, tiny, tokenizer):
 
 
 def test_ctrl_c_keeps_the_rows_and_counts_them(tmp_path, tiny, tokenizer):
-    from magicpig.evaluate import EvalInterrupted
+    from magicpig.harness.evaluate import EvalInterrupted
 
     class Interrupting(CountingEngine):
         def decode(self, pre, method, config, continuation_ids=None):

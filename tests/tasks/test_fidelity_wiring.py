@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import magicpig.evaluate as evaluate
-from magicpig.cli import build_parser
-from magicpig.evaluate import EvalConfig
+import magicpig.harness.evaluate as evaluate
+from magicpig.harness.cli import build_parser
+from magicpig.harness.evaluate import EvalConfig
 
 
 def _cfg_from_cli(monkeypatch, tmp_path, *extra):
@@ -59,7 +59,7 @@ def test_settings_and_metrics_record_the_task_settings(tmp_path):
 def test_magicpig_tasks_lists_the_settings(capsys):
     import json
 
-    from magicpig.cli import main
+    from magicpig.harness.cli import main
 
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out

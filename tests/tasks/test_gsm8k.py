@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.gsm8k import STOP, GSM8KCoT, fewshot_prefix
-from tasks.gsm8k.exemplars import EXEMPLARS
-from tasks.gsm8k.extract import INVALID, exact_match, flexible_answer, gold_answer, normalise, strict_answer
+from magicpig_tasks.gsm8k import STOP, GSM8KCoT, fewshot_prefix
+from magicpig_tasks.gsm8k.exemplars import EXEMPLARS
+from magicpig_tasks.gsm8k.extract import INVALID, exact_match, flexible_answer, gold_answer, normalise, strict_answer
 
 
 def test_exemplars():
@@ -60,7 +60,7 @@ def test_samples_from_fixture(tokenizer, fixtures):
 
 
 def test_method_overrides():
-    from magicpig.evaluate import effective_method
+    from magicpig.harness.evaluate import effective_method
 
     task = GSM8KCoT()
     m, applied = effective_method("magicpig:K=10,L=220", task.method_overrides)

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.common import TaskUnavailable
-from tasks.longbench import LongBenchTask
-from tasks.longbench.metrics import (classification, code_sim, first_code_line, fuzz_ratio, normalize_answer, qa_f1,
+from magicpig_tasks.common import TaskUnavailable
+from magicpig_tasks.longbench import LongBenchTask
+from magicpig_tasks.longbench.metrics import (classification, code_sim, first_code_line, fuzz_ratio, normalize_answer, qa_f1,
                                      retrieval)
 
 
@@ -128,7 +128,7 @@ def test_bad_records_and_offline(tokenizer, tmp_path, offline):
 
 
 def test_hub_unreachable_is_task_unavailable(monkeypatch):
-    import tasks.records as records
+    import magicpig_tasks.records as records
 
     def boom(url):
         raise OSError("network is unreachable")

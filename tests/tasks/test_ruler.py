@@ -9,11 +9,11 @@ from collections import Counter
 
 import pytest
 
-from tasks.common import TaskUnavailable
-from tasks.ruler import NON_QA, make_task
-from tasks.ruler.fwe import zeta, zipf_counts
-from tasks.ruler.qa import load_hotpotqa, load_squad
-from tasks.ruler.scoring import string_match_all, string_match_part
+from magicpig_tasks.common import TaskUnavailable
+from magicpig_tasks.ruler import NON_QA, make_task
+from magicpig_tasks.ruler.fwe import zeta, zipf_counts
+from magicpig_tasks.ruler.qa import load_hotpotqa, load_squad
+from magicpig_tasks.ruler.scoring import string_match_all, string_match_part
 
 LENGTH = 4096
 _CACHE: dict = {}
@@ -111,7 +111,7 @@ def test_vt_chain(tokenizer):
 def test_vt_layout_matches_current_ruler(tokenizer):
     """Current RULER: noise and statements on single-newline lines, a noise line between two statements, a
     solved example sized to 500 tokens, its answer after two spaces, "assigned" spelt right."""
-    from tasks.ruler.haystack import NOISE
+    from magicpig_tasks.ruler.haystack import NOISE
 
     s = built(tokenizer, "vt")[0]
     text = _context_text(tokenizer, s)
@@ -133,7 +133,7 @@ def test_vt_layout_matches_current_ruler(tokenizer):
 
 
 def test_vt_noise_positions():
-    from tasks.ruler.vt import noise_positions
+    from magicpig_tasks.ruler.vt import noise_positions
 
     assert noise_positions([0.0, 0.0, 0.0], 3) == [0, 1, 2]
     assert noise_positions([0.99, 0.99, 0.995], 10) == [7, 8, 9]

@@ -1,7 +1,7 @@
-"""Thin entry point: regenerate the report of one preset (logic in magicpig.report)."""
+"""Thin entry point: regenerate the report of one preset (logic in magicpig.harness.report)."""
 import argparse
 
-from magicpig.report import build_report
+from magicpig.harness.report import build_report
 
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--results", required=True)

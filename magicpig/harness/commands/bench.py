@@ -1,5 +1,5 @@
 """``magicpig bench <what>``: benchmarks (not tests). Sub-commands live in SUBCOMMANDS; ``kernel`` times
-the CPU module for one decode step of one layer, ``decode`` the whole model (magicpig.bench_decode). To add
+the CPU module for one decode step of one layer, ``decode`` the whole model (magicpig.harness.bench_decode). To add
 one, add a register function to SUBCOMMANDS; heavy imports stay inside the handlers."""
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def _register_kernel(sub) -> None:
 def _run_kernel(args) -> int:
     import torch
 
-    from .. import bench_kernel
+    from magicpig.harness import bench_kernel
 
     kls = tuple(_parse_kl(x) for x in args.kl) if args.kl else bench_kernel.KLS
     for n in args.n or ():
@@ -39,7 +39,7 @@ def _run_kernel(args) -> int:
         if d < 1:
             raise ValueError(f"--head-dim must be positive, got {d}")
     for K, L in kls:
-        from ..lsh import check_kl
+        from magicpig.lsh import check_kl
         check_kl(K, L)
     bench_kernel.run(ns=tuple(args.n or bench_kernel.NS), head_dims=tuple(args.head_dim or bench_kernel.HEAD_DIMS),
                      kls=kls, dists=tuple(args.dist or bench_kernel.DISTS), dtype=getattr(torch, args.dtype),
@@ -82,14 +82,14 @@ def _register_decode(sub) -> None:
 def _run_decode(args) -> int:
     import sys
 
-    from .. import bench_decode
+    from magicpig.harness import bench_decode
 
     methods = tuple(bench_decode.parse_method_arg(m) for m in args.method or ()) or bench_decode.METHODS
     for name, values in (("--context", args.context), ("--batch", args.batch)):
         for v in values or ():
             if v < 1:
                 raise ValueError(f"{name} must be positive, got {v}")
-    from ..argcheck import check_device, check_writable_file  # before the model is loaded
+    from magicpig.harness.argcheck import check_device, check_writable_file  # before the model is loaded
 
     check_device(args.device)
     if args.csv:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from . import cpu, lsh
+from magicpig import cpu, lsh
 
 NS = (16384, 65536, 131072)
 HEAD_DIMS = (64, 128)
@@ -304,7 +304,7 @@ def dense_times(q, keys, values, reps: int) -> tuple[float, float]:
 
 def reference_time(q, centered, values, center, codes, proj, K, L) -> float:
     """Seconds of one torch-reference MagicPIG.attend call over the same (all offloaded) keys."""
-    from .methods import KeyLayout, MagicPIG, MagicPIGState
+    from magicpig.methods import KeyLayout, MagicPIG, MagicPIGState
 
     n = centered.shape[2]
     method = MagicPIG(K=K, L=L, sinks=0, local=0, centering=True)

@@ -26,8 +26,8 @@ import torch
 
 from magicpig import lsh
 
-from .capture import Capture
-from .problems import (StateCache, iter_problems, layer_batch, query_subset, relative_error, run_method,
+from magicpig_tasks.experiments.capture import Capture
+from magicpig_tasks.experiments.problems import (StateCache, iter_problems, layer_batch, query_subset, relative_error, run_method,
                        select_layers, sparse_layers)
 
 BINS = 4000

@@ -13,7 +13,7 @@ def run(args) -> int:
     import time
     from pathlib import Path
 
-    from .. import cpu
+    from magicpig import cpu
 
     start = time.perf_counter()
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-REFERENCE = Path(__file__).resolve().parents[2] / "config" / "paper_reference.yaml"
+REFERENCE = Path(__file__).resolve().parents[3] / "config" / "paper_reference.yaml"
 
 
 def load_reference(path: Path | str = REFERENCE) -> dict:
@@ -20,7 +20,7 @@ def load_reference(path: Path | str = REFERENCE) -> dict:
 def canonical(spec: str) -> str:
     """Canonical form of a method spec (``magicpig.methods.canonical_spec``), so that
     'quest:page_size=16,ratio=0.04' matches 'quest:ratio=0.04'; a spec that does not parse is kept as is."""
-    from ..methods import canonical_spec
+    from magicpig.methods import canonical_spec
 
     try:
         return canonical_spec(spec)

@@ -19,8 +19,8 @@ import torch
 from magicpig import lsh
 from magicpig.methods import MagicPIG, parse_method, split_static_offloaded
 
-from .capture import Capture
-from .problems import (LayerBatch, StateCache, iter_problems, layer_batch, query_subset, relative_error,
+from magicpig_tasks.experiments.capture import Capture
+from magicpig_tasks.experiments.problems import (LayerBatch, StateCache, iter_problems, layer_batch, query_subset, relative_error,
                        run_method, select_layers)
 
 # Table 9 of the paper (Llama-3.1-8B): measured sampled fraction B/n, in percent.

@@ -53,8 +53,8 @@ def _prompt_text(args) -> str:
 
 
 def run(args) -> int:
-    from ..argcheck import check_device, check_min, check_seed
-    from ..methods import parse_method
+    from magicpig.harness.argcheck import check_device, check_min, check_seed
+    from magicpig.methods import parse_method
 
     # every argument is checked before the model is loaded
     method = parse_method(args.method)
@@ -64,8 +64,8 @@ def run(args) -> int:
     check_device(args.device)
     text = _prompt_text(args)
 
-    from ..engine import Engine, GenerationConfig
-    from ..models import load_model, prompt_ids, resolve
+    from magicpig.engine import Engine, GenerationConfig
+    from magicpig.models import load_model, prompt_ids, resolve
 
     resolve(args.model)
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, stop=tuple(args.stop), do_sample=args.do_sample,

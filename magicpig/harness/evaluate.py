@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .argcheck import check_device, check_seed, check_writable_dir
-from .pidlock import LockHeld, PidLock
+from magicpig.harness.argcheck import check_device, check_seed, check_writable_dir
+from magicpig.pidlock import LockHeld, PidLock
 
 SETUPS = ("A", "B")
 BACKENDS = ("reference", "offload")  # magicpig.cache.BACKENDS (not imported: it pulls in torch)
@@ -76,7 +76,7 @@ def method_dirname(spec: str) -> str:
 def split_methods(values: list[str] | str) -> list[str]:
     """Method specs from ';'-separated strings (a spec itself contains ','); empty items dropped, order
     kept, duplicates rejected, equivalent specs too (``magicpig`` and ``magicpig:K=10,L=150``)."""
-    from .methods import canonical_spec
+    from magicpig.methods import canonical_spec
 
     if isinstance(values, str):
         values = [values]
@@ -109,7 +109,7 @@ def fields_in_spec(spec: str) -> set[str]:
 
 def effective_method(spec: str, overrides: dict[str, dict[str, Any]]):
     """(method, applied) : the parsed spec with the task's overrides for fields the spec leaves unset."""
-    from .methods import parse_method
+    from magicpig.methods import parse_method
 
     method = parse_method(spec)
     given = fields_in_spec(spec)
@@ -145,14 +145,14 @@ class EvalConfig:
     allow_long_context: bool = False
     progress: bool = True
     overwrite: bool = False
-    chat_template: str = "tokenizer"  # RULER / LongBench prompt template: tasks.common.CHAT_TEMPLATES
+    chat_template: str = "tokenizer"  # RULER / LongBench prompt template: magicpig_tasks.common.CHAT_TEMPLATES
     gsm8k_add_bos: bool = False  # GSM8K prompts start with BOS (off: lm-eval's default of the paper's era)
 
     def check(self) -> None:
-        from tasks.common import check_chat_template
-        from tasks.registry import DATA_TASKS, expand
+        from magicpig_tasks.common import check_chat_template
+        from magicpig_tasks.registry import DATA_TASKS, expand
 
-        from .methods import parse_method
+        from magicpig.methods import parse_method
 
         self.tasks = expand(self.tasks)
         check_chat_template(self.chat_template)
@@ -268,7 +268,7 @@ class _Unit:
 
 
 def _get_task(cfg: EvalConfig, name: str):
-    from tasks.registry import get_task
+    from magicpig_tasks.registry import get_task
 
     return get_task(name, cfg.data.get(name), chat_template=cfg.chat_template,
                     gsm8k_add_bos=cfg.gsm8k_add_bos)
@@ -404,23 +404,23 @@ def run_eval(cfg: EvalConfig, *, model=None, tokenizer=None, engine_factory: Cal
 
 
 def _run_units(cfg, units, model, tokenizer, engine_factory, log, built) -> list[dict]:
-    from tasks.common import TaskUnavailable
+    from magicpig_tasks.common import TaskUnavailable
 
     if tokenizer is None:
-        from .models import load_tokenizer
+        from magicpig.models import load_tokenizer
         tokenizer = load_tokenizer(cfg.model)
     state: dict[str, Any] = {"model": model, "engine": None}
 
     def engine():
         if state["engine"] is None:
             if state["model"] is None:
-                from .models import load_model
+                from magicpig.models import load_model
                 log(f"loading model {cfg.model} ...")
                 state["model"], _ = load_model(cfg.model, device=cfg.device)
             if engine_factory is not None:
                 state["engine"] = engine_factory(state["model"], tokenizer)
             else:
-                from .engine import Engine
+                from magicpig.engine import Engine
                 state["engine"] = Engine(state["model"], tokenizer, backend=cfg.backend,
                                          allow_long_context=cfg.allow_long_context)
         return state["engine"]
@@ -471,7 +471,7 @@ def _run_units(cfg, units, model, tokenizer, engine_factory, log, built) -> list
 
 
 def _run_sample(cfg: EvalConfig, eng, task, sample, methods, preds) -> None:
-    from .engine import GenerationConfig
+    from magicpig.engine import GenerationConfig
 
     budget = cfg.max_new_tokens or sample.max_new_tokens
     gen_cfg = GenerationConfig(max_new_tokens=budget, stop=list(sample.stop), do_sample=False, seed=cfg.seed)

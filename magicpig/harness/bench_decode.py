@@ -77,7 +77,7 @@ QUESTION = "What is the secret passkey mentioned in the text above? Answer with 
 # ---- prompts ---------------------------------------------------------------------------------------
 def essay_tokens(tokenizer, n_tokens: int) -> list[int]:
     """``n_tokens`` token ids of the concatenated essays (sorted by file name, repeated if needed)."""
-    from tasks.ruler.haystack import essays_dir
+    from magicpig_tasks.ruler.haystack import essays_dir
 
     text = "\n\n".join(p.read_text(encoding="utf-8", errors="ignore") for p in sorted(essays_dir().glob("*.txt")))
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -96,7 +96,7 @@ def random_tokens(vocab: int, n_tokens: int, seed: int = 0) -> list[int]:
 def needle_prompt(tokenizer, n_tokens: int, depth: float = 0.5, key: int = 68413) -> tuple[list[int], str]:
     """A needle-in-a-haystack chat prompt of about ``n_tokens`` tokens: the needle sentence inserted at
     ``depth`` (0..1) of the essay haystack, then the question. Returns (ids, expected answer)."""
-    from .models import prompt_ids
+    from magicpig.models import prompt_ids
 
     if not 0 <= depth <= 1:
         raise ValueError(f"depth must be in [0, 1], got {depth}")
@@ -111,8 +111,8 @@ def needle_prompt(tokenizer, n_tokens: int, depth: float = 0.5, key: int = 68413
 # ---- prefill shapes --------------------------------------------------------------------------------
 def tile_prefill(pre, n_target: int):
     """Repeat a prefill's keys/values along the sequence up to ``n_target`` keys (batch 1 only)."""
-    from .engine import Prefill
-    from .methods import KeyLayout
+    from magicpig.engine import Prefill
+    from magicpig.methods import KeyLayout
 
     if pre.batch != 1:
         raise ValueError("tile_prefill works on a single prompt")
@@ -129,8 +129,8 @@ def tile_prefill(pre, n_target: int):
 def repeat_batch(pre, batch: int):
     """The batch-1 prefill ``pre`` as ``batch`` identical sequences (the original's protocol: the prompt
     repeated B times). Keys/values are expanded views, so nothing is copied until a decoder builds."""
-    from .engine import Prefill
-    from .methods import KeyLayout
+    from magicpig.engine import Prefill
+    from magicpig.methods import KeyLayout
 
     if pre.batch != 1:
         raise ValueError("repeat_batch works on a single prompt")
@@ -147,7 +147,7 @@ def repeat_batch(pre, batch: int):
 def parse_method_arg(item: str) -> tuple[str, str]:
     """``SPEC[@BACKEND]`` -> (canonical spec, backend). Default backend: offload for magicpig, reference
     otherwise; ``stock`` (stock transformers) runs ``dense`` only."""
-    from .methods import parse_method
+    from magicpig.methods import parse_method
 
     spec, _, backend = item.rpartition("@") if "@" in item else (item, "", "")
     method = parse_method(spec)
@@ -199,7 +199,7 @@ class Shape:
 
 def estimate_prefill(shape: Shape, base: int, n: int, chunk: int) -> dict[str, int]:
     """Device bytes to prefill ``base`` tokens exactly (batch 1) and tile the cache to ``n`` keys."""
-    from .attention import PREFILL_BLOCK
+    from magicpig.attention import PREFILL_BLOCK
 
     chunk = min(chunk, base)
     acts = chunk * (6 * shape.hidden + 3 * shape.intermediate) * shape.elem
@@ -217,8 +217,8 @@ def estimate_row(shape: Shape, spec: str, backend: str, n: int, batch: int, step
     (padding-zeroed keys, float32 centred keys, int32 codes) are counted once, since decoders are built
     layer by layer. Deliberately generous: a row refused by the estimate is cheaper than a killed run.
     """
-    from . import cpu
-    from .methods import MagicPIG, parse_method
+    from magicpig import cpu
+    from magicpig.methods import MagicPIG, parse_method
 
     method = parse_method(spec)
     B, Hkv, d, L_ = batch, shape.kv_heads, shape.head_dim, shape.layers
@@ -360,7 +360,7 @@ def time_stock(net, pre, steps: int, warmup: int) -> dict:
     one token per sequence, the greedy pick and the mask update, as ``model.generate`` does them."""
     from transformers import DynamicCache
 
-    from . import attention as _attention
+    from magicpig import attention as _attention
 
     device = next(net.parameters()).device
     previous = getattr(net.config, "_attn_implementation", None)
@@ -398,7 +398,7 @@ def time_stock(net, pre, steps: int, warmup: int) -> dict:
 def time_engine(net, tokenizer, pre, spec: str, backend: str, steps: int, warmup: int,
                 offload_dtype: str | None = None) -> dict:
     """Decode ``pre`` with ``Engine`` (backend ``reference`` / ``offload``) for warmup + steps forwards."""
-    from .engine import Engine, GenerationConfig
+    from magicpig.engine import Engine, GenerationConfig
 
     engine = Engine(net, tokenizer, backend=backend, allow_long_context=True, offload_dtype=offload_dtype)
     # n new tokens take n - 1 decode forwards (the first comes from the prefill's logits)
@@ -436,7 +436,7 @@ def machine_description(device: str | None = None) -> dict:
             "python": platform.python_version(), "platform": platform.platform(), "load_average":
             [round(x, 2) for x in os.getloadavg()]}
     try:
-        from . import cpu
+        from magicpig import cpu
         info["cpu_isa"] = cpu.isa() if cpu.available() else "torch-fallback"
     except Exception as exc:  # noqa: BLE001 - a description, not a check
         info["cpu_isa"] = f"unavailable ({exc.__class__.__name__})"
@@ -463,7 +463,7 @@ def _fmt_gb(x: float) -> str:
 
 def measure_stream_gbps() -> float:
     """This machine's streaming-read GB/s, measured as ``magicpig bench kernel`` does (one method)."""
-    from . import bench_kernel
+    from magicpig.harness import bench_kernel
 
     return bench_kernel.stream_read_gbps(torch.get_num_threads(), bench_kernel.stream_bytes_for(
         bench_kernel.llc_bytes()[0]))
@@ -471,24 +471,24 @@ def measure_stream_gbps() -> float:
 
 def bytes_limit(model: str, row: dict, stream_gbps: float | None) -> dict:
     """The bytes one decode step of ``row`` must read (weights, the KV read exactly, the sampled rows and
-    bucket ids: ``hardware.step_work``) and the time they take at the measured streaming bandwidth: the
+    bucket ids: ``projection.step_work``) and the time they take at the measured streaming bandwidth: the
     step's memory limit on this machine. Empty for models or methods the hardware model does not know."""
-    from . import hardware
+    from magicpig.harness import projection
 
-    family = hardware.method_family(row["method"], row["backend"])
+    family = projection.method_family(row["method"], row["backend"])
     if family is None or not stream_gbps:
         return {}
     try:
-        shape = hardware.model_shape(model).with_dtype(hardware.dtype_bytes(row["dtype"]))
+        shape = projection.model_shape(model).with_dtype(projection.dtype_bytes(row["dtype"]))
     except ValueError:
         return {}
     sparse = None
     kv_elem = None
     if family == "magicpig":
-        sparse = hardware.sparse_setting(row["method"], shape.layers, float(row["sampled_fraction"]))
+        sparse = projection.sparse_setting(row["method"], shape.layers, float(row["sampled_fraction"]))
         if row.get("offload_dtype") not in (None, "", "auto"):
-            kv_elem = hardware.dtype_bytes(row["offload_dtype"])
-    w = hardware.step_work(shape, family, int(row["context"]), int(row["batch"]), sparse, kv_elem)
+            kv_elem = projection.dtype_bytes(row["offload_dtype"])
+    w = projection.step_work(shape, family, int(row["context"]), int(row["batch"]), sparse, kv_elem)
     nbytes = w.weight_bytes + w.exact_kv_bytes + w.sparse_bytes
     limit_ms = 1000 * nbytes / (stream_gbps * 1e9)
     return {"bytes_per_step": int(nbytes), "stream_gbps": round(stream_gbps, 2),
@@ -500,7 +500,7 @@ class _Bench:
 
     def __init__(self, model, config, shape_only, device, dtype, steps, warmup, csv_path, verbose,
                  offload_dtype=None):
-        from . import cpu
+        from magicpig import cpu
 
         self.model, self.shape_only, self.net, self.tokenizer = model, shape_only, None, None
         self.device, self.dtype, self.steps, self.warmup = device, dtype, steps, warmup
@@ -652,7 +652,7 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
         offload_dtype: str | None = None) -> list[dict]:
     """Time decoding for every (context, batch, method@backend); returns the rows (also written to
     ``csv_path``, rewritten after every row). methods: (spec, backend) pairs or ``SPEC[@BACKEND]`` strings."""
-    from .models import load_model, resolve, shape_config, shape_weight_bytes
+    from magicpig.models import load_model, resolve, shape_config, shape_weight_bytes
 
     fill = "exact" if fill == "prefill" else fill  # "prefill": the old name of "exact"
     if fill not in FILLS:
@@ -667,7 +667,7 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
     if tile_base < 64:
         raise ValueError(f"tile_base must be >= 64, got {tile_base}")
     if offload_dtype is not None:
-        from .cache import offload_dtype_of
+        from magicpig.cache import offload_dtype_of
 
         offload_dtype_of(offload_dtype)  # a clear error before the model is loaded
     if max_batch < 1:
@@ -704,7 +704,7 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
     bench.log(f"model {model}{' (shape-only: random weights)' if bench.shape_only else ''} on {dev} "
               f"({bench.common['device_name']}), {bench.common['dtype']}, {bench.common['threads']} threads")
 
-    from .engine import Engine
+    from magicpig.engine import Engine
 
     base_prefill = None  # (base, Prefill) kept for tiling
     for n in contexts:

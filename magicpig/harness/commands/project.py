@@ -1,4 +1,4 @@
-"""``magicpig project``: fit the bandwidth model (magicpig.hardware) to this machine's measured rows, show
+"""``magicpig project``: fit the bandwidth model (magicpig.harness.projection) to this machine's measured rows, show
 its error per row, then PROJECT throughput on A100 / L20 / RTX 4090 and one H200 — model outputs,
 labelled as such, never measurements.
 
@@ -125,7 +125,7 @@ def kernel_summary(paths) -> dict:
 
 def decode_items(paths, sampled_default: float = 0.02) -> list[dict]:
     """One dict per decode row: the row, its measured step seconds, its StepWork and its role."""
-    from ..hardware import dtype_bytes, method_family, model_shape, sparse_setting, step_work
+    from magicpig.harness.projection import dtype_bytes, method_family, model_shape, sparse_setting, step_work
 
     items = []
     for r in _rows(paths):
@@ -189,7 +189,7 @@ def _machine(row: dict) -> str:
 
 def fit_machine(items: list[dict], stream_gbps: float):
     """Fit on the rows whose role is ``fitted``; fill predicted seconds, error and leave-one-out error."""
-    from ..hardware import fit, leave_one_out
+    from magicpig.harness.projection import fit, leave_one_out
 
     used = [it for it in items if it["role"] == "fitted"]
     if not used:
@@ -211,7 +211,7 @@ def fit_machine(items: list[dict], stream_gbps: float):
 
 def check_gpu_rows(items: list[dict], hw) -> None:
     """GPU rows: the H200 projection's step time for the row's (model, context, batch, method)."""
-    from ..hardware import project_gpu_row
+    from magicpig.harness.projection import project_gpu_row
 
     for it in items:
         if it["work"] is not None and it["device"].startswith("cuda"):
@@ -284,7 +284,7 @@ def _fit_table(params: dict, stream_source: str, kern: dict, pred):
 def run(args) -> int:
     import pandas as pd
 
-    from ..hardware import HARDWARE, h200_rows, latency_rows, paper_projection_rows
+    from magicpig.harness.projection import HARDWARE, h200_rows, latency_rows, paper_projection_rows
 
     _check_fraction("cpu-efficiency", args.cpu_efficiency)
     _check_fraction("gpu-efficiency", args.gpu_efficiency)
@@ -322,7 +322,7 @@ def run(args) -> int:
     if eff is not None:
         paper += [dict(r, cpu_kernel=f"ours ({eff:.0%} of streaming, {eff_source})")
                   for r in paper_projection_rows(eff, args.sampled_fraction, servers)]
-    from ..report.collect import load_reference
+    from magicpig.harness.report.collect import load_reference
 
     ref = load_reference()["system"]["throughput_speedup_vs_gpu_full"]  # same order as PAPER_SETTINGS
     for i, r in enumerate(paper):
@@ -367,7 +367,7 @@ def _print(frames: dict, f, eff: float, eff_source: str) -> None:
                   f"leave-one-out max {fitted['loo_error'].abs().max():.1%}")
         else:
             print("no unflagged measured row to fit (all under load, not fitting, or not modelled)")
-    print(f"\nPROJECTION from a bandwidth model (magicpig.hardware), not a measurement; sparse CPU part at "
+    print(f"\nPROJECTION from a bandwidth model (magicpig.harness.projection), not a measurement; sparse CPU part at "
           f"{eff:.0%} of the host's streaming bandwidth ({eff_source}):")
     cols = ["cpu_kernel", "hardware", "model", "context", "full_batch", "full_tokens_per_s", "magicpig_batch",
             "magicpig_tokens_per_s", "magicpig_ms_per_step", "speedup", "paper_speedup"]

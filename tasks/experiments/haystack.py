@@ -32,7 +32,7 @@ class HaystackPrompt:
 
 def essay_text() -> str:
     """All essays, sorted by file name, joined by blank lines."""
-    from ..ruler.haystack import essays_dir
+    from magicpig_tasks.ruler.haystack import essays_dir
 
     files = sorted(essays_dir().glob("*.txt"))
     if not files:

@@ -41,7 +41,7 @@ def run(args) -> int:
         Ks = [int(k) for k in args.K.split(",") if k.strip()]
     except ValueError:
         raise ValueError(f"--K: expected comma-separated integers, got {args.K!r}") from None
-    from magicpig.argcheck import check_layer_spec, check_min, check_seed, check_writable_dir, check_writable_file
+    from magicpig.harness.argcheck import check_layer_spec, check_min, check_seed, check_writable_dir, check_writable_file
     from magicpig.lsh import MAX_K
 
     # every argument is checked before a capture is loaded or made
@@ -55,8 +55,8 @@ def run(args) -> int:
     if args.capture and not Path(args.capture).is_file():
         raise FileNotFoundError(f"--capture: {args.capture} does not exist")
 
-    from tasks.estimation.capture import Capture, capture_for_model, default_capture_path, parse_layers
-    from tasks.estimation.tune_kl import candidates_frame, tune_kl
+    from magicpig_tasks.experiments.capture import Capture, capture_for_model, default_capture_path, parse_layers
+    from magicpig_tasks.experiments.tune_kl import candidates_frame, tune_kl
 
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     path = Path(args.capture) if args.capture else default_capture_path(args.model, args.context)

@@ -11,7 +11,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..methods import METHODS, method_fields
+    from magicpig.methods import METHODS, method_fields
 
     table = {name: [{"field": f, "type": t, "default": d} for f, t, d in method_fields(name)]
              for name in sorted(METHODS)}

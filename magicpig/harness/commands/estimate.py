@@ -101,9 +101,9 @@ def register(sub) -> None:
 def run_capture(args) -> int:
     import torch
 
-    from tasks.estimation.capture import capture_for_model, default_capture_path
+    from magicpig_tasks.experiments.capture import capture_for_model, default_capture_path
 
-    from magicpig.argcheck import (check_device, check_fraction, check_layer_spec, check_min, check_seed,
+    from magicpig.harness.argcheck import (check_device, check_fraction, check_layer_spec, check_min, check_seed,
                                    check_writable_file)
     from magicpig.models import resolve
 
@@ -135,8 +135,8 @@ def run_capture(args) -> int:
 
 
 def run_experiment(args) -> int:
-    from tasks.estimation import experiments as E
-    from tasks.estimation.capture import Capture, parse_layers
+    from magicpig_tasks.experiments import experiments as E
+    from magicpig_tasks.experiments.capture import Capture, parse_layers
 
     names = EXPERIMENTS if args.experiment_name == "all" else (args.experiment_name,)
     # validate cheap arguments before loading the capture
@@ -144,7 +144,7 @@ def run_experiment(args) -> int:
     kl = parse_kl(args.kl) if hasattr(args, "kl") else None
     Ks = _ints(args.K, "--K") if hasattr(args, "K") else None
     Ls = _ints(args.L, "--L") if hasattr(args, "L") else None
-    from magicpig.argcheck import check_fraction, check_layer_spec, check_min, check_seed, check_writable_dir
+    from magicpig.harness.argcheck import check_fraction, check_layer_spec, check_min, check_seed, check_writable_dir
     from magicpig.lsh import check_kl
 
     if args.max_queries is not None:

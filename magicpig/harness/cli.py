@@ -1,4 +1,4 @@
-"""The ``magicpig`` command. Each sub-command lives in its own module of ``magicpig.commands`` and
+"""The ``magicpig`` command. Each sub-command lives in its own module of ``magicpig.harness.commands`` and
 exposes ``register(subparsers)``; modules are discovered, so adding a command touches no other file.
 
 Exit codes: 0 success, 1 a failed build / check, 2 bad input (one line ``magicpig CMD: error: ...``, no
@@ -10,8 +10,8 @@ import importlib
 import pkgutil
 import sys
 
-from . import commands
-from .pidlock import LockHeld
+from magicpig.harness import commands
+from magicpig.pidlock import LockHeld
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,7 +2,7 @@
 
 Each sample is prefilled once and decoded with every method; results are written per (task, length,
 method) and the run resumes where it stopped, refusing to mix rows made with other settings (see
-``magicpig.evaluate``). Ctrl-C stops with one line saying how many samples are saved (exit code 130).
+``magicpig.harness.evaluate``). Ctrl-C stops with one line saying how many samples are saved (exit code 130).
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def register(sub) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="discard stored predictions made with other settings (model, method, setup, backend, "
                         "max-new-tokens, seed, device, task settings) instead of refusing to run")
-    from tasks.common import CHAT_TEMPLATES
+    from magicpig_tasks.common import CHAT_TEMPLATES
 
     p.add_argument("--chat-template", choices=CHAT_TEMPLATES, default="tokenizer",
                    help="prompt template of the RULER tasks and of LongBench qasper / passage_retrieval_en: "
@@ -90,7 +90,7 @@ def run(args) -> int:
     import os
     from pathlib import Path
 
-    from ..evaluate import EvalConfig, format_table, run_eval
+    from magicpig.harness.evaluate import EvalConfig, format_table, run_eval
 
     methods = ([args.methods] if args.methods else []) + list(args.method)
     if not methods:

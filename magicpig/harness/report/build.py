@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import figures
-from .collect import canonical, collect_metrics, load_reference, read_csv
-from .markdown import fmt, table
+from magicpig.harness.report import figures
+from magicpig.harness.report.collect import canonical, collect_metrics, load_reference, read_csv
+from magicpig.harness.report.markdown import fmt, table
 
 PAPER_MODEL = "llama-3.1-8b-instruct"
 
@@ -192,7 +192,7 @@ def ablation_section(root: Path, ref: dict, out: Path) -> list[str]:
 
 def table9(ref: dict, method: str) -> float | None:
     """The paper's measured sampled fraction for a magicpig spec's (K, L), when Table 9 has it."""
-    from ..methods import parse_method
+    from magicpig.methods import parse_method
 
     try:
         m = parse_method(method)

@@ -239,7 +239,7 @@ def capture_for_model(model: str, context: int, *, layers: str | None = None, de
     """Load ``model`` (see magicpig.models.resolve), build a haystack prompt of ``context`` tokens and capture."""
     from magicpig.models import load_model, max_context
 
-    from .haystack import build_prompt
+    from magicpig_tasks.experiments.haystack import build_prompt
 
     say = progress or (lambda msg: None)
     if not isinstance(context, int) or context < 64:

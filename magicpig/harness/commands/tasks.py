@@ -11,7 +11,7 @@ def register(sub) -> None:
 def run(args) -> int:
     import json
 
-    from tasks.registry import DATA_TASKS, GROUPS, TASK_NAMES, TASK_SETTINGS
+    from magicpig_tasks.registry import DATA_TASKS, GROUPS, TASK_NAMES, TASK_SETTINGS
 
     if args.json:
         print(json.dumps({"tasks": list(TASK_NAMES), "groups": {k: list(v) for k, v in GROUPS.items()},

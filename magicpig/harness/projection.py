@@ -36,7 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 
 GB = 1e9
-SHAPES_FILE = Path(__file__).resolve().parent / "data" / "model_shapes.yaml"
+SHAPES_FILE = Path(__file__).resolve().parents[1] / "data" / "model_shapes.yaml"
 ALIASES = {"smollm2": "smollm2-135m"}  # the embedded model (magicpig.models.EMBEDDED)
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "float": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2,
                "half": 2}
@@ -161,7 +161,7 @@ class SparseSetting:
 
 
 def sparse_setting(spec: str, layers: int, sampled_fraction: float | None = None, generated: int = 64) -> SparseSetting:
-    from .methods import parse_method
+    from magicpig.methods import parse_method
 
     m = parse_method(spec.split("@", 1)[0])
     if m.name != "magicpig":

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 # method lists of each preset block, as config paths below the preset: (block, key, runs magicpig eval)
 METHOD_LISTS = (("ruler", "methods", True), ("longbench", "methods", True), ("gsm8k", "methods", True),
                 ("ablations", "centering_methods", True), ("ablations", "kl_grid", True),
@@ -85,8 +85,8 @@ def config_path(parts) -> str:
 def method_problems(path: str, specs: list[str], *, eval_specs: bool) -> list[str]:
     """Unparsable specs and duplicate / equivalent ones in one method list. ``eval_specs``: the list goes to
     ``magicpig eval``; otherwise to ``bench decode``, which also takes SPEC@BACKEND."""
-    from .bench_decode import BACKENDS as DECODE_BACKENDS
-    from .methods import canonical_spec  # equal for equivalent specs ('magicpig', 'magicpig:K=10,L=150')
+    from magicpig.harness.bench_decode import BACKENDS as DECODE_BACKENDS
+    from magicpig.methods import canonical_spec  # equal for equivalent specs ('magicpig', 'magicpig:K=10,L=150')
 
     out, seen = [], {}
     for i, raw in enumerate(specs):
@@ -113,9 +113,9 @@ def method_problems(path: str, specs: list[str], *, eval_specs: bool) -> list[st
 
 def preset_problems(path: str, p: dict) -> list[str]:
     """What the schema cannot check in one preset, machine-independent."""
-    from tasks.registry import TASK_NAMES
+    from magicpig_tasks.registry import TASK_NAMES
 
-    from .lsh import check_kl
+    from magicpig.lsh import check_kl
 
     out = []
     for block, key, eval_specs in METHOD_LISTS:
@@ -140,7 +140,7 @@ def preset_problems(path: str, p: dict) -> list[str]:
 def answer_budget(tasks: list[str]) -> int:
     """The largest answer budget (max_new_tokens) of ``tasks`` (unknown names, reported elsewhere, skipped):
     prompt + answer must fit the context."""
-    from tasks.registry import TASK_NAMES, get_task
+    from magicpig_tasks.registry import TASK_NAMES, get_task
 
     return max((get_task(t).max_new_tokens for t in tasks if t in TASK_NAMES), default=0)
 
@@ -177,7 +177,7 @@ def model_context(model: str) -> tuple[int | None, str]:
     """(trained context in tokens, where it was read) without loading weights; (None, why) for a hub id
     that is not in the local cache. Raises FileNotFoundError / ValueError for a local path that is not
     there or not a model."""
-    from .models import resolve
+    from magicpig.models import resolve
 
     src = resolve(model)  # raises for a missing .gguf file or a path that is neither a folder nor a hub id
     if src.gguf_file:
@@ -207,7 +207,7 @@ def config_context(path: Path) -> int:
 def gguf_context_length(path: Path) -> int:
     """``<architecture>.context_length`` from a GGUF file's key-value header (``models.gguf_metadata``:
     the header alone, the vocabulary arrays skipped)."""
-    from .models import gguf_metadata
+    from magicpig.models import gguf_metadata
 
     try:
         meta = gguf_metadata(path)

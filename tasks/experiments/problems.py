@@ -14,7 +14,7 @@ import torch
 
 from magicpig.methods import AttentionMethod, AttentionResult, KeyLayout, MagicPIG, parse_method
 
-from .capture import Capture
+from magicpig_tasks.experiments.capture import Capture
 
 
 @dataclass

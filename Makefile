@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
 CORES ?= all
 
-.PHONY: setup test reproduce smoke clean-results gpu-check
+.PHONY: setup test reproduce smoke lint clean-results gpu-check
 
 setup: $(STAMP)
 
@@ -25,8 +25,14 @@ test: setup
 reproduce: setup
 	$(VENV)/bin/snakemake --cores $(CORES) $(if $(CONFIG),--config $(CONFIG))
 
+# the run, then its figures as an HTML report beside REPORT.md (`snakemake --report`: every figure with its caption)
 smoke: setup
 	$(VENV)/bin/snakemake --cores $(CORES) --configfile config/smoke.yaml
+	$(VENV)/bin/snakemake --cores $(CORES) --configfile config/smoke.yaml --report figures/generated/smoke/report.html
+
+# `snakemake --lint` of the pipeline (also a test: tests/test_pipeline_lint.py, so `make test` fails on a finding)
+lint: setup
+	$(VENV)/bin/snakemake --lint
 
 clean-results:
 	rm -rf results figures/generated

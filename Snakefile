@@ -1,12 +1,19 @@
 # MagicPIG reproduction pipeline: `snakemake --cores all` (preset from config/config.yaml).
-# Every table and figure of the report comes from the results files written by the rules below.
+# Every table and figure of the report comes from the results files written by the rules below; each rule's
+# outputs are those files themselves (metrics.json, CSVs, figures), so deleting one reruns its job and the report.
+#   snakemake --sdm conda ...                     every step in workflow/envs/magicpig.yaml instead of this Python
+#   snakemake --profile profiles/slurm ...        jobs on a SLURM cluster, placed by their declared resources
+#   snakemake --report figures/generated/<preset>/report.html   the figures as an HTML report
 import sys
 
 from snakemake.utils import min_version, validate
 
 min_version("8.0")
 
+
 configfile: "config/config.yaml"
+
+
 validate(config, "workflow/schemas/config.schema.yaml")
 # What the schema cannot say (method specs, task names, (K, L) limits, the model and its context): refused
 # here, before any job, with every problem named by its config path.
@@ -15,16 +22,34 @@ from magicpig.harness.pipeline_config import validate_pipeline_config
 
 validate_pipeline_config(config)
 
+
+report: "workflow/report/workflow.rst"
+
+
 PRESET = config["preset"]
 P = config["presets"][PRESET]
 SEED = config.get("seed", 0)
 RES = f"results/{PRESET}"
 FIG = f"figures/generated/{PRESET}"
-# The interpreter running Snakemake runs every step, so no virtual environment needs activating.
-PYTHON = sys.executable
-MAGICPIG = f"{PYTHON} -m magicpig.harness.cli"
+
+
+wildcard_constraints:
+    task="[^/]+",
+    length="[0-9]+",
+    setup="A|B",
+
 
 include: "workflow/rules/common.smk"
+
+
+# Plain `snakemake`: the interpreter running Snakemake runs every step (no virtual environment to activate);
+# with `--sdm conda` each job runs in its rule's conda env, whose `python` is the one on PATH.
+PYTHON = "python" if uses_conda(workflow) else sys.executable
+MAGICPIG = f"{PYTHON} -m magicpig"
+ENV = "../envs/magicpig.yaml"  # a rule's conda: path is relative to its own file (workflow/rules/)
+GPUS = gpus(P)  # one for each job that runs the model when the preset's device is cuda
+
+
 include: "workflow/rules/build.smk"
 include: "workflow/rules/accuracy.smk"
 include: "workflow/rules/ablations.smk"
@@ -33,6 +58,19 @@ include: "workflow/rules/throughput.smk"
 include: "workflow/rules/report.smk"
 
 
+# `all` only gathers the targets: never a cluster job
+localrules:
+    all,
+
+
+# The report and every results file it reads: Snakemake reruns a job whose output is missing only when that file
+# is a target or a job needing it runs anyway, so listing the results here makes deleting one metrics.json rerun
+# exactly its job, and then the report.
 rule all:
     input:
-        f"{FIG}/REPORT.md",
+        rules.report.output,
+        ACCURACY_METRICS,
+        ABLATION_METRICS,
+        ESTIMATION_FILES,
+        THROUGHPUT_FILES,
+    default_target: True

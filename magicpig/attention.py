@@ -11,7 +11,7 @@ How it plugs in (no modeling file is copied or edited):
 * Decode (one query token) is computed by the layer's decoder held in a ``magicpig.cache.MagicPIGCache``:
   the configured method (reference backend) or the heterogeneous device + CPU split (offload backend).
   The cache's ``update`` runs right before the attention call of the same layer and marks that layer as
-  active for the current thread; the attention function reads it from there.
+  active for the current thread (``magicpig.active_layer``); the attention function reads it from there.
 * ``patch(model, method, backend=...)`` switches a loaded model to the hook and makes ``model.generate``
   create a ``MagicPIGCache`` with that method when the caller passes none.
 
@@ -24,39 +24,19 @@ Usage::
 """
 from __future__ import annotations
 
-import threading
 import types
-import weakref
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from magicpig.active_layer import get_active
+from magicpig.backends import DEFAULT_BACKEND, check_backend
+
 NAME = "magicpig"
 PREFILL_BLOCK = 1024  # query rows per SDPA call during prefill
 
-_local = threading.local()
 _registered = False
-
-
-# ---- active-layer bookkeeping (set by MagicPIGCache.update, read by the attention function) ----------
-def set_active(cache: Any, layer_idx: int) -> None:
-    """Mark ``cache.layers[layer_idx]`` as the one the next attention call of this thread belongs to
-    (held by weak reference, so a finished generate() does not keep its cache alive)."""
-    _local.cache = weakref.ref(cache)
-    _local.layer_idx = layer_idx
-
-
-def clear_active() -> None:
-    _local.cache = None
-    _local.layer_idx = None
-
-
-def _active(layer_idx: int):
-    ref = getattr(_local, "cache", None)
-    if ref is None or getattr(_local, "layer_idx", None) != layer_idx:
-        return None
-    return ref()
 
 
 # ---- exact attention for prefill -------------------------------------------------------------------
@@ -98,44 +78,6 @@ def exact_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     return out.transpose(1, 2).contiguous()
 
 
-# ---- exact attention of one decode query, for the system path -----------------------------------------
-def decode_exact(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-                 valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact attention of one decode query per head with the device's fused kernel, in the cache dtype.
-
-    q: (B, H, d); k, v: (B, H_kv, n, d) (any strides with a contiguous last dim); valid: (B, n) bool or
-    None (all keys). The G = H / H_kv heads of a kv-head are that head's G query rows, so GQA needs no
-    copy of the keys. Returns out (B, H, d) float32 and lse (B, H) float32 natural log for the merge
-    (-inf, and out 0, for a row without valid keys). CPU: ``_scaled_dot_product_flash_attention_for_cpu``
-    (returns the LSE); CUDA, 16-bit, no mask: the flash kernel (returns the LSE); otherwise SDPA for the
-    output and the LSE from the (B, H, n) logits (the keys are read twice; the cache is never copied).
-    """
-    B, H, d = q.shape
-    Hkv = k.shape[1]
-    qg = q.reshape(B, Hkv, H // Hkv, d).to(k.dtype)
-    bias = None
-    if valid is not None:
-        bias = torch.zeros(valid.shape, dtype=k.dtype, device=k.device).masked_fill_(~valid, float("-inf"))
-        bias = bias[:, None, None, :]
-    if k.device.type == "cpu":
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            qg, k, v, 0.0, False, attn_mask=bias, scale=scale)
-    elif (k.device.type == "cuda" and bias is None and k.dtype in (torch.float16, torch.bfloat16)
-          and d <= 256 and d % 8 == 0):
-        res = torch.ops.aten._scaled_dot_product_flash_attention(qg, k, v, 0.0, False, False, scale=scale)
-        out, lse = res[0], res[1]
-    else:
-        out = F.scaled_dot_product_attention(qg, k, v, attn_mask=bias, scale=scale)
-        logits = torch.matmul(qg, k.transpose(-1, -2)).float() * scale
-        lse = torch.logsumexp(logits if bias is None else logits + bias.float(), dim=-1)
-    out, lse = out.reshape(B, H, d).float(), lse.reshape(B, H).float()
-    if valid is not None:  # the fused kernels give lse 0 (CPU) or NaN for a row with nothing to attend
-        empty = ~valid.any(-1)[:, None]
-        lse = torch.where(empty, float("-inf"), lse)
-        out = torch.where(empty[..., None], 0.0, out)
-    return out, lse
-
-
 # ---- the registered attention function ------------------------------------------------------------
 def magicpig_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                        attention_mask: torch.Tensor | None, scaling: float | None = None,
@@ -145,7 +87,7 @@ def magicpig_attention(module, query: torch.Tensor, key: torch.Tensor, value: to
     if dropout and module.training:
         raise ValueError("magicpig attention is for inference; dropout must be 0")
     layer_idx = getattr(module, "layer_idx", None)
-    cache = _active(layer_idx)
+    cache = get_active(layer_idx)
     q_len = query.shape[2]
     if q_len == 1 and cache is not None and cache.is_decoding(layer_idx):
         out = cache.attend(layer_idx, query[:, :, 0], scaling, attention_mask)  # (B, H, d) float32
@@ -185,18 +127,17 @@ def use_hook(model) -> None:
                          "(it does not use transformers' AttentionInterface)")
 
 
-def patch(model, method: Any = "magicpig", backend: str = "reference", **cache_kwargs):
+def patch(model, method: Any = "magicpig", backend: str = DEFAULT_BACKEND, **cache_kwargs):
     """One line to make ``model.generate`` decode with ``method`` (an AttentionMethod or spec string).
 
     backend: ``reference`` (everything on the model's device, pure torch) or ``offload`` (MagicPIG's
     heterogeneous split: offloaded keys/values and hash tables in CPU memory, computed by the CPU module).
     Extra keyword arguments go to ``MagicPIGCache``. Returns the model.
     """
-    from magicpig.cache import BACKENDS, MagicPIGCache
+    from magicpig.cache import MagicPIGCache
     from magicpig.methods import parse_method
 
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    check_backend(backend)
     method = parse_method(method)
     use_hook(model)
     model._magicpig = {"method": method, "backend": backend, **cache_kwargs}

@@ -12,7 +12,8 @@ API contract (other modules, e.g. ``magicpig eval``, code against exactly this):
     # decode never mutates `pre` (fork semantics); method is an AttentionMethod or a spec string
     # -> list[GenerationResult] with .text, .token_ids, .new_tokens, .cost (float: mean used/candidates
     #    over sparse layers, heads, steps), .cost1, .seconds, .tokens_per_s, .prompt_tokens, .timings
-    #    (seconds by part: setup, hash, cpu_attend, cpu_retrieve, cpu_wait, transfer, exact)
+    #    (seconds by part: setup, hash, cpu_attend, cpu_retrieve, cpu_wait, transfer, exact),
+    #    .layer_decoders (per layer: "reference", "exact" or "offload")
     results = engine.generate(prompt_ids, method, config)   # prefill + decode
     table = engine.fork(pre, ["dense", "magicpig:K=10,L=150"], config)  # {spec: list[GenerationResult]}
 
@@ -22,8 +23,8 @@ blocks through SDPA) and keeps only the last position's logits.
 
 Cost: for every decode forward in which a row consumes a real token, each sparse layer (not in
 ``method.dense_layer_set``) contributes used/candidates averaged over heads; ``cost`` is the mean over
-sparse layers and those steps (Cost2 of the paper), ``cost1`` the method's search cost. A decode that
-needs no forward (one new token in setup A) reports cost 0.
+sparse layers and those steps (Cost2 of the paper), ``cost1`` the method's search cost
+(``magicpig.cache.CostMeter``). A decode that needs no forward (one new token in setup A) reports cost 0.
 """
 from __future__ import annotations
 
@@ -36,7 +37,11 @@ from typing import Any, Sequence
 import torch
 
 from magicpig import attention as _attention
-from magicpig.cache import BACKENDS, OFFLOAD_IMPLS, MagicPIGCache, offload_dtype_of, offload_layer_class
+from magicpig.active_layer import clear_active
+from magicpig.backends import DEFAULT_BACKEND, check_backend
+from magicpig.cache import CostMeter, MagicPIGCache
+from magicpig.cpu_torch import OFFLOAD_IMPLS, offload_layer_class
+from magicpig.decoders import offload_dtype_of
 from magicpig.methods import AttentionMethod, KeyLayout, parse_method
 from magicpig.models import max_context
 
@@ -80,8 +85,11 @@ class GenerationResult:
     (``tokens_per_s`` = new_tokens / seconds); ``setup_seconds``: building the decoders from the prefill
     (centering, hashing, offloading, table build); ``step_seconds``: wall time of each decode forward;
     ``timings``: where the decode's time went, seconds summed over its steps (batch-wide): ``setup`` and
-    the keys of ``magicpig.cache.TIMING_KEYS`` (``hash``, ``cpu_attend``, ``cpu_retrieve``, ``cpu_wait``,
-    ``transfer``, ``exact``; 0 where a backend has no such part, e.g. the reference backend)."""
+    the keys of ``magicpig.decoders.TIMING_KEYS`` (``hash``, ``cpu_attend``, ``cpu_retrieve``,
+    ``cpu_wait``, ``transfer``, ``exact``; 0 where a backend has no such part, e.g. the reference
+    backend). ``layer_decoders``: the decoder each layer of the model used, one name per layer
+    (``magicpig.decoders.DECODER_KINDS``: ``reference`` = the method's own attend on the device,
+    ``exact`` = fused exact attention, ``offload`` = the device + CPU split), batch-wide."""
 
     text: str
     token_ids: list[int]
@@ -100,6 +108,7 @@ class GenerationResult:
     step_seconds: list[float] = field(default_factory=list, repr=False)
     timings: dict[str, float] = field(default_factory=dict)
     logits: list[torch.Tensor] | None = field(default=None, repr=False)
+    layer_decoders: list[str] = field(default_factory=list)
 
     @property
     def total_cost(self) -> float:
@@ -156,14 +165,13 @@ class Engine:
     outputs equal sdpa's). backend: ``reference`` or ``offload``; prefill_chunk: prompt tokens per
     prefill forward; allow_long_context: permit contexts beyond ``max_position_embeddings``;
     offload_impl / concurrent / offload_dtype (``float32``, ``bfloat16`` or None = by the model's dtype):
-    the offload backend's settings (``magicpig.cache.OffloadDecoder``).
+    the offload backend's settings (``magicpig.decoders.OffloadDecoder``).
     """
 
-    def __init__(self, model, tokenizer=None, backend: str = "reference", *, prefill_chunk: int = 4096,
+    def __init__(self, model, tokenizer=None, backend: str = DEFAULT_BACKEND, *, prefill_chunk: int = 4096,
                  offload_impl: str = "auto", concurrent: bool = True, allow_long_context: bool = False,
                  offload_dtype: Any = None):
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        check_backend(backend)
         if offload_impl not in OFFLOAD_IMPLS:
             raise ValueError(f"offload_impl must be one of {', '.join(OFFLOAD_IMPLS)}, got {offload_impl!r}")
         self.offload_dtype = offload_dtype_of(offload_dtype)
@@ -257,7 +265,7 @@ class Engine:
                 out = self._forward(ids[:, lo:hi], positions[:, lo:hi], cache,
                                     mask2d[:, :hi] if mask2d is not None else None)
         finally:
-            _attention.clear_active()
+            clear_active()
         logits = out.logits[:, -1].float()
         self._sync()
         layout = KeyLayout(n, start.to(self.device), torch.full((B,), n, dtype=torch.long, device=self.device))
@@ -315,9 +323,7 @@ class Engine:
         texts = [""] * B
         done = [config.max_new_tokens == 0] * B
         reason = ["length"] * B
-        cost_sum = torch.zeros(B)
-        cost1_sum = torch.zeros(B)
-        steps = torch.zeros(B)
+        costs = CostMeter(B)
         step = 0
         try:
             while True:
@@ -358,34 +364,27 @@ class Engine:
                 logits = out.logits[:, -1].float()
                 self._sync()
                 step_seconds.append(time.perf_counter() - t_step)
-                recorded = cache.pop_step()
-                act = torch.tensor(active, dtype=torch.bool)
-                if recorded is not None:
-                    cost2, cost1 = recorded
-                    cost_sum += torch.where(act, cost2, torch.zeros_like(cost2))
-                    cost1_sum += act.float() * cost1
-                steps += act.float()
+                costs.add(cache.pop_step(), torch.tensor(active, dtype=torch.bool))
                 step += 1
         finally:
-            _attention.clear_active()
+            clear_active()
         self._sync()
         seconds = time.perf_counter() - t0
-        sparse = len(cache.dense_layers) < cache.num_layers
         timings = {"setup": setup_seconds, **cache.timings}
+        layer_decoders = cache.layer_decoders
         results = []
         for b in range(B):
             if reason[b] != "stop" and self.tokenizer is not None:
                 texts[b] = self.tokenizer.decode(generated[b], skip_special_tokens=True)
-            s = float(steps[b])
-            cost = float(cost_sum[b] / s) if s and sparse else (1.0 if s and not sparse else 0.0)
-            cost1 = float(cost1_sum[b] / s) if s and sparse else 0.0
+            cost, cost1, s = costs.row(b, cache.has_sparse_layers)
             results.append(GenerationResult(
                 text=texts[b], token_ids=generated[b], new_tokens=len(generated[b]), cost=cost, cost1=cost1,
                 seconds=seconds, tokens_per_s=len(generated[b]) / seconds if seconds > 0 else math.inf,
                 prompt_tokens=len(pre.prompt_ids[b]), method=method.spec(), backend=self.backend,
                 stop_reason=reason[b], continuation_tokens=len(forced[b]), decode_steps=int(s),
                 setup_seconds=setup_seconds, step_seconds=list(step_seconds), timings=dict(timings),
-                logits=kept_logits[b] if config.return_logits else None))
+                logits=kept_logits[b] if config.return_logits else None,
+                layer_decoders=list(layer_decoders)))
         return results
 
     def generate(self, prompt_ids, method: AttentionMethod | str, config: GenerationConfig | None = None,
@@ -396,7 +395,7 @@ class Engine:
 
     def answer(self, context_ids, question_ids, method: AttentionMethod | str,
                config: GenerationConfig | None = None, setup: str = "A") -> list[GenerationResult]:
-        """Evaluation setups (PAPER.md §6). ``A`` (default, the paper's): prefill context + question
+        """Evaluation setups. ``A`` (default, the paper's): prefill context + question
         exactly, then decode. ``B``: prefill the context, feed the question one decode step at a time
         with the method, then decode. context_ids / question_ids: one prompt or a batch (same rows)."""
         if setup not in ("A", "B"):

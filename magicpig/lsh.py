@@ -1,6 +1,6 @@
 """SimHash machinery of MagicPIG: projections, key centering, bucket codes, collision probability.
 
-Shapes follow the paper (PAPER.md §1): a Gaussian matrix ``W`` of shape ``(d, K*L)``; table ``j``
+Shapes follow the paper (the paper's Sec. 4): a Gaussian matrix ``W`` of shape ``(d, K*L)``; table ``j``
 uses columns ``j*K .. j*K+K-1``; bit ``b`` of a table's code is ``x·W[:, j*K+b] > 0`` weighted ``2**b``.
 """
 from __future__ import annotations
@@ -43,6 +43,25 @@ def check_kl(K: int, L: int, min_collisions: int = 2) -> None:
                          f"min_collisions={min_collisions!r} with L={L}: lower min_collisions or raise L")
     if K * L > MAX_KL:
         raise ValueError(f"K*L = {K * L} is too large (K={K}, L={L}); at most {MAX_KL} hash bits per key")
+
+
+def parse_kl(text: str) -> tuple[int, int]:
+    """One bare (K, L) pair, written ``K,L`` as the paper does (``10,150``); ``10x150`` is read too.
+
+    Where a method is meant, write its spec (``magicpig:K=10,L=150``) instead; a bare pair is only for
+    grids of hash settings (``bench kernel --kl``, ``estimate --kl``, ``config kernel_bench.kl``).
+    Raises ValueError naming the expected form; the pair's limits are ``check_kl``'s."""
+    parts = str(text).strip().lower().replace("x", ",").split(",")
+    try:
+        K, L = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"expected one (K, L) pair written K,L (e.g. 10,150), got {text!r}") from None
+    return K, L
+
+
+def format_kl(K: int, L: int) -> str:
+    """The one spelling of a bare (K, L) pair: ``10,150`` (``parse_kl`` reads it back)."""
+    return f"{int(K)},{int(L)}"
 
 
 def make_projections(head_dim: int, K: int, L: int, *, num_sets: int = 1, seed: int = 43,

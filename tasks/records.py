@@ -1,11 +1,11 @@
-"""Reading benchmark records (dicts) from local files or the Hugging Face hub parquet files (https)."""
+"""Reading benchmark records (dicts) from local files, or from the Hugging Face hub parquet files fetched
+into the local cache by ``magicpig_tasks.download.fetch``."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
 
-from magicpig_tasks.common import TaskUnavailable
 
 
 def read_records(path: str | Path, what: str) -> list[dict[str, Any]]:
@@ -29,14 +29,11 @@ def read_records(path: str | Path, what: str) -> list[dict[str, Any]]:
 
 
 def read_hub_parquet(url: str, what: str) -> list[dict[str, Any]]:
-    """Records of a remote parquet file (https URL); ``TaskUnavailable`` with the reason when unreachable."""
-    try:
-        import pandas as pd
-        frame = pd.read_parquet(url)
-    except Exception as exc:  # noqa: BLE001 - offline, missing fsspec backend, gated repo ...
-        raise TaskUnavailable(f"{what}: could not read {url} ({exc.__class__.__name__}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else ''}); pass a local file with --data") from exc
-    return [plain(r) for r in frame.to_dict("records")]
+    """Records of a remote parquet file (https URL), through the one fetcher (``magicpig_tasks.download``:
+    cached, offline-aware); ``TaskUnavailable`` with the reason when it cannot be had."""
+    from magicpig_tasks.download import fetch
+
+    return read_records(fetch(url, None, what), what)
 
 
 def plain(value: Any) -> Any:

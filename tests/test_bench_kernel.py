@@ -97,3 +97,17 @@ def test_kernel_bench_prints_bandwidth_flush_and_gather_ceiling(tmp_path):
     with open(path) as fh:
         (row,) = list(csv.DictReader(fh))
     assert {"gather_ratio", "llc_bytes", "flush_bytes", "stream_bytes", "bandwidth_ratio"} <= set(row)
+
+
+@pytest.mark.parametrize("argv,expect", [
+    (["bench", "kernel", "--kl", "10x150,9x120"], "--kl: expected one (K, L) pair written K,L"),
+    (["bench", "kernel", "--kl", "17,10"], "--kl: K must be an integer in [1, 16]"),
+    (["estimate", "error", "--capture", "missing.pt", "--kl", "10,150,9,120"], "repeat --kl for more pairs"),
+])
+def test_kl_options_share_one_parser(argv, expect, capsys):
+    """bench kernel and estimate read a bare (K, L) pair with magicpig.lsh.parse_kl: one form (K,L), one
+    error naming it; a list in one value is refused (repeat the option instead)."""
+    from magicpig.harness.cli import main
+
+    assert main(argv) == 2
+    assert expect in capsys.readouterr().err

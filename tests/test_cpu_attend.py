@@ -8,7 +8,7 @@ from magicpig.merge import merge_attention
 from magicpig.methods import MagicPIG
 from magicpig.methods.base import attend_logits
 
-from test_cpu_common import isa_params, random_layer, reference_attend, require_module, use_isa
+from test_cpu_common import compact_reference, isa_params, random_layer, reference_attend, require_module, use_isa
 
 TOL = {torch.float32: dict(rtol=1e-4, atol=2e-5), torch.bfloat16: dict(rtol=2e-3, atol=1e-3)}
 
@@ -27,7 +27,7 @@ def test_attend_equals_reference(monkeypatch, isa, dtype, G, d, n, min_collision
     K, L = 4, 12
     keys, values, codes, counts, q, q_codes = random_layer(2, 2, G, n, d, K, L, counts=[n, n // 3 + 1],
                                                            seed=d + G, offset=0.5, dtype=dtype)
-    layer = cpu.OffloadedLayer.build(keys, values, codes, counts, K, L)
+    layer = cpu.OffloadedLayer.build(keys, values, codes, counts, K, L, min_collisions)
     out, lse, sampled = layer.attend(q, q_codes, min_collisions)
     r_out, r_lse, r_sampled = reference_attend(keys, values, counts, codes, q, q_codes, K, L, min_collisions)
     assert out.dtype == lse.dtype == torch.float32 and sampled.dtype == torch.int32
@@ -67,8 +67,8 @@ def test_32bit_ids_and_parallel_splits(monkeypatch, isa):
     assert torch.equal(sampled, r_sampled)
     torch.testing.assert_close(out, r_out, **TOL[torch.bfloat16])
     torch.testing.assert_close(lse, r_lse, **TOL[torch.bfloat16])
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 7)  # more threads than groups: token splits
-    out7, lse7, _ = layer.attend(q, q_codes, 2)
+    assert layer.threads >= 1  # planned at build
+    out7, lse7, _ = layer.with_threads(7).attend(q, q_codes, 2)  # more threads than groups: token splits
     torch.testing.assert_close(out7, out, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(lse7, lse, rtol=1e-5, atol=1e-6)
 
@@ -94,6 +94,39 @@ def test_attend_checks_arguments():
         layer.attend(q, q_codes, 0)
 
 
+def test_the_layer_is_planned_when_built(monkeypatch):
+    """Plan and run: ISA variant, threads and correction table are fixed when the layer is built, so
+    attend reads no environment variable and builds no table; a layer built later reads the new setting."""
+    K, L = 4, 10
+    keys, values, codes, counts, q, q_codes = random_layer(2, 2, 3, 300, 24, K, L, seed=6)
+    monkeypatch.setenv(cpu.ISA_ENV, "scalar")
+    monkeypatch.setenv(cpu.THREADS_ENV, "2")
+    layer = cpu.OffloadedLayer.build(keys, values, codes, counts, K, L, min_collisions=1)
+    assert (layer.isa, layer.isa_code, layer.threads, layer.min_collisions) == ("scalar", 0, 2, 1)
+    assert torch.equal(layer.table, cpu.correction_table(K, L, 1))
+    single = layer.with_threads(1)
+    assert single.threads == 1 and single.kv is layer.kv and single.isa == "scalar"
+    want = layer.attend(q, q_codes)  # min_collisions: the plan's
+    monkeypatch.setenv(cpu.ISA_ENV, "sse9")  # either would raise if read
+    monkeypatch.setenv(cpu.THREADS_ENV, "two")
+    monkeypatch.setattr(cpu, "correction_table", lambda *a: pytest.fail("attend built a correction table"))
+    for got in (layer.attend(q, q_codes), layer.attend(q, q_codes, 1), single.attend(q, q_codes)):
+        torch.testing.assert_close(got[0], want[0], rtol=1e-6, atol=1e-7)
+        assert torch.equal(got[2], want[2])
+    assert torch.equal(layer.retrieve_raw(q_codes, 2)[1], reference_sets_count(codes, counts, q_codes, 2))
+    with pytest.raises(ValueError, match="planned"):  # the table is min_collisions=1's
+        layer.attend(q, q_codes, 2)
+    with pytest.raises(ValueError, match=cpu.ISA_ENV):  # a new layer reads the environment at its build
+        cpu.OffloadedLayer.build(keys, values, codes, counts, K, L)
+
+
+def reference_sets_count(codes, counts, q_codes, min_collisions):
+    from test_cpu_common import reference_sets
+
+    sets = reference_sets(codes, counts, q_codes, min_collisions)
+    return torch.tensor([[w.numel() for w in row] for row in sets], dtype=torch.int32)
+
+
 @pytest.mark.parametrize("isa", isa_params())
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_merge_with_static_part_equals_magicpig_attend(monkeypatch, isa, dtype):
@@ -112,8 +145,8 @@ def test_merge_with_static_part_equals_magicpig_attend(monkeypatch, isa, dtype):
     state = method.prepare(k, v, layout)
     ref = method.attend(q, k, v, layout, state=state)
 
-    off = cpu.compact_offloaded(k, v, state, dtype=dtype)  # bf16: centered keys rounded once more
-    layer = cpu.OffloadedLayer.build(off.keys, off.values, off.codes, off.counts, method.K, method.L)
+    keys, values, codes, counts = compact_reference(k, v, state, dtype)  # bf16: centered keys rounded once more
+    layer = cpu.OffloadedLayer.build(keys, values, codes, counts, method.K, method.L)
     q_codes = lsh.hash_codes(q.reshape(B, Hkv, G, d), state.projections, method.K, method.L).reshape(B, -1, method.L)
     out_cpu, lse_cpu, sampled = layer.attend(q, q_codes, method.min_collisions)
 

@@ -76,6 +76,24 @@ def reference_attend(keys, values, counts, codes, q, q_codes, K, L, min_collisio
     return out, lse, sampled
 
 
+def compact_reference(k, v, state, dtype=torch.float32):
+    """The offloaded rows of the reference's prefill state (``MagicPIG.prepare``), compacted to the front of
+    each sequence: (keys centred with state.center, values, codes = state.codes of the same rows, counts)."""
+    offloaded = state.offloaded.cpu()
+    B, Hkv, d, L = k.shape[0], k.shape[1], k.shape[3], state.codes.shape[-1]
+    counts = offloaded.sum(1).to(torch.int64)
+    m = int(counts.max())
+    keys, values = torch.zeros(B, Hkv, m, d, dtype=dtype), torch.zeros(B, Hkv, m, d, dtype=dtype)
+    codes = torch.zeros(B, Hkv, m, L, dtype=torch.int32)
+    for b in range(B):
+        idx = offloaded[b].nonzero().squeeze(1)
+        c = idx.numel()
+        keys[b, :, :c] = (k[b][:, idx].float() - state.center[b, :, None]).to(dtype)
+        values[b, :, :c] = v[b][:, idx].to(dtype)
+        codes[b, :, :c] = state.codes[b][:, idx]
+    return keys, values, codes, counts
+
+
 def isa_params():
     """ISA variants to test: every supported one (the scalar fallback always)."""
     return ["scalar", "avx2", "avx512"]

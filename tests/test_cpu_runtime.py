@@ -56,6 +56,59 @@ def test_build_command_self_checks(capsys):
     assert "isa:" in out and "threads:" in out and "self-check: ok" in out
 
 
+class _BrokenModule:
+    """The compiled module with one kernel wrong (in the scalar variant only, where the kernel has one)."""
+
+    def __init__(self, real, kernel):
+        self.real, self.kernel = real, kernel
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def attend(self, *args):  # (kv, q, bits, scale, table, limit, K, L, m, isa, threads, prefetch, split)
+        out, lse = self.real.attend(*args)
+        wrong = self.kernel == "attend" and args[9] == cpu.ISA_CODES["scalar"]
+        return (out + 1e-2, lse) if wrong else (out, lse)
+
+    def retrieve(self, *args):
+        bits, sampled, entries = self.real.retrieve(*args)
+        return bits, (sampled + 1 if self.kernel == "retrieve" else sampled), entries
+
+    def hash_keys(self, *args):  # (rows, center, proj, lo, count, m, K, L, table_major, isa, threads)
+        codes = self.real.hash_keys(*args)
+        queries = not args[8]  # the decoder hashes its queries row-major, the prefill keys table-major
+        wrong = self.kernel == "hash_keys" and queries and args[9] == cpu.ISA_CODES["scalar"]
+        return codes ^ 1 if wrong else codes
+
+
+@pytest.mark.parametrize("kernel,names", [("attend", "scalar"), ("hash_keys", "scalar"), ("retrieve", None)])
+def test_self_check_drives_the_decoder_and_fails_on_a_wrong_kernel(monkeypatch, capsys, kernel, names):
+    """``self_check`` runs a real OffloadDecoder once per ISA variant, and a wrong kernel (output, query
+    hashing, retrieval) fails it, naming the variant where the fault is variant-specific; ``magicpig build``
+    then exits 1."""
+    require_module()
+    from magicpig import decoders
+    from magicpig.harness.cli import main
+
+    built = []
+    real_init = decoders.OffloadDecoder.__init__
+
+    def spy(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        built.append(self.cpu_layer.isa)
+
+    monkeypatch.setattr(decoders.OffloadDecoder, "__init__", spy)
+    assert set(cpu.self_check()) == set(cpu.supported_isas()) == set(built)
+    saved = os.environ.get(cpu.ISA_ENV)
+    monkeypatch.setattr(cpu, "load", lambda real=cpu.load(): _BrokenModule(real, kernel))
+    with pytest.raises(RuntimeError, match=names or "sampled") as err:
+        cpu.self_check()
+    assert "sampled" in str(err.value) or "differs" in str(err.value)
+    assert os.environ.get(cpu.ISA_ENV) == saved  # restored after the failure
+    assert main(["build"]) == 1
+    assert "self-check FAILED" in capsys.readouterr().out
+
+
 def test_kernel_bench_writes_csv(tmp_path):
     require_module()
     from magicpig.harness import bench_kernel

@@ -5,12 +5,13 @@ import pytest
 import torch
 
 from tiny_models import random_prompt, tiny_model
-from magicpig import attention, cache, lsh
+from magicpig import cache, decoders, lsh
+from magicpig.cpu_torch import offload_layer_class
 from magicpig.engine import Engine, GenerationConfig
-from magicpig.methods import KeyLayout, MagicPIG
+from magicpig.methods import KeyLayout, MagicPIG, split_static_offloaded
 from magicpig.methods.exact import Dense
 
-from test_cpu_common import require_module
+from test_cpu_common import compact_reference, require_module
 
 METHOD = "magicpig:K=4,L=24,local=16"
 
@@ -87,17 +88,17 @@ def test_from_prefill_equals_build_from_reference_state(impl):
     k, v, layout = _state()
     method = MagicPIG(K=5, L=20, sinks=4, local=16)
     state = method.prepare(k, v, layout)
-    off = cpu.compact_offloaded(k, v, state)
-    _, offloaded = cache.split_static_offloaded(layout, method.sinks, method.local)
-    lo, counts = cache._row_ranges(offloaded)
-    center = cache._center(k, layout, offloaded, True)
+    off_keys, off_values, off_codes, off_counts = compact_reference(k, v, state)
+    _, offloaded = split_static_offloaded(layout, method.sinks, method.local)
+    lo, counts = decoders.row_ranges(offloaded)
+    center = decoders.offload_center(k, layout, offloaded, True)
     assert torch.equal(center, state.center)
-    cls = cache.offload_layer_class(impl)
+    cls = offload_layer_class(impl)
     layer = cls.from_prefill(k, v, center, state.projections, lo, counts, method.K, method.L)
     if impl == "torch":
-        assert torch.equal(layer.codes, off.codes) and torch.equal(layer.keys, off.keys)
+        assert torch.equal(layer.codes, off_codes) and torch.equal(layer.keys, off_keys)
         return
-    ref = cpu.OffloadedLayer.build(off.keys, off.values, off.codes, off.counts, method.K, method.L)
+    ref = cpu.OffloadedLayer.build(off_keys, off_values, off_codes, off_counts, method.K, method.L)
     assert torch.equal(layer.kv, ref.kv) and torch.equal(layer.counts, ref.counts)
     # the same tables (codes equal the reference's on these inputs)
     assert torch.equal(layer.offsets, ref.offsets)
@@ -116,7 +117,7 @@ def test_decode_exact_matches_dense_reference(dtype):
     q = torch.randn(2, 6, 32)
     ref = Dense().attend(q, k, v, layout, scale=0.2)
     valid = layout.valid()
-    out, lse = attention.decode_exact(q.to(dtype), k.to(dtype), v.to(dtype), 0.2, valid)
+    out, lse = decoders.decode_exact(q.to(dtype), k.to(dtype), v.to(dtype), 0.2, valid)
     tol = 1e-5 if dtype == torch.float32 else 3e-2
     torch.testing.assert_close(out, ref.output, atol=tol, rtol=tol)
     torch.testing.assert_close(lse, ref.lse, atol=tol, rtol=tol)
@@ -124,9 +125,9 @@ def test_decode_exact_matches_dense_reference(dtype):
     # a row with no valid key: output 0 and lse -inf, never NaN (the fused kernel itself returns lse 0)
     none = valid.clone()
     none[1] = False
-    out, lse = attention.decode_exact(q, k, v, 0.2, none)
+    out, lse = decoders.decode_exact(q, k, v, 0.2, none)
     assert torch.isfinite(out).all() and not out[1].any() and torch.isneginf(lse[1]).all()
-    out0, lse0 = attention.decode_exact(q[:1], k[:1], v[:1], 0.2)  # no mask
+    out0, lse0 = decoders.decode_exact(q[:1], k[:1], v[:1], 0.2)  # no mask
     torch.testing.assert_close(out0, Dense().attend(q[:1], k[:1], v[:1], KeyLayout.simple(1, 300), scale=0.2).output)
 
 
@@ -134,10 +135,10 @@ def test_bf16_model_keeps_exact_parts_in_bf16():
     """The system path never holds float32 copies of a bf16 cache (static part, dense layers)."""
     k, v, layout = _state()
     kb, vb = k.bfloat16(), v.bfloat16()
-    dec = cache.OffloadDecoder(MagicPIG(K=5, L=20, local=16), kb, vb, layout, 0, "torch")
+    dec = decoders.OffloadDecoder(MagicPIG(K=5, L=20, local=16), kb, vb, layout, 0, offload_layer_class("torch"))
     assert dec.k_static.data.dtype == dec.v_static.data.dtype == torch.bfloat16
     assert dec.cpu_layer.keys.dtype == torch.bfloat16  # default store follows the model
-    ex = cache.ExactDecoder(kb, vb, layout, 0)
+    ex = decoders.ExactDecoder(kb, vb, layout, 0)
     assert ex.k.data.dtype == torch.bfloat16
     q = torch.randn(2, 4, 32).bfloat16()
     res = ex.attend(q, None)
@@ -154,8 +155,9 @@ def test_bf16_offload_close_to_fp32(impl):
     k, v, layout = _state(n=600)
     method = MagicPIG(K=4, L=30, sinks=4, local=16)
     q = torch.randn(2, 6, 32) * 2
-    full = cache.OffloadDecoder(method, k, v, layout, 0, impl, offload_dtype=torch.float32).attend(q, None)
-    half = cache.OffloadDecoder(method, k, v, layout, 0, impl, offload_dtype=torch.bfloat16).attend(q, None)
+    cls = offload_layer_class(impl)
+    full = decoders.OffloadDecoder(method, k, v, layout, 0, cls, offload_dtype=torch.float32).attend(q, None)
+    half = decoders.OffloadDecoder(method, k, v, layout, 0, cls, offload_dtype=torch.bfloat16).attend(q, None)
     assert torch.equal(full.used, half.used)
     err = (half.output - full.output).norm() / full.output.norm()
     assert 0 < err < 2e-2
@@ -171,9 +173,9 @@ def test_staged_host_path_equals_direct(concurrent):
     k, v, layout = _state()
     method = MagicPIG(K=5, L=20, sinks=4, local=16)
     q = torch.randn(2, 4, 32)
-    direct = cache.OffloadDecoder(method, k, v, layout, 0, "compiled")
-    staged = cache.OffloadDecoder(method, k, v, layout, 0, "compiled", concurrent=concurrent,
-                                  stage_through_host=True)
+    cls = offload_layer_class("compiled")
+    direct = decoders.OffloadDecoder(method, k, v, layout, 0, cls)
+    staged = decoders.OffloadDecoder(method, k, v, layout, 0, cls, concurrent=concurrent, stage_through_host=True)
     assert direct._hash_on_cpu and not staged._hash_on_cpu
     for step in range(3):
         a, b = direct.attend(q, None), staged.attend(q, None)
@@ -184,7 +186,7 @@ def test_staged_host_path_equals_direct(concurrent):
         staged.append(kn, vn)
     assert set(staged._host) == {"q", "codes", "out", "lse"}
     assert all(not t.is_pinned() for t in staged._host.values())
-    assert cache.host_buffer((2,), torch.float32, torch.device("cpu")).is_pinned() is False
+    assert decoders.host_buffer((2,), torch.float32, torch.device("cpu")).is_pinned() is False
 
 
 def test_threads_env(monkeypatch):
@@ -207,7 +209,7 @@ def test_timings_reported():
     pre = engine.prefill(random_prompt(200, seed=3))
     cfg = GenerationConfig(max_new_tokens=4, ignore_eos=True)
     off = Engine(model, None, backend="offload").decode(pre, METHOD, cfg)[0]
-    keys = {"setup", *cache.TIMING_KEYS}
+    keys = {"setup", *decoders.TIMING_KEYS}
     assert set(off.timings) == keys and all(t >= 0 for t in off.timings.values())
     assert off.timings["setup"] == off.setup_seconds > 0
     for key in ("hash", "cpu_attend", "exact"):
@@ -228,3 +230,63 @@ def test_offload_decoders_are_system_decoders():
     kinds = {type(l.decoder).__name__ for i, l in enumerate(c.layers) if not c.is_sparse(i)}
     assert kinds == {"ExactDecoder"}
     assert {type(l.decoder).__name__ for i, l in enumerate(c.layers) if c.is_sparse(i)} == {"OffloadDecoder"}
+    assert c.layer_decoders == ["exact" if not c.is_sparse(i) else "offload" for i in range(c.num_layers)]
+
+
+@pytest.mark.parametrize("backend,method,want", [
+    ("reference", METHOD, {"dense": "reference", "sparse": "reference"}),
+    ("offload", METHOD, {"dense": "exact", "sparse": "offload"}),
+    ("offload", "topk:budget=0.1", {"dense": "reference", "sparse": "reference"}),  # no system path
+])
+def test_each_method_chooses_its_decoders(backend, method, want):
+    """The decoder of a layer is the method's choice (``make_decoder``), and the records name it: the cache's
+    ``layer_decoders`` and every GenerationResult's ``layer_decoders``, one name per layer."""
+    model = tiny_model("llama")
+    engine = Engine(model, None, backend=backend, offload_impl="torch")
+    res = engine.generate(random_prompt(120, seed=4), method, GenerationConfig(max_new_tokens=2, ignore_eos=True))
+    dense = engine.check_method(method).dense_layer_set(model.config.num_hidden_layers)
+    expect = [want["dense"] if i in dense else want["sparse"] for i in range(model.config.num_hidden_layers)]
+    assert dense and len(dense) < len(expect)  # both kinds of layer occur
+    assert res[0].layer_decoders == expect
+    assert set(expect) <= set(decoders.DECODER_KINDS)
+    c = cache.MagicPIGCache(model, method, backend, offload_impl="torch")
+    assert c.layer_decoders == [""] * c.num_layers  # nothing decodes before prefill ends
+
+
+def test_dense_reference_layers_are_float32_dense():
+    """Backend reference: a dense layer decodes with the Dense method (no generator), a sparse one with the
+    method and the cache's generator."""
+    model = tiny_model("llama")
+    gen = torch.Generator().manual_seed(0)
+    c = cache.MagicPIGCache(model, "oracle:budget=8", "reference", generator=gen)
+    k, v, _ = _state(B=1, Hkv=model.config.num_key_value_heads,
+                     d=model.config.hidden_size // model.config.num_attention_heads)
+    c.start_decoding([k] * c.num_layers, [v] * c.num_layers, KeyLayout.simple(1, k.shape[2]))
+    for i, layer in enumerate(c.layers):
+        if c.is_sparse(i):
+            assert layer.decoder.method is c.method and layer.decoder.generator is gen
+        else:
+            assert isinstance(layer.decoder.method, Dense) and layer.decoder.generator is None
+
+
+def test_offload_decoder_steps_read_no_environment(monkeypatch):
+    """The CPU layer of an OffloadDecoder is planned when the decoder is built ($MAGICPIG_ISA and
+    $MAGICPIG_THREADS read then); its steps (query hashing, retrieval, attention) read neither."""
+    require_module()
+    from magicpig import cpu
+
+    k, v, layout = _state()
+    method = MagicPIG(K=5, L=20, sinks=4, local=16, min_collisions=3)
+    q = torch.randn(2, 4, 32)
+    monkeypatch.setenv(cpu.ISA_ENV, "scalar")
+    monkeypatch.setenv(cpu.THREADS_ENV, "1")
+    dec = decoders.OffloadDecoder(method, k, v, layout, 0, cpu.OffloadedLayer)
+    layer = dec.cpu_layer
+    assert (layer.isa, layer.threads, layer.min_collisions) == ("scalar", 1, 3)
+    want = dec.attend(q, None)
+    ref = method.attend(q, k, v, layout)
+    assert torch.equal(want.used, ref.used)
+    monkeypatch.setenv(cpu.ISA_ENV, "sse9")  # would raise if read
+    monkeypatch.setenv(cpu.THREADS_ENV, "two")
+    got = dec.attend(q, None)
+    assert torch.equal(got.output, want.output) and torch.equal(got.used, want.used)

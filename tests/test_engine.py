@@ -206,3 +206,18 @@ def test_offload_row_without_offloaded_keys(llama):
         _close_logits(r, o)
         assert all(torch.isfinite(x).all() for x in o.logits)
     assert off[0].cost == 0.0 and off[1].cost > 0
+
+
+def test_cost_meter_counts_only_active_rows():
+    """The one cost accumulator: a row's cost is the mean over the steps in which it consumed a real token;
+    a step without sparse layers still counts; a model without sparse layers costs 1, no step costs 0."""
+    from magicpig.cache import CostMeter
+
+    meter = CostMeter(3)
+    meter.add((torch.tensor([0.2, 0.4, 0.9]), 0.5), torch.tensor([True, True, False]))
+    meter.add((torch.tensor([0.4, 0.8, 0.9]), 0.25), torch.tensor([True, False, False]))
+    meter.add(None, torch.tensor([True, False, False]))
+    assert meter.row(0, True) == (pytest.approx(0.2), pytest.approx(0.25), 3)
+    assert meter.row(1, True) == (pytest.approx(0.4), pytest.approx(0.5), 1)
+    assert meter.row(2, True) == (0.0, 0.0, 0)
+    assert meter.row(0, False) == (1.0, 0.0, 3) and meter.row(2, False) == (0.0, 0.0, 0)

@@ -202,3 +202,41 @@ def test_bytes_limit_counts_weights_kv_and_sampled_rows():
     assert weights < sparse["bytes_per_step"] < weights + 0.2 * kv  # 2 of 30 layers dense + 3% of the rest
     assert bench_decode.bytes_limit("smollm2", dict(row, method="quest"), 10.0) == {}  # not modelled
     assert bench_decode.bytes_limit("smollm2", row, None) == {}  # not a CPU run: no bandwidth measured
+
+
+def test_one_machine_record_with_the_same_keys_everywhere():
+    """eval's metrics.json, bench decode's machine.json and rows, bench kernel's rows: one record, one key
+    per fact (magicpig.harness.machine)."""
+    import subprocess
+    import sys
+
+    from magicpig.harness import bench_kernel, machine
+
+    rec = machine.machine_record("cpu")
+    assert tuple(rec) == machine.KEYS and rec["device"] == "cpu" and rec["gpu_name"] is None
+    assert rec["cpu_cores_logical"] >= 1 and rec["torch_version"] == torch.__version__ and rec["threads"] >= 1
+    desc = bench_decode.machine_description("cpu")
+    assert tuple(desc) == machine.KEYS and desc["isa"] != "not loaded"  # the benchmarks load the CPU module
+    shared = ("cpu_model", "isa", "threads", "torch_version")
+    assert set(shared) <= set(bench_decode.COLUMNS)
+    assert set(shared) <= set(bench_kernel.Row.__dataclass_fields__)
+    # describing the machine compiles nothing: a fresh process without the module says so
+    code = "from magicpig.harness.machine import machine_record; print(machine_record('cpu')['isa'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "not loaded", out.stderr[-500:]
+
+
+def test_backends_are_named_once():
+    from magicpig import backends
+    from magicpig.harness import evaluate
+    from magicpig.harness.cli import build_parser
+
+    assert bench_decode.BACKENDS == ("stock",) + backends.BACKENDS == backends.BENCH_BACKENDS
+    assert evaluate.EvalConfig.__dataclass_fields__["backend"].default == backends.DEFAULT_BACKEND
+    parser = build_parser()
+    for argv in (["eval", "--task", "gsm8k", "--length", "4096", "--out", "x", "--method", "dense"],
+                 ["generate", "--prompt", "hi"]):
+        args = parser.parse_args(argv)
+        assert args.backend == backends.DEFAULT_BACKEND
+    assert bench_decode.parse_method_arg("magicpig")[1] == "offload" == backends.system_backend("magicpig")
+    assert bench_decode.parse_method_arg("quest")[1] == "reference" == backends.system_backend("quest")

@@ -6,6 +6,7 @@ import torch
 
 from magicpig import lsh
 from magicpig.methods import MagicPIG
+from magicpig_tasks import paper
 from magicpig_tasks.experiments import experiments as E
 from magicpig_tasks.experiments.capture import Capture, parse_layers
 from magicpig_tasks.experiments.problems import iter_problems, layer_batch, query_subset, run_method
@@ -177,7 +178,7 @@ def test_kl_grid_measured_matches_prediction_on_isotropic_keys():
         # cosines of isotropic keys spread with std ~ 1/sqrt(d) around 0 and u is convex there: the real
         # fraction exceeds the well-spread formula (which assumes every cosine is exactly 0)
         assert r.measured > r.formula
-        assert r.paper_table9 == E.PAPER_TABLE9[r.K][r.L] / 100
+        assert r.paper_table9 == paper.table9()[r.K][r.L]  # Table 9, from config/paper_reference.yaml
     # more tables sample more, more bits sample less
     g = df.set_index(["K", "L"]).measured
     assert g[(7, 150)] > g[(7, 75)] > g[(8, 75)]
@@ -208,6 +209,19 @@ def test_geometry_planted_offset_and_sink():
     assert row.q_cos_sink > 0.2
 
 
+def test_geometry_hist_counts_every_offloaded_key_and_sees_the_offset():
+    cap = isotropic(n=2000, d=32, Q=2, H=2, offset=10.0)
+    hist = E.geometry_hist(cap, bins=20)
+    assert set(hist.quantity) == {"k_cos_sink", "k_cos_center", "qk_cos", "qk_cos_centered"}
+    per = hist.groupby("quantity")["count"].sum()  # the same offloaded keys behind every histogram:
+    assert per["k_cos_sink"] == per["k_cos_center"] > 0  # one count per (kv-head, query, key),
+    assert per["qk_cos"] == per["qk_cos_centered"] == 2 * per["k_cos_sink"]  # per query head (2 per kv-head)
+    center = hist[hist.quantity == "k_cos_center"]
+    assert center[center.bin_lo >= 0.8]["count"].sum() > 0.9 * center["count"].sum()  # keys share the offset
+    cen = hist[hist.quantity == "qk_cos_centered"]
+    assert cen[(cen.bin_lo >= -0.5) & (cen.bin_hi <= 0.5)]["count"].sum() > 0.9 * cen["count"].sum()
+
+
 def test_topk_vs_oracle_interpolates_at_equal_unique_keys():
     import pandas as pd
 
@@ -221,3 +235,25 @@ def test_topk_vs_oracle_interpolates_at_equal_unique_keys():
     assert len(out) == 1
     assert out.topk_error.iloc[0] == pytest.approx(0.04)  # log-log midpoint of (10, 0.4) and (1000, 0.004)
     assert out.topk_over_oracle.iloc[0] == pytest.approx(4.0)
+
+
+def test_paper_numbers_come_from_the_reference_file_by_setting():
+    """Table 9 and the paper's (K, L) settings are read from config/paper_reference.yaml, keyed by (K, L)."""
+    t9 = paper.table9()
+    assert t9[9][150] == 0.054 and t9[11][75] == 0.0015 and set(t9) == {7, 8, 9, 10, 11}
+    assert E.paper_kl() == [(10, 150), (10, 170), (9, 120), (8, 75)]
+    assert paper.nominal_costs()[(10, 170)] == 0.025
+    assert (11, 300) in [(m.K, m.L) for m in paper.kl_settings("all")]
+    with pytest.raises(ValueError, match="groups"):
+        paper.kl_settings("nope")
+    assert paper.system_value("max_throughput_tokens_per_s", "tokens_per_s", hardware="L20", batch=18) == 53.8
+    with pytest.raises(ValueError, match="2 entries"):
+        paper.system_value("max_throughput_tokens_per_s", "tokens_per_s", hardware="L20")
+
+
+def test_kl_pair_has_one_parser_and_one_spelling():
+    assert lsh.parse_kl("10,150") == (10, 150) == lsh.parse_kl(" 10x150 ")
+    assert lsh.format_kl(10, 150) == "10,150" and lsh.parse_kl(lsh.format_kl(9, 120)) == (9, 120)
+    for bad in ("10by150", "10,150,9,120", "10", ""):
+        with pytest.raises(ValueError, match="K,L"):
+            lsh.parse_kl(bad)

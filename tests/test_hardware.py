@@ -73,3 +73,23 @@ def test_magicpig_batch_is_capped_by_host_memory():
     host_seq = 30 * 98304 * 4096 + 30 * 8 * 150 * 98304 * 4
     assert magicpig_offload(m, hw, 98304, 0.02, 10, 150).batch == int(hw.host_mem_gb * 1e9 // host_seq)
     assert magicpig_offload(m, hw, 98304, 0.02, 10, 150, batch=1).batch == 1
+
+
+def test_paper_figures_are_matched_to_rows_by_setting(monkeypatch):
+    """Each projected row carries the paper's figure of its own (hardware, model, context, method), read
+    from config/paper_reference.yaml: reordering the file's entries changes no row's paper value."""
+    from magicpig.harness import projection
+
+    rows = {r["hardware"]: r for r in projection.paper_projection_rows(0.4)}
+    assert rows[HARDWARE["A100"].name]["paper_speedup"] == 1.5 and rows[HARDWARE["A100"].name]["context"] == 16384
+    assert rows[HARDWARE["L20"].name]["paper_speedup"] == 5.0 and rows[HARDWARE["L20"].name]["model"] == "codellama-13b"
+    assert rows[HARDWARE["RTX4090"].name]["paper_speedup"] == 3.3 and rows[HARDWARE["RTX4090"].name]["context"] == 98304
+    original = projection.paper_entries
+    monkeypatch.setattr(projection, "paper_entries", lambda name: list(reversed(original(name))))
+    flipped = {r["hardware"]: r for r in projection.paper_projection_rows(0.4)}
+    assert {k: r["paper_speedup"] for k, r in flipped.items()} == {k: r["paper_speedup"] for k, r in rows.items()}
+    lat = {r["what"]: r for r in projection.latency_rows(0.3)}
+    assert lat["MagicPIG ms/token, batch 1"]["paper"] == 54.0 and lat["MagicPIG ms/token, batch 1"]["batch"] == 1
+    assert lat["MagicPIG tokens/s, batch 18"]["paper"] == 53.8
+    assert lat["GPU-only full attention tokens/s, largest batch"]["paper"] == 30.5
+    assert "paper" not in lat["MagicPIG tokens/s, largest batch that fits"]

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from tiny_models import random_prompt, tiny_model
-from magicpig import attention
+from magicpig import active_layer, attention
 from magicpig.engine import Engine, GenerationConfig
 
 
@@ -73,7 +73,7 @@ def test_patched_generate_equals_engine(backend):
     import gc
 
     gc.collect()  # the hook holds the finished generate()'s cache only weakly
-    assert attention._local.cache() is None
+    assert active_layer._local.cache() is None
 
 
 def test_decode_without_magicpig_cache_is_a_clear_error():
@@ -101,3 +101,40 @@ def test_attn_implementation_name_at_load_time():
     want = sdpa.generate(ids, max_new_tokens=6, do_sample=False)
     got = hooked.generate(ids, max_new_tokens=6, do_sample=False, cache=MagicPIGCache(hooked, "dense"))
     assert torch.equal(want, got)
+
+
+def _project_imports(path):
+    """magicpig modules a source file imports, read from its AST (every import, also inside functions)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("magicpig"):
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("magicpig")}
+    return found
+
+
+def test_active_layer_hand_off_lives_in_one_module():
+    """The hand-off (set by the cache, read by the hook, cleared by the engine) has one home that imports
+    no project module; cache, attention and the decoders never import each other back."""
+    from pathlib import Path
+
+    import magicpig
+
+    root = Path(magicpig.__file__).parent
+    imports = {name: _project_imports(root / f"{name}.py")
+               for name in ("active_layer", "cache", "attention", "engine", "decoders", "cpu", "cpu_torch")}
+    assert imports["active_layer"] == set()
+    assert "magicpig.active_layer.set_active" in imports["cache"]
+    assert "magicpig.active_layer.get_active" in imports["attention"]
+    assert "magicpig.active_layer.clear_active" in imports["engine"]
+    assert not any(m.startswith("magicpig.attention") for m in imports["cache"] | imports["decoders"])
+    assert not any(m.startswith(("magicpig.cache", "magicpig.cpu", "magicpig.engine")) for m in imports["decoders"])
+    assert not any(m.startswith("magicpig.decoders") for m in imports["cpu_torch"])
+    for name in ("set_active", "get_active", "clear_active"):  # defined once
+        assert all(f"def {name}(" not in (root / f"{m}.py").read_text() for m in imports if m != "active_layer")
+    methods = root / "methods"
+    assert not any(m.startswith(("magicpig.decoders", "magicpig.cache", "magicpig.cpu"))
+                   for f in methods.glob("*.py") for m in _project_imports(f))

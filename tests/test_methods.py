@@ -1,5 +1,5 @@
 """The attention methods against exact attention: one matrix over every registered method, then
-method-specific properties (PAPER.md §1-2)."""
+method-specific properties (the paper's Sec. 4 and its baselines, Sec. 5)."""
 import math
 
 import pytest
@@ -94,7 +94,7 @@ def test_magicpig_sampling_nothing_equals_static_attention():
 
 
 def test_magicpig_matches_a_direct_transcription_of_the_estimator():
-    """Recompute PAPER.md §1 literally (loops over heads) and compare to the batched reference."""
+    """Recompute the paper's estimator (Sec. 4) literally (loops over heads) and compare to the batched reference."""
     B, H, Hkv, n, d, K, L = 1, 6, 3, 240, 16, 3, 12
     q, k, v = make_inputs(B, H, Hkv, n, d, offset=2.0, seed=11)
     m = MagicPIG(K=K, L=L, sinks=4, local=16)
@@ -415,3 +415,64 @@ def test_layout_padded_prefix_is_read_once_and_follows_growth():
     assert KeyLayout.simple(2, 7).padded_prefix() == 0
     import dataclasses
     assert dataclasses.replace(lay, start=torch.tensor([0, 1, 2])).padded_prefix() == 2
+
+
+def test_method_dataclasses_are_keyword_only_and_subclass_freely():
+    """Methods are keyword-only dataclasses: a subclass adds fields (with or without defaults) after the
+    base's ``dense_layers``; specs list a method's own fields first, ``dense_layers`` last, and every
+    registered method round-trips through its spec string."""
+    import dataclasses
+
+    from magicpig.methods import method_fields
+    from magicpig.methods.exact import Dense
+
+    for name, cls in METHODS.items():
+        assert all(f.kw_only for f in dataclasses.fields(cls)), name
+        assert [f for f, _, _ in method_fields(name)][-1] == "dense_layers"
+        spec = f"{name}:dense_layers=1;0"
+        method = parse_method(spec)
+        assert method.dense_layers == (0, 1) and method.spec() == f"{name}:dense_layers=0;1"
+        assert parse_method(method.spec()) == method
+    assert parse_method("magicpig:dense_layers=0;3,K=8").spec() == "magicpig:K=8,dense_layers=0;3"
+    assert list(parse_method("quest").params()) == ["page_size", "ratio", "local", "dense_layers"]
+    with pytest.raises(TypeError):
+        MagicPIG(8)  # keyword-only
+
+    @dataclasses.dataclass(kw_only=True)
+    class Tempered(Dense):
+        name = "tempered-test"
+        temperature: float  # no default, after the base's defaulted field
+        floor: int = 0
+
+    m = Tempered(temperature=0.5, dense_layers=(1,))
+    assert m.spec() == "tempered-test:temperature=0.5,dense_layers=1"
+    assert list(m.params()) == ["temperature", "floor", "dense_layers"]
+    with pytest.raises(TypeError):
+        Tempered()
+
+
+def test_a_method_chooses_its_own_decoder():
+    """The cache asks each layer's decoder of the method (``make_decoder``), for every backend."""
+    import dataclasses
+
+    from tiny_models import tiny_config
+    from magicpig.cache import MagicPIGCache
+    from magicpig.methods.exact import Dense
+
+    asked = []
+
+    @dataclasses.dataclass(kw_only=True)
+    class Recording(Dense):
+        name = "recording-test"
+
+        def make_decoder(self, k, v, layout, layer_idx, ctx):
+            asked.append((layer_idx, ctx.backend, ctx.is_dense(layer_idx)))
+            return ctx.exact(k, v, layout, layer_idx)  # the fused exact decoder even on the reference backend
+
+    config = tiny_config("llama")
+    cache = MagicPIGCache(config, Recording(dense_layers=(1,)), "reference")
+    _, k, v = make_inputs(B=1, Hkv=config.num_key_value_heads, n=50,
+                          d=config.hidden_size // config.num_attention_heads)
+    cache.start_decoding([k] * cache.num_layers, [v] * cache.num_layers, KeyLayout.simple(1, 50))
+    assert asked == [(i, "reference", i == 1) for i in range(cache.num_layers)]
+    assert cache.layer_decoders == ["exact"] * cache.num_layers

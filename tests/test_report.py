@@ -80,3 +80,32 @@ def test_table9_lookup():
     assert table9(ref, "magicpig:K=9,L=120") == 0.04
     assert table9(ref, "magicpig:K=10,L=170") is None
     assert table9(ref, "dense") is None
+
+
+def test_tune_kl_result_is_printed_once_per_target(tmp_path):
+    """The command writes tune_kl_<target>.json: one table per target cost, from the command's own file (a
+    tune_kl.json left by an older pipeline, which kept the command's stdout, is not read)."""
+    est = tmp_path / "results" / "estimation"
+    est.mkdir(parents=True)
+    t = {"target_cost": 0.02, "K": 11, "L": 220, "measured_cost": 0.0204, "relative_error": 0.234,
+         "baseline": {"K": 10, "L": 150, "measured_cost": 0.0276, "relative_error": 0.212}}
+    (est / "tune_kl.json").write_text(json.dumps(t))
+    (est / "tune_kl_0.02.json").write_text(json.dumps(t))
+    (est / "tune_kl_0.05.json").write_text(json.dumps({**t, "target_cost": 0.05}))
+    report = build_report(tmp_path / "results", tmp_path / "fig", "test").read_text()
+    assert report.count("### Automatic (K, L) for a target cost of 2.00%") == 1
+    assert "(`tune_kl_0.02.json`)" in report
+    assert report.count("### Automatic (K, L) for a target cost of 5.00%") == 1
+
+
+def test_accuracy_numbers_carry_bootstrap_intervals_and_counts(tmp_path):
+    acc = tmp_path / "results" / "accuracy"
+    write_metrics(acc, "ruler/vt", 4096, "dense", 50.0, 1.0)
+    folder = next((acc / "ruler/vt/4096").iterdir())
+    (folder / "predictions.jsonl").write_text(
+        "".join(json.dumps({"id": f"s{i}", "score": s}) + "\n" for i, s in enumerate([100.0, 0.0] * 5)))
+    write_metrics(acc, "ruler/cwe", 4096, "dense", 80.0, 1.0)  # no predictions.jsonl
+    report = build_report(tmp_path / "results", tmp_path / "fig", "test").read_text()
+    ruler = report.split("## LongBench")[0]
+    row = next(line for line in ruler.splitlines() if line.startswith("| `dense` | 4096 |"))
+    assert "50.0 [" in row and "(n=10)" in row and "80.0 (no samples)" in row and "(1/2 tasks)" in row

@@ -71,12 +71,12 @@ def test_every_eval_command_parses(args):
     from magicpig.harness.cli import build_parser
 
     cmds = [line.split("Shell command: ", 1)[1].split(" > ", 1)[0] for line in dry_run("-p", *args).stdout.splitlines()
-            if line.startswith("Shell command: ") and " -m magicpig.harness.cli eval " in line]
+            if line.startswith("Shell command: ") and " -m magicpig eval " in line]
     assert cmds
     parser = build_parser()
     for cmd in cmds:
         argv = shlex.split(cmd)
-        parser.parse_args(argv[argv.index("magicpig.harness.cli") + 1:])
+        parser.parse_args(argv[argv.index("magicpig") + 1:])
 
 
 def test_chat_template_choices_match_the_schema():
@@ -99,3 +99,217 @@ def test_schema_rejects_a_bad_field(tmp_path):
     bad.write_text(yaml.safe_dump(cfg))
     r = dry_run("--configfile", str(bad))
     assert r.returncode != 0 and "samples" in (r.stdout + r.stderr)
+
+
+# ---- the DAG is built on the results files themselves (issue #14.4) ----------------------------------------
+
+def dry_run_jobs(stdout: str) -> list[dict]:
+    """The jobs of a dry run: rule, input / output lists, resources (ints where they are), shell command."""
+    jobs, job = [], None
+    for line in stdout.splitlines():
+        head = line.split(" ", 1)
+        if line.endswith(":") and head[0] in ("rule", "localrule") and len(head) == 2:
+            job = {"rule": head[1][:-1], "input": [], "output": [], "resources": {}, "shell": None}
+            jobs.append(job)
+        elif job is not None and line.startswith("    ") and ": " in line:
+            key, value = line.strip().split(": ", 1)
+            if key in ("input", "output"):
+                job[key] = value.split(", ")
+            elif key == "resources":
+                for item in value.split(", "):
+                    name, _, v = item.partition("=")
+                    job["resources"][name] = int(v) if v.isdigit() else v
+        elif job is not None and line.startswith("Shell command: "):
+            job["shell"] = line[len("Shell command: "):]
+    return jobs
+
+
+@pytest.mark.parametrize("args", [[], ["--config", "preset=paper"]])
+def test_eval_outputs_are_the_metrics_files_the_command_writes(args):
+    """Each eval / ablation job declares exactly OUT/<task>/<length>/<method dir>/metrics.json for its command's
+    --task x --length x --method (magicpig.harness.evaluate's layout), and no job outputs a `.done` flag."""
+    import shlex
+
+    from magicpig.harness.evaluate import method_dirname
+
+    jobs = dry_run_jobs(dry_run("-p", *args).stdout)
+    evals = [j for j in jobs if j["shell"] and " -m magicpig eval " in j["shell"]]
+    assert len(evals) > 10
+    for job in evals:
+        argv = shlex.split(job["shell"].split(" > ", 1)[0])
+        opt = lambda name: [argv[i + 1] for i, a in enumerate(argv) if a == name]  # noqa: E731
+        [out] = opt("--out")
+        want = {f"{out}/{t}/{n}/{method_dirname(m)}/metrics.json"
+                for t in opt("--task") for n in opt("--length") for m in opt("--method")}
+        assert set(job["output"]) == want, job["rule"]
+    assert not [f for j in jobs for f in j["output"] if f.endswith(".done")]
+
+
+def test_report_reads_every_result_and_writes_every_figure():
+    """The report's inputs are every results file of the run (the metrics.json, the CSVs, tune-kl's JSON); its
+    outputs REPORT.md and each figure of magicpig.harness.report.figures.FIGURES."""
+    from magicpig.harness.report import figures
+
+    jobs = dry_run_jobs(dry_run().stdout)
+    [report] = [j for j in jobs if j["rule"] == "report"]
+    results = {f for j in jobs if j["rule"] not in ("build_cpu_module", "estimation_capture", "report", "all")
+               for f in j["output"]}
+    assert results and results <= set(report["input"])
+    assert "config/paper_reference.yaml" in report["input"]
+    names = getattr(figures, "FIGURES", ["ruler_per_task.png", "kl_grid.png"])
+    assert {f"figures/generated/cpu/{n}" for n in ["REPORT.md", *names]} == set(report["output"])
+
+
+def test_tune_kl_writes_its_result_once():
+    """tune-kl writes tune_kl_<target>.json itself; the rule no longer also captures its --json stdout as a
+    second result file (the report printed the table twice)."""
+    jobs = dry_run_jobs(dry_run("-p").stdout)
+    [tune] = [j for j in jobs if j["rule"] == "tune_kl"]
+    assert tune["output"] == ["results/cpu/estimation/tune_kl_0.02.json",
+                              "results/cpu/estimation/tune_kl_0.02_candidates.csv"]
+    command, _, redirect = tune["shell"].partition(" > ")
+    assert "--json" not in command.split() and redirect.startswith("results/cpu/logs/tune_kl.log")
+    [report] = [j for j in jobs if j["rule"] == "report"]
+    assert [f for f in report["input"] if "tune_kl" in f and f.endswith(".json")] == [tune["output"][0]]
+
+
+def _touch_results(workdir: Path, *args: str) -> list[str]:
+    """Create every output of the DAG in ``workdir`` (empty files, one mtime), as after a finished run."""
+    import os
+    import time
+
+    files = [f for j in dry_run_jobs(dry_run(*args, cwd=workdir).stdout) for f in j["output"]]
+    now = time.time()
+    for f in files:
+        (workdir / f).parent.mkdir(parents=True, exist_ok=True)
+        (workdir / f).write_text("")
+        os.utime(workdir / f, (now, now))
+    return files
+
+
+def _plan(workdir: Path, *args: str) -> dict[str, int]:
+    r = subprocess.run([SNAKEMAKE, "-n", "--cores", "2", *args], cwd=workdir, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    if "Nothing to be done" in r.stdout:
+        return {}
+    table = r.stdout.split("Job stats:", 1)[1].split("\ntotal", 1)[0]  # the first table, less its total
+    return job_counts("Job stats:" + table)
+
+
+def test_deleting_one_result_reruns_exactly_its_job_and_the_report(tmp_path):
+    """On a finished results tree (a copy of the workflow in a temporary folder), deleting one metrics.json plans
+    its eval job and the report, nothing else; deleting an experiment CSV plans its job and the report."""
+    import os
+
+    for name in ("Snakefile", "workflow", "config"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    args = ("--configfile", "config/smoke.yaml")
+    files = _touch_results(tmp_path, *args)
+    assert _plan(tmp_path, *args) == {}
+    metrics = tmp_path / "results/smoke/accuracy/ruler/vt/1024/dense/metrics.json"
+    assert str(metrics.relative_to(tmp_path)) in files
+    stamp = os.stat(metrics).st_mtime
+    metrics.unlink()
+    assert _plan(tmp_path, *args) == {"eval_ruler": 1, "report": 1, "all": 1}
+    metrics.write_text("")
+    os.utime(metrics, (stamp, stamp))
+    assert _plan(tmp_path, *args) == {}
+    (tmp_path / "results/smoke/estimation/geometry_summary.csv").unlink()
+    assert _plan(tmp_path, *args) == {"estimation_experiments": 1, "report": 1, "all": 1}
+
+
+# ---- software environment and resources ---------------------------------------------------------------
+
+MODEL_RULES = {"eval_ruler", "eval_longbench", "eval_gsm8k", "ablation_centering", "ablation_kl_grid",
+               "ablation_setup", "estimation_capture", "bench_decode"}
+
+
+@pytest.mark.parametrize("preset", ["cpu", "paper"])
+def test_every_job_declares_memory_runtime_and_its_gpu(preset):
+    """mem_mb and runtime on every job; a GPU (gpu=1, and --device cuda) only on the jobs that run the model, and
+    only for a preset with `device: cuda` (the paper's); the CPU-only rules never ask for one."""
+    jobs = [j for j in dry_run_jobs(dry_run("-p", "--config", f"preset={preset}").stdout) if j["rule"] != "all"]
+    assert {j["rule"] for j in jobs} >= MODEL_RULES | {"build_cpu_module", "bench_kernel", "report"}
+    cuda = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["presets"][preset].get("device") == "cuda"
+    assert cuda == (preset == "paper")
+    for job in jobs:
+        assert job["resources"]["mem_mb"] > 0 and job["resources"]["runtime"] > 0, job["rule"]
+        needs_gpu = cuda and job["rule"] in MODEL_RULES
+        assert job["resources"].get("gpu", 0) == int(needs_gpu), job["rule"]
+        assert ("--device cuda" in job["shell"]) == needs_gpu, job["rule"]
+
+
+def _partition(partitions, job: dict) -> str | None:
+    """The partition the SLURM plugin picks for a dry-run job (its own selection code on the profile's file)."""
+    import logging
+
+    from snakemake_executor_plugin_slurm.partitions import get_best_partition
+
+    class Resources(dict):
+        __getattr__ = dict.__getitem__
+
+    class Job:
+        name = job["rule"]
+        threads = job.get("threads", 1)
+        resources = Resources(job["resources"])
+
+    return get_best_partition(partitions, Job(), logging.getLogger("slurm-test"))
+
+
+@pytest.mark.parametrize("preset", ["cpu", "paper"])
+def test_slurm_profile_places_gpu_jobs_on_the_gpu_partition_only(preset):
+    """`snakemake --profile profiles/slurm -n` resolves, and the plugin's partition choice from the profile's
+    partitions.yaml puts each job asking for a GPU on the GPU partition and every other job on the CPU one
+    (the old profile sent every rule to the GPU partition with --gres=gpu:1)."""
+    pytest.importorskip("snakemake_executor_plugin_slurm",
+                        reason="snakemake-executor-plugin-slurm is not installed (the `dev` extra)")
+    from snakemake_executor_plugin_slurm.partitions import read_partition_file
+
+    r = subprocess.run([SNAKEMAKE, "--profile", "profiles/slurm", "-n", "--forceall", "--config", f"preset={preset}"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
+    assert "slurm_partition" not in profile["default-resources"] and "slurm_extra" not in profile["default-resources"]
+    partitions = read_partition_file(ROOT / "profiles" / "slurm" / profile["slurm-partition-config"])
+    jobs = [j for j in dry_run_jobs(r.stdout) if j["rule"] != "all"]
+    placed = {(j["rule"], j["resources"].get("gpu", 0), _partition(partitions, j)) for j in jobs}
+    assert {(rule, gpu, part) for rule, gpu, part in placed if part != ("gpu" if gpu else "cpu")} == set()
+    assert any(gpu for _, gpu, _ in placed) == (preset == "paper")
+
+
+def test_every_rule_runs_in_the_conda_env_that_lists_the_dependencies():
+    """Every rule names workflow/envs/magicpig.yaml (`--sdm conda`); the env file lists each dependency of
+    pyproject.toml with the same version bounds, and its post-deploy script installs the checkout."""
+    import re
+    import tomllib
+
+    rules_text = "\n".join(p.read_text() for p in (ROOT / "workflow" / "rules").glob("*.smk"))
+    n_rules = len(re.findall(r"^rule \w+:", rules_text, flags=re.M))
+    assert n_rules >= 12 and len(re.findall(r"^    conda:\n        ENV$", rules_text, flags=re.M)) == n_rules
+    env = yaml.safe_load((ROOT / "workflow" / "envs" / "magicpig.yaml").read_text())
+    [pip] = [d["pip"] for d in env["dependencies"] if isinstance(d, dict)]
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    name = lambda spec: re.split(r"[<>=!~ ]", spec, 1)[0].lower()  # noqa: E731
+    listed = {name(p): p.replace(" ", "") for p in pip}
+    for dep in deps:
+        assert name(dep) in listed, dep
+        if name(dep) != "torch":  # pinned to the wheel `make setup` installs
+            assert listed[name(dep)] == dep.replace(" ", ""), dep
+    post = (ROOT / "workflow" / "envs" / "magicpig.post-deploy.sh").read_text()
+    assert "pip install --no-deps -e ." in post
+
+
+@pytest.mark.skipif(shutil.which("conda") is None, reason="conda is not installed (plain snakemake needs none)")
+def test_conda_deployment_runs_the_envs_python():
+    r = dry_run("-p", "--sdm", "conda", "--configfile", "config/smoke.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    shells = [j["shell"] for j in dry_run_jobs(r.stdout) if j["shell"] and j["shell"] != "None"]
+    assert shells and all(s.startswith("python ") for s in shells)
+
+
+def test_plain_snakemake_runs_this_interpreter():
+    shells = [j["shell"] for j in dry_run_jobs(dry_run("-p", "--configfile", "config/smoke.yaml").stdout)
+              if j["shell"] and j["shell"] != "None"]
+    assert shells and all(s.startswith(f"{sys.executable} ") for s in shells)

@@ -47,7 +47,6 @@ import gc
 import inspect
 import math
 import os
-import platform
 import threading
 import time
 from dataclasses import dataclass
@@ -55,13 +54,16 @@ from pathlib import Path
 
 import torch
 
+from magicpig.backends import BENCH_BACKENDS, system_backend
+from magicpig.decoders import TIMING_KEYS  # the parts of a decode step the engine times
+from magicpig.harness.machine import device_name, machine_record
+
 CONTEXTS = (8192, 32768)
 BATCHES = (1,)
 METHODS = (("dense", "stock"), ("dense", "reference"), ("magicpig:K=10,L=150", "offload"))
-BACKENDS = ("stock", "reference", "offload")
+BACKENDS = BENCH_BACKENDS  # stock transformers + the engine's (magicpig.backends)
 FILLS = ("exact", "tile")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-TIMING_KEYS = ("cpu_attend", "cpu_retrieve", "cpu_wait", "transfer", "hash", "exact")  # Engine.decode timings
 MEMORY_MARGIN = 0.9  # a row may use at most this share of the available memory
 COLUMNS = ["model", "shape_only", "device", "device_name", "context", "batch", "method", "backend",
            "ms_per_token", "tokens_per_s", "peak_host_mb", "peak_device_mb", "kv_bytes", "table_bytes",
@@ -76,11 +78,11 @@ QUESTION = "What is the secret passkey mentioned in the text above? Answer with 
 
 # ---- prompts ---------------------------------------------------------------------------------------
 def essay_tokens(tokenizer, n_tokens: int) -> list[int]:
-    """``n_tokens`` token ids of the concatenated essays (sorted by file name, repeated if needed)."""
-    from magicpig_tasks.ruler.haystack import essays_dir
+    """``n_tokens`` token ids of the essay haystack (``magicpig_tasks.ruler.haystack.essay_corpus``: sorted by
+    file name, ``$MAGICPIG_ESSAYS`` honoured), repeated if needed."""
+    from magicpig_tasks.ruler.haystack import essay_corpus
 
-    text = "\n\n".join(p.read_text(encoding="utf-8", errors="ignore") for p in sorted(essays_dir().glob("*.txt")))
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    ids = tokenizer(essay_corpus(), add_special_tokens=False)["input_ids"]
     if not ids:
         raise ValueError("the haystack tokenized to nothing")
     reps = -(-n_tokens // len(ids))
@@ -145,13 +147,14 @@ def repeat_batch(pre, batch: int):
 
 # ---- arguments -------------------------------------------------------------------------------------
 def parse_method_arg(item: str) -> tuple[str, str]:
-    """``SPEC[@BACKEND]`` -> (canonical spec, backend). Default backend: offload for magicpig, reference
-    otherwise; ``stock`` (stock transformers) runs ``dense`` only."""
+    """``SPEC[@BACKEND]`` -> (canonical spec, backend). Default backend: the method's system backend
+    (``magicpig.backends.system_backend``: offload for magicpig, reference otherwise); ``stock`` (stock
+    transformers) runs ``dense`` only."""
     from magicpig.methods import parse_method
 
     spec, _, backend = item.rpartition("@") if "@" in item else (item, "", "")
     method = parse_method(spec)
-    backend = backend or ("offload" if method.name == "magicpig" else "reference")
+    backend = backend or system_backend(method.name)
     if backend not in BACKENDS:
         raise ValueError(f"--method {item!r}: backend after '@' must be one of {', '.join(BACKENDS)}, "
                          f"got {backend!r}")
@@ -408,53 +411,10 @@ def time_engine(net, tokenizer, pre, spec: str, backend: str, steps: int, warmup
 
 
 # ---- the benchmark ---------------------------------------------------------------------------------
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_model()
-
-
 def machine_description(device: str | None = None) -> dict:
-    """Facts of this machine for a benchmark report: GPU name / memory / driver, CPU model, cores, host
-    memory, torch / CUDA versions, threads (no measurement)."""
-    import psutil
-
-    info = {"hostname": platform.node(), "cpu_model": _cpu_model(), "cpu_cores_logical": os.cpu_count(),
-            "cpu_cores_physical": psutil.cpu_count(logical=False), "host_memory_gb":
-            round(psutil.virtual_memory().total / 1e9, 1), "host_memory_available_gb":
-            round(psutil.virtual_memory().available / 1e9, 1), "torch_version": torch.__version__,
-            "torch_threads": torch.get_num_threads(), "cuda_version": torch.version.cuda or "",
-            "python": platform.python_version(), "platform": platform.platform(), "load_average":
-            [round(x, 2) for x in os.getloadavg()]}
-    try:
-        from magicpig import cpu
-        info["cpu_isa"] = cpu.isa() if cpu.available() else "torch-fallback"
-    except Exception as exc:  # noqa: BLE001 - a description, not a check
-        info["cpu_isa"] = f"unavailable ({exc.__class__.__name__})"
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    info["device"] = str(dev)
-    if dev.type == "cuda":
-        props = torch.cuda.get_device_properties(dev)
-        info.update(gpu_name=props.name, gpu_memory_gb=round(props.total_memory / 1e9, 1),
-                    gpu_count=torch.cuda.device_count(), gpu_capability=f"{props.major}.{props.minor}")
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            driver = pynvml.nvmlSystemGetDriverVersion()
-            info["gpu_driver"] = driver.decode() if isinstance(driver, bytes) else driver
-        except Exception:  # noqa: BLE001
-            info["gpu_driver"] = ""
-    return info
+    """This machine's record for a benchmark report (``magicpig.harness.machine.machine_record``, the CPU
+    module loaded first); kept under this name for bench/gpu_check.sh."""
+    return machine_record(device, load_cpu_module=True)
 
 
 def _fmt_gb(x: float) -> str:
@@ -500,8 +460,6 @@ class _Bench:
 
     def __init__(self, model, config, shape_only, device, dtype, steps, warmup, csv_path, verbose,
                  offload_dtype=None):
-        from magicpig import cpu
-
         self.model, self.shape_only, self.net, self.tokenizer = model, shape_only, None, None
         self.device, self.dtype, self.steps, self.warmup = device, dtype, steps, warmup
         self.csv_path, self.verbose, self.offload_dtype = csv_path, verbose, offload_dtype
@@ -511,10 +469,11 @@ class _Bench:
             self.log(f"streaming read {self.stream_gbps:.1f} GB/s (bench kernel's method): the bytes-limit of a row "
                      "is its bytes per step at this bandwidth")
         self.rows: list[dict] = []
+        machine = machine_record(str(device), load_cpu_module=True)
         self.common = {"model": model, "shape_only": shape_only, "device": str(device),
-                       "device_name": _device_name(device), "threads": torch.get_num_threads(),
-                       "isa": cpu.isa() if cpu.available() else "torch-fallback", "cpu_model": _cpu_model(),
-                       "torch_version": torch.__version__, "dtype": str(dtype).replace("torch.", ""),
+                       "device_name": device_name(device),
+                       **{k: machine[k] for k in ("threads", "isa", "cpu_model", "torch_version")},
+                       "dtype": str(dtype).replace("torch.", ""),
                        "steps": steps, "warmup": warmup, "predicted_ms_per_token": "",
                        "offload_dtype": offload_dtype or "auto"}
 
@@ -667,7 +626,7 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
     if tile_base < 64:
         raise ValueError(f"tile_base must be >= 64, got {tile_base}")
     if offload_dtype is not None:
-        from magicpig.cache import offload_dtype_of
+        from magicpig.decoders import offload_dtype_of
 
         offload_dtype_of(offload_dtype)  # a clear error before the model is loaded
     if max_batch < 1:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import csv
 import os
-import platform
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -36,6 +35,7 @@ from pathlib import Path
 import torch
 
 from magicpig import cpu, lsh
+from magicpig.harness.machine import cpu_model
 
 NS = (16384, 65536, 131072)
 HEAD_DIMS = (64, 128)
@@ -91,6 +91,9 @@ class Row:
     cpu1_bandwidth_ratio: float
     cpu1_dense_ms: float
     cpu1_speedup_vs_dense: float
+    # the machine (magicpig.harness.machine.machine_record's keys)
+    cpu_model: str = ""
+    torch_version: str = ""
 
 
 def _size(text: str) -> int:
@@ -236,7 +239,8 @@ def single_thread_measures(layer, q, q_codes, keys, values, reps: int, stream_by
     old = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        step = timed_cold(lambda: layer.attend(q, q_codes, 2), reps, flush, clock=time.thread_time, threads=1)
+        single = layer.with_threads(1)  # the layer's threads are fixed when it is built (plan)
+        step = timed_cold(lambda: single.attend(q, q_codes, 2), reps, flush, clock=time.thread_time, threads=1)
         read = stream_read_gbps(1, stream_bytes, clock=time.thread_time)
         dense = float("inf")
         for f in grouped_attention(q, keys, values):
@@ -393,7 +397,8 @@ def run_config(n: int, d: int, K: int, L: int, dist: str, dtype: torch.dtype, *,
                load_avg=os.getloadavg()[0], gather_ratio=gather_gbps / read_gbps, llc_bytes=llc,
                flush_bytes=flush.numel() * 8, stream_bytes=stream_bytes, cpu1_ms_per_step=step1 * 1e3,
                cpu1_read_gb_per_s=read1, cpu1_bandwidth_ratio=touched / step1 / 1e9 / read1,
-               cpu1_dense_ms=dense1 * 1e3, cpu1_speedup_vs_dense=dense1 / step1)
+               cpu1_dense_ms=dense1 * 1e3, cpu1_speedup_vs_dense=dense1 / step1,
+               cpu_model=cpu_model(), torch_version=torch.__version__)
 
 
 HEADER = (f"{'n':>7} {'hd':>4} {'K':>3} {'L':>4} {'dist':>6} {'frac%':>6} {'retr ms':>8} {'ms/step':>8} "
@@ -428,7 +433,7 @@ def run(ns=NS, head_dims=HEAD_DIMS, kls=KLS, dists=DISTS, dtype: torch.dtype = t
     stream_bytes = stream_bytes_for(llc) if stream_bytes is None else stream_bytes
     flush_n = flush_bytes(llc)
     check_memory(ns, head_dims, kls, dtype, reference, flush_n, stream_bytes)
-    echo(f"# MagicPIG CPU kernel bench: {platform.processor() or platform.machine()}, isa {cpu.isa()}, "
+    echo(f"# MagicPIG CPU kernel bench: {cpu_model()}, isa {cpu.isa()}, "
          f"{threads} threads, dtype {dtype}, {HEADS} query / {KV_HEADS} kv heads, B=1")
     seconds = stream_read_seconds(threads, stream_bytes)
     read = stream_bytes // 8 * 8 / statistics.median(seconds) / 1e9

@@ -31,7 +31,7 @@ Ctrl-C: rows already written stay; ``run_eval`` raises ``EvalInterrupted`` (a Ke
 how many samples are saved, and the next run resumes.
 
 Setup A prefills context + question; setup B prefills the context and feeds the question through the
-method's decode path (PAPER.md §6). Task-recommended overrides (GSM8K: magicpig ``local=24``) are applied
+method's decode path (setup A is the paper's evaluation, Sec. 5). Task-recommended overrides (GSM8K: magicpig ``local=24``) are applied
 to specs that do not set the field; both the written spec and the effective one are recorded. A task whose
 data is unavailable (``TaskUnavailable``) is reported as skipped, with the reason, in its metrics.json
 (``status: "skipped"``) and on stderr; it is retried on the next run.
@@ -42,18 +42,18 @@ import dataclasses
 import datetime as _dt
 import json
 import os
-import platform
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from magicpig.backends import BACKENDS, DEFAULT_BACKEND, effective_backend
 from magicpig.harness.argcheck import check_device, check_seed, check_writable_dir
+from magicpig.harness.machine import machine_record
 from magicpig.pidlock import LockHeld, PidLock
 
 SETUPS = ("A", "B")
-BACKENDS = ("reference", "offload")  # magicpig.cache.BACKENDS (not imported: it pulls in torch)
 SETTINGS_FILE = "settings.json"
 LOCK_FILE = "eval.lock"
 # EvalConfig fields that do not change a prediction row (or enter run_settings in another form)
@@ -138,7 +138,7 @@ class EvalConfig:
     out: Path
     seed: int = 0
     setup: str = "A"
-    backend: str = "reference"
+    backend: str = DEFAULT_BACKEND
     device: str | None = None
     data: dict[str, str] = field(default_factory=dict)
     max_new_tokens: int | None = None
@@ -212,34 +212,6 @@ class Predictions:
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
         self.rows[row["id"]] = row
-
-
-def versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for mod in ("torch", "transformers", "magicpig"):
-        try:
-            out[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001
-            out[mod] = "unavailable"
-    return out
-
-
-def hardware() -> dict[str, object]:
-    """What the numbers were measured on: CPU, core count, memory, CUDA device."""
-    import os
-
-    import psutil
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": torch.get_num_threads(),
-            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
 def _mean(xs: list[float]) -> float:
@@ -491,6 +463,9 @@ def _run_sample(cfg: EvalConfig, eng, task, sample, methods, preds) -> None:
                "prefill_seconds": getattr(pre, "seconds", None)}
         if "seed" in per_sample.params():
             row["method_seed"] = per_sample.params()["seed"]  # the projection seed this sample used
+        decoders = getattr(res, "layer_decoders", None)  # the decoder each layer ran (engines that report it)
+        if decoders:
+            row["layer_decoders"] = [str(d) for d in decoders]
         extra = getattr(task, "extra_scores", None)
         if extra is not None:
             row["scores"] = extra(res.text, sample)
@@ -512,8 +487,11 @@ def _metrics_skeleton(cfg: EvalConfig, task, length: int, spec: str, method, app
         "task": task.name, "length": length, "model": cfg.model, "method": spec,
         "method_effective": method.spec(), "method_name": method.name,
         "parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in method.params().items()},
-        "overrides_applied": applied, "setup": cfg.setup, "seed": cfg.seed, "backend": cfg.backend,
-        "metric": task.metric, "samples_requested": "all" if cfg.samples is None else cfg.samples, "versions": versions(), "hardware": hardware(),
+        "overrides_applied": applied, "setup": cfg.setup, "seed": cfg.seed,
+        # what ran: offload only for methods with an offload decoder (MagicPIG); the rest ran on reference
+        "backend": effective_backend(method.name, cfg.backend), "backend_requested": cfg.backend,
+        "metric": task.metric, "samples_requested": "all" if cfg.samples is None else cfg.samples,
+        "machine": machine_record(),
         "task_settings": task.describe(),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
@@ -533,6 +511,10 @@ def _metrics(cfg, task, length, spec, method, applied, samples, preds: Predictio
         prompt_tokens_mean=_mean([r["prompt_tokens"] for r in rows]),
         new_tokens_mean=_mean([r["new_tokens"] for r in rows]),
     )
+    decoders = [r["layer_decoders"] for r in rows if r.get("layer_decoders")]
+    if decoders:  # one list when every sample ran the same decoders (the normal case), else each distinct one
+        distinct = [list(d) for d in dict.fromkeys(tuple(d) for d in decoders)]
+        m["layer_decoders"] = distinct[0] if len(distinct) == 1 else {"differs_between_samples": distinct}
     extra = [r["scores"] for r in rows if "scores" in r]
     if extra:
         m["scores"] = {k: _mean([e[k] for e in extra]) for k in extra[0]}

@@ -85,7 +85,7 @@ def config_path(parts) -> str:
 def method_problems(path: str, specs: list[str], *, eval_specs: bool) -> list[str]:
     """Unparsable specs and duplicate / equivalent ones in one method list. ``eval_specs``: the list goes to
     ``magicpig eval``; otherwise to ``bench decode``, which also takes SPEC@BACKEND."""
-    from magicpig.harness.bench_decode import BACKENDS as DECODE_BACKENDS
+    from magicpig.backends import BENCH_BACKENDS as DECODE_BACKENDS
     from magicpig.methods import canonical_spec  # equal for equivalent specs ('magicpig', 'magicpig:K=10,L=150')
 
     out, seen = [], {}
@@ -115,7 +115,7 @@ def preset_problems(path: str, p: dict) -> list[str]:
     """What the schema cannot check in one preset, machine-independent."""
     from magicpig_tasks.registry import TASK_NAMES
 
-    from magicpig.lsh import check_kl
+    from magicpig.lsh import check_kl, parse_kl
 
     out = []
     for block, key, eval_specs in METHOD_LISTS:
@@ -129,9 +129,8 @@ def preset_problems(path: str, p: dict) -> list[str]:
                            + (f" (did you mean {close[0]!r}?)" if close else "")
                            + f"; tasks: {', '.join(ruler_names)}")
     for i, kl in enumerate(p["kernel_bench"]["kl"]):
-        K, L = (int(x) for x in kl.split(","))
         try:
-            check_kl(K, L)  # the CPU module's limits: K <= 16 bits per code, K*L hash bits per key
+            check_kl(*parse_kl(kl))  # the CPU module's limits: K <= 16 bits per code, K*L hash bits per key
         except ValueError as exc:
             out.append(f"{path}.kernel_bench.kl[{i}]: {kl!r}: {exc}")
     return out

@@ -341,9 +341,22 @@ HARDWARE = {
                           "read bandwidth ASSUMED (correct with --host-gbps / --host-mem-gb)"),
 }
 
-# The paper's three throughput comparisons (PAPER.md §5): hardware, model, context, (K, L).
-PAPER_SETTINGS = [("A100", "codellama-34b", 16384, (10, 150)), ("L20", "codellama-13b", 16384, (10, 150)),
-                  ("RTX4090", "llama-3.1-8b", 98304, (10, 150))]
+
+
+def paper_entries(name: str) -> list[dict]:
+    """The paper's system figures ``system.<name>`` of config/paper_reference.yaml (the paper's Sec. 5, Fig. 8 and Table 8), each
+    naming its setting: ``hardware`` (a key of HARDWARE), ``model`` (of model_shapes.yaml), ``context``,
+    ``method`` (a spec) and ``batch`` where stated."""
+    from magicpig_tasks.paper import system_entries
+
+    return system_entries(name)
+
+
+def _kl(spec: str) -> tuple[int, int]:
+    from magicpig.methods import parse_method
+
+    m = parse_method(spec)
+    return m.K, m.L
 H200_CONTEXTS = (16384, 65536, 98304)
 
 
@@ -416,14 +429,16 @@ LABEL = "PROJECTION (bandwidth model, not a measurement)"
 
 def paper_projection_rows(cpu_efficiency: float | None = None, sampled_fraction: float = 0.02,
                           hardware: dict[str, Hardware] | None = None) -> list[dict]:
-    """One row per paper setting: projected tokens/s of both systems and the speedup (a model output)."""
+    """One row per throughput comparison of the paper (``system.throughput_speedup_vs_gpu_full``): projected
+    tokens/s of both systems and the speedup (a model output), beside the paper's speedup of that setting."""
     hardware = hardware or HARDWARE
     rows = []
-    for hw_key, model_key, context, (K, L) in PAPER_SETTINGS:
-        hw = hardware[hw_key]
+    for e in paper_entries("throughput_speedup_vs_gpu_full"):
+        hw = hardware[e["hardware"]]
         if cpu_efficiency is not None:
             hw = replace(hw, cpu_efficiency=cpu_efficiency)
-        model = MODELS[model_key]
+        model, context = MODELS[e["model"]], int(e["context"])
+        K, L = _kl(e["method"])
         full = gpu_full_attention(model, hw, context)
         pig = magicpig_offload(model, hw, context, sampled_fraction, K, L)
         rows.append({
@@ -434,29 +449,44 @@ def paper_projection_rows(cpu_efficiency: float | None = None, sampled_fraction:
             "magicpig_batch": pig.batch, "magicpig_tokens_per_s": pig.tokens_per_s,
             "magicpig_ms_per_step": pig.ms_per_token,
             "speedup": (pig.tokens_per_s / full.tokens_per_s) if full.tokens_per_s > 0 else math.inf,
+            "paper_speedup": float(e["speedup"]),
             "note": hw.note + ("" if full.batch else "; GPU-only full attention does not fit even at batch 1"),
         })
     return rows
 
 
-def latency_rows(cpu_efficiency: float, sampled_fraction: float = 0.02, hw: Hardware | None = None) -> list[dict]:
-    """The paper's L20 latency and maximum-throughput points (Llama-3.1-8B, 96K, (10,150)) beside the model's."""
-    hw = replace(hw or HARDWARE["L20"], cpu_efficiency=cpu_efficiency)
-    model, n = MODELS["llama-3.1-8b"], 98304
-    one = magicpig_offload(model, hw, n, sampled_fraction, 10, 150, batch=1)
-    b18 = magicpig_offload(model, hw, n, sampled_fraction, 10, 150, batch=18)
-    best = magicpig_offload(model, hw, n, sampled_fraction, 10, 150)
-    full = gpu_full_attention(model, hw, n)
-    return [
-        {"kind": LABEL, "hardware": hw.name, "what": "MagicPIG ms/token, batch 1", "projected": one.ms_per_token,
-         "paper": 54.0, "batch": one.batch},
-        {"kind": LABEL, "hardware": hw.name, "what": "MagicPIG tokens/s, batch 18", "projected": b18.tokens_per_s,
-         "paper": 53.8, "batch": b18.batch},
-        {"kind": LABEL, "hardware": hw.name, "what": "MagicPIG tokens/s, largest batch that fits",
-         "projected": best.tokens_per_s, "batch": best.batch},
-        {"kind": LABEL, "hardware": hw.name, "what": "GPU-only full attention tokens/s, largest batch",
-         "projected": full.tokens_per_s, "paper": 30.5, "batch": full.batch},
-    ]
+def latency_rows(cpu_efficiency: float, sampled_fraction: float = 0.02,
+                 hardware: dict[str, Hardware] | None = None) -> list[dict]:
+    """The paper's latency and maximum-throughput points (``system.latency_ms_per_token``,
+    ``system.max_throughput_tokens_per_s``: L20, Llama-3.1-8B, 96K, (10,150)) beside the model's, each
+    projected at the entry's own setting, plus MagicPIG at the largest batch that fits there."""
+    hardware = hardware or HARDWARE
+
+    def setting(e):
+        hw = replace(hardware[e["hardware"]], cpu_efficiency=cpu_efficiency)
+        return hw, MODELS[e["model"]], int(e["context"])
+
+    rows = []
+    for e in paper_entries("latency_ms_per_token"):
+        hw, model, n = setting(e)
+        p = magicpig_offload(model, hw, n, sampled_fraction, *_kl(e["method"]), batch=int(e["batch"]))
+        rows.append({"kind": LABEL, "hardware": hw.name, "what": f"MagicPIG ms/token, batch {e['batch']}",
+                     "projected": p.ms_per_token, "paper": float(e["ms"]), "batch": p.batch})
+    for e in paper_entries("max_throughput_tokens_per_s"):
+        hw, model, n = setting(e)
+        if e["method"] == "dense":  # GPU-only full attention at its largest batch
+            full = gpu_full_attention(model, hw, n)
+            rows.append({"kind": LABEL, "hardware": hw.name, "what": "GPU-only full attention tokens/s, largest batch",
+                         "projected": full.tokens_per_s, "paper": float(e["tokens_per_s"]), "batch": full.batch})
+            continue
+        K, L = _kl(e["method"])
+        at = magicpig_offload(model, hw, n, sampled_fraction, K, L, batch=int(e["batch"]))
+        best = magicpig_offload(model, hw, n, sampled_fraction, K, L)
+        rows.append({"kind": LABEL, "hardware": hw.name, "what": f"MagicPIG tokens/s, batch {e['batch']}",
+                     "projected": at.tokens_per_s, "paper": float(e["tokens_per_s"]), "batch": at.batch})
+        rows.append({"kind": LABEL, "hardware": hw.name, "what": "MagicPIG tokens/s, largest batch that fits",
+                     "projected": best.tokens_per_s, "batch": best.batch})
+    return rows
 
 
 def h200_rows(cpu_efficiency: float, sampled_fraction: float = 0.02, hw: Hardware | None = None,

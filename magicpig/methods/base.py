@@ -25,7 +25,7 @@ class AttentionResult:
     output: (B, H, d) float32; lse: (B, H) float32 natural-log log-sum-exp of the logits actually used
     (-inf for an empty key set, whose output is 0); used / candidates: (B, H) float32 counts of keys
     attended and of keys the method chose from (Cost2 = used / candidates); cost1: search cost as a
-    fraction of dense attention (PAPER.md §2).
+    fraction of dense attention (the paper's cost accounting, Sec. 5).
     """
 
     output: torch.Tensor
@@ -195,15 +195,24 @@ def budget_count(budget: float, n_valid: torch.Tensor) -> torch.Tensor:
     return torch.minimum(k.clamp_min(1), n_valid).to(torch.long)
 
 
+@dataclass(kw_only=True)
 class AttentionMethod:
     """Base of the registered methods: a dataclass of hyperparameters with ``attend``.
 
     ``dense_layers``: layers that use exact attention; ``None`` means the method's paper default
     (``default_dense_layers``).
+
+    Keyword-only: a method is ``@register @dataclass(kw_only=True) class M(AttentionMethod)`` and adds
+    fields freely (with or without defaults, in any order); it is built from keywords only (as
+    ``parse_method`` does). In spec strings and ``params`` a method's own fields come first, in their
+    declared order, the base's (``dense_layers``) last, whatever the dataclass order of the fields.
     """
 
     name: ClassVar[str] = ""
-    dense_layers: tuple[int, ...] | None
+    # the backend whose decoder is this method's own system path: "offload" for a method whose
+    # ``make_decoder`` builds an offload decoder (MagicPIG), "reference" for one that decodes on the device
+    system_backend: ClassVar[str] = "reference"
+    dense_layers: tuple[int, ...] | None = None
 
     def __post_init__(self):
         """Checks shared by every method; subclasses call it first. ``dense_layers`` is normalised to a
@@ -243,18 +252,39 @@ class AttentionMethod:
                generator: torch.Generator | None = None) -> AttentionResult:
         raise NotImplementedError
 
+    def make_decoder(self, k: torch.Tensor, v: torch.Tensor, layout: KeyLayout, layer_idx: int, ctx: Any):
+        """The decoder of layer ``layer_idx`` at the end of prefill (``magicpig.cache`` asks each layer's).
+
+        k, v: (B, H_kv, n0, d) prefill keys/values (not modified); layout: their KeyLayout; ctx: the
+        cache's ``magicpig.decoders.DecoderContext`` (settings and decoder builders; handed in, so that the
+        methods never import the decoders, which import the methods). Default, whatever the backend:
+        the method's own ``attend`` on the device (``ctx.reference``), exact attention on the dense
+        layers (``ctx.dense``). A method with a system path overrides this (``MagicPIG``).
+        """
+        if ctx.is_dense(layer_idx):
+            return ctx.dense(k, v, layout, layer_idx)
+        return ctx.reference(self, k, v, layout, layer_idx)
+
     # ---- spec strings -------------------------------------------------------------------------
+    @classmethod
+    def spec_fields(cls) -> list[dataclasses.Field]:
+        """The hyperparameter fields in spec order: the method's own, in declared order, then the base's
+        (``dense_layers``), so a spec reads the same whichever class declares a field first."""
+        fields = dataclasses.fields(cls)
+        base = {f.name for f in dataclasses.fields(AttentionMethod)}
+        return [f for f in fields if f.name not in base] + [f for f in fields if f.name in base]
+
     def spec(self) -> str:
         """Canonical spec string: the name plus every field that differs from its default."""
         parts = []
-        for f in dataclasses.fields(self):
+        for f in self.spec_fields():
             value = getattr(self, f.name)
             if value != f.default:
                 parts.append(f"{f.name}={format_value(value)}")
         return self.name + (":" + ",".join(parts) if parts else "")
 
     def params(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {f.name: getattr(self, f.name) for f in self.spec_fields()}
 
 
 def format_value(value: Any) -> str:

@@ -20,12 +20,11 @@ def _mask_logits(scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 
 
 @register
-@dataclass
+@dataclass(kw_only=True)
 class Dense(AttentionMethod):
     """Exact attention over every valid key."""
 
     name = "dense"
-    dense_layers: tuple[int, ...] | None = None
 
     def attend(self, q, k, v, layout, *, scale=None, state=None, layer_idx=0, generator=None):
         check_shapes(q, k, v, layout)
@@ -36,14 +35,13 @@ class Dense(AttentionMethod):
 
 
 @register
-@dataclass
+@dataclass(kw_only=True)
 class Streaming(AttentionMethod):
     """StreamingLLM-style static pattern: the first ``sinks`` and the last ``local`` keys."""
 
     name = "streaming"
     sinks: int = 4
     local: int = 64
-    dense_layers: tuple[int, ...] | None = None
 
     def __post_init__(self):
         super().__post_init__()
@@ -67,7 +65,7 @@ class Streaming(AttentionMethod):
 
 
 @register
-@dataclass
+@dataclass(kw_only=True)
 class TopK(AttentionMethod):
     """Oracle TopK: exact top-k keys by score per query head, renormalised softmax.
 
@@ -76,7 +74,6 @@ class TopK(AttentionMethod):
 
     name = "topk"
     budget: float = 0.02
-    dense_layers: tuple[int, ...] | None = None
 
     def __post_init__(self):
         super().__post_init__()
@@ -96,7 +93,7 @@ class TopK(AttentionMethod):
 
 
 @register
-@dataclass
+@dataclass(kw_only=True)
 class Quest(AttentionMethod):
     """Quest: the prompt is cut into pages of ``page_size`` keys, each summarised by the elementwise min and
     max of its keys; the best pages are attended exactly together with everything that is not paged.
@@ -115,7 +112,6 @@ class Quest(AttentionMethod):
     page_size: int = 16
     ratio: float = 0.04
     local: int = 64
-    dense_layers: tuple[int, ...] | None = None
 
     def __post_init__(self):
         super().__post_init__()

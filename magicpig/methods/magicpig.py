@@ -1,4 +1,4 @@
-"""MagicPIG: LSH sampling with importance weights (PAPER.md §1), the pure-torch reference backend."""
+"""MagicPIG: LSH sampling with importance weights (the paper's Sec. 4), the pure-torch reference backend."""
 from __future__ import annotations
 
 import dataclasses
@@ -46,7 +46,7 @@ def split_static_offloaded(layout: KeyLayout, sinks: int, local: int) -> tuple[t
 
 
 @register
-@dataclass
+@dataclass(kw_only=True)
 class MagicPIG(AttentionMethod):
     """LSH sampling: a key of S0 is sampled iff its SimHash code equals the query's in at least
     ``min_collisions`` of ``L`` tables of ``K`` bits; its logit gets -ln(u + 1e-4) where u is its
@@ -61,6 +61,7 @@ class MagicPIG(AttentionMethod):
     """
 
     name = "magicpig"
+    system_backend = "offload"
     K: int = 10
     L: int = 150
     sinks: int = 4
@@ -70,7 +71,6 @@ class MagicPIG(AttentionMethod):
     seed: int = 43
     share_projections: bool = False
     projection_draw: ProjectionDraw = "per_sample"
-    dense_layers: tuple[int, ...] | None = None
 
     def __post_init__(self):
         super().__post_init__()
@@ -106,6 +106,16 @@ class MagicPIG(AttentionMethod):
             return lsh.make_projections(head_dim, self.K, self.L, num_sets=1, seed=self.seed, device=device)
         return lsh.make_projections(head_dim, self.K, self.L, num_sets=num_kv_heads,
                                     seed=self.seed + layer_idx // 16, device=device)
+
+    def make_decoder(self, k, v, layout, layer_idx, ctx):
+        """Backend ``offload``: the paper's system path -- the device + CPU split (``ctx.offload``) on the
+        sparse layers, fused exact attention in the model's dtype (``ctx.exact``) on the dense ones.
+        Backend ``reference``: this method's ``attend`` on the device (the base's choice)."""
+        if ctx.backend != "offload":
+            return super().make_decoder(k, v, layout, layer_idx, ctx)
+        if ctx.is_dense(layer_idx):
+            return ctx.exact(k, v, layout, layer_idx)
+        return ctx.offload(self, k, v, layout, layer_idx)
 
     def prepare(self, k, v, layout, layer_idx=0) -> MagicPIGState:
         _, offloaded = split_static_offloaded(layout, self.sinks, self.local)

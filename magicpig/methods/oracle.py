@@ -11,7 +11,7 @@ from magicpig.methods.registry import register
 
 
 @register
-@dataclass
+@dataclass(kw_only=True)
 class OracleSampling(AttentionMethod):
     """Draw ``budget`` indices with replacement from softmax(q·k); the mean of their values is an
     unbiased estimate of the attention output. Cost2 counts the unique keys drawn.
@@ -22,7 +22,6 @@ class OracleSampling(AttentionMethod):
 
     name = "oracle"
     budget: float = 0.02
-    dense_layers: tuple[int, ...] | None = None
 
     def __post_init__(self):
         super().__post_init__()

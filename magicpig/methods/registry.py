@@ -21,7 +21,7 @@ def method_fields(name: str) -> list[tuple[str, str, typing.Any]]:
     """(field, type description, default) for each hyperparameter of method ``name``."""
     cls = get_method_class(name)
     hints = typing.get_type_hints(cls)
-    return [(f.name, _type_name(hints[f.name]), f.default) for f in dataclasses.fields(cls)]
+    return [(f.name, _type_name(hints[f.name]), f.default) for f in cls.spec_fields()]
 
 
 def get_method_class(name: str) -> type[AttentionMethod]:

@@ -13,7 +13,6 @@ Query at position p attends to keys [0, p]; keys at positions >= n_prompt were g
 """
 from __future__ import annotations
 
-import platform
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -214,14 +213,8 @@ def capture_model(model, tokenizer, text: str, *, layers: list[int] | None = Non
     info = dict(meta or {})
     info.update({
         "generated_text": tokenizer.decode(generated), "prefill_seconds": round(t_prefill, 2),
-        "seconds": round(time.time() - t0, 2), "torch": torch.__version__, "platform": platform.platform(),
-        "device": str(device), "kv_dtype": str(dtype).replace("torch.", ""),
-    })
-    try:
-        import transformers
-        info["transformers"] = transformers.__version__
-    except ImportError:  # pragma: no cover
-        pass
+        "seconds": round(time.time() - t0, 2), "device": str(device), "kv_dtype": str(dtype).replace("torch.", ""),
+    })  # the machine and software versions: the harness adds magicpig.harness.machine.machine_record()
     return Capture(queries=queries, keys=keys, values=values, query_positions=positions, layers=layers,
                    n_prompt=n_prompt, num_layers=num_layers, scale=float(attn.scaling), meta=info)
 

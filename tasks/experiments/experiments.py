@@ -19,21 +19,14 @@ import torch
 from magicpig import lsh
 from magicpig.methods import MagicPIG, parse_method, split_static_offloaded
 
+from magicpig_tasks import paper
+
 from magicpig_tasks.experiments.capture import Capture
 from magicpig_tasks.experiments.problems import (LayerBatch, StateCache, iter_problems, layer_batch, query_subset, relative_error,
                        run_method, select_layers)
 
-# Table 9 of the paper (Llama-3.1-8B): measured sampled fraction B/n, in percent.
-PAPER_TABLE9 = {
-    7: {75: 14, 100: 21, 120: 27, 150: 35, 200: 48, 300: 66},
-    8: {75: 5, 100: 8, 120: 11, 150: 15, 200: 22, 300: 36},
-    9: {75: 1.6, 100: 2.7, 120: 4, 150: 5.4, 200: 8.5, 300: 15.4},
-    10: {75: 0.5, 100: 0.9, 120: 1.5, 150: 2, 200: 3, 300: 6},
-    11: {75: 0.15, 100: 0.3, 120: 0.5, 150: 0.6, 200: 1, 300: 2},
-}
 GRID_K = (7, 8, 9, 10, 11)
 GRID_L = (75, 100, 120, 150, 200, 300)
-PAPER_KL = ((10, 150), (10, 170), (9, 120), (8, 75))  # the paper's RULER/LongBench settings (PAPER.md §3)
 DEFAULT_BUDGETS = (0.005, 0.01, 0.02, 0.04, 0.1)
 
 
@@ -128,14 +121,20 @@ def _method_rows(capture, layer, specs, dense_out, states, gen, queries):
 
 
 def _setting(name: str, meta: dict) -> str:
-    """A label that is the same across layers: ``topk@0.02``, ``magicpig(10,150)``, ``topk=magicpig(10,150)``."""
+    """A label that is the same across layers: ``topk@0.02``, ``magicpig(10,150)``, ``topk=magicpig(10,150)``
+    (the pair as magicpig.lsh.format_kl writes it)."""
     if meta.get("matched_to"):
-        K, L = meta["matched_to"].split(":")[1].replace("K=", "").replace("L=", "").split(",")
-        return f"{name}=magicpig({K},{L})"
+        m = parse_method(meta["matched_to"])
+        return f"{name}=magicpig({lsh.format_kl(m.K, m.L)})"
     if name == "magicpig":
         tail = "" if meta.get("centering", True) else ",uncentered"
-        return f"magicpig({meta['K']},{meta['L']}{tail})"
+        return f"magicpig({lsh.format_kl(meta['K'], meta['L'])}{tail})"
     return f"{name}@{meta.get('budget')}"
+
+
+def paper_kl() -> list[tuple[int, int]]:
+    """The paper's RULER/LongBench (K, L) settings (the paper's Sec. 5, config/paper_reference.yaml)."""
+    return [(m.K, m.L) for m in paper.kl_settings("ruler_longbench")]
 
 
 def _mp_spec(K, L, sinks, local, seed, centering=True) -> str:
@@ -144,18 +143,19 @@ def _mp_spec(K, L, sinks, local, seed, centering=True) -> str:
 
 
 def error(capture: Capture, *, layers: list[int] | None = None, budgets: Iterable[float] = DEFAULT_BUDGETS,
-          kl: Iterable[tuple[int, int]] = PAPER_KL, seed: int = 0, sinks: int = 4, local: int = 64,
+          kl: Iterable[tuple[int, int]] | None = None, seed: int = 0, sinks: int = 4, local: int = 64,
           matched: bool = True, max_queries: int | None = None) -> pd.DataFrame:
     """Relative output error per (layer, method setting), mean and median over queries × heads.
 
-    TopK and oracle sampling run at each fraction of ``budgets``; MagicPIG at each (K, L) of ``kl``.
+    TopK and oracle sampling run at each fraction of ``budgets``; MagicPIG at each (K, L) of ``kl`` (default:
+    the paper's RULER/LongBench settings).
     With ``matched``, TopK and oracle also run at the number of keys each MagicPIG setting attended in
     that layer (sampled + static, rounded; column ``matched_to`` names the setting). ``cost2`` is the
     measured fraction (MagicPIG: sampled / offloaded; TopK: kept / valid; oracle: unique draws / valid);
     ``keys_used`` the mean count (MagicPIG: sampled keys only).
     """
     budgets = [float(b) for b in budgets]
-    kl = [(int(K), int(L)) for K, L in kl]
+    kl = [(int(K), int(L)) for K, L in (paper_kl() if kl is None else kl)]
     bad = [b for b in budgets if not b > 0]
     if bad:
         raise ValueError(f"budgets must be > 0 (fractions < 1 or counts >= 1), got {bad}")
@@ -280,6 +280,7 @@ def kl_grid(capture: Capture, *, layers: list[int] | None = None, Ks: Iterable[i
         for L in Ls:
             lsh.check_kl(K, L)
     queries = query_subset(capture, max_queries)
+    table9 = paper.table9()
     rows = []
     for layer in select_layers(capture, layers):
         batch = layer_batch(capture, layer, sinks=sinks, local=local, queries=queries)
@@ -289,21 +290,22 @@ def kl_grid(capture: Capture, *, layers: list[int] | None = None, Ks: Iterable[i
             proj = MagicPIG(K=K, L=max(Ls), seed=43 + seed).projections(layer, capture.num_kv_heads, capture.head_dim)
             measured = nested_sampled_fractions(batch, proj, K, Ls, centering=centering)
             for L in Ls:
-                paper = PAPER_TABLE9.get(K, {}).get(L)
+                paper_frac = table9.get(K, {}).get(L)
                 rows.append({"layer": layer, "dense_in_magicpig": _dense_flag(capture, layer), "K": K, "L": L,
                              "centering": centering, "measured": measured[L],
                              "predicted": predicted_fraction(cos, K, L),
                              "formula": lsh.expected_sampled_fraction(K, L),
-                             "paper_table9": None if paper is None else paper / 100.0})
+                             "paper_table9": paper_frac})
     return pd.DataFrame(rows)
 
 
 # ---- 4. centering ablation ------------------------------------------------------------------------------------
-def centering(capture: Capture, *, layers: list[int] | None = None, kl: Iterable[tuple[int, int]] = PAPER_KL,
+def centering(capture: Capture, *, layers: list[int] | None = None, kl: Iterable[tuple[int, int]] | None = None,
               seed: int = 0, sinks: int = 4, local: int = 64, max_queries: int | None = None) -> pd.DataFrame:
     """Rows per (layer, K, L, centering): sampled fraction (cost2), mean/median relative output error, and
-    the mean and std of the cosines the hash sees (cos(q, k_i - c), or cos(q, k_i) without centering)."""
-    kl = [(int(K), int(L)) for K, L in kl]
+    the mean and std of the cosines the hash sees (cos(q, k_i - c), or cos(q, k_i) without centering).
+    ``kl``: default the paper's RULER/LongBench settings."""
+    kl = [(int(K), int(L)) for K, L in (paper_kl() if kl is None else kl)]
     for K, L in kl:
         lsh.check_kl(K, L)
     queries = query_subset(capture, max_queries)
@@ -363,6 +365,31 @@ def geometry(capture: Capture, *, layers: list[int] | None = None, sinks: int = 
         for g in range(capture.num_kv_heads):
             rows.append({"layer": layer, "kv_head": g, "dense_in_magicpig": _dense_flag(capture, layer),
                          **{k: float(v[g].mean()) for k, v in vals.items()}, "queries": qg.shape[1]})
+    return pd.DataFrame(rows)
+
+
+def geometry_hist(capture: Capture, *, layers: list[int] | None = None, sinks: int = 4, local: int = 64,
+                  max_queries: int | None = None, bins: int = 40) -> pd.DataFrame:
+    """The per-key distributions behind Fig. 5: histograms on [-1, 1] (``bins`` bins) of cos(k_i, k_sink),
+    cos(k_i, c), cos(q, k_i) and cos(q, k_i - c) over the offloaded keys (every query and head of the layer).
+    Rows: layer, dense_in_magicpig, quantity, bin_lo, bin_hi, count."""
+    edges = torch.linspace(-1, 1, bins + 1)
+    rows = []
+    for layer in select_layers(capture, layers):
+        b = layer_batch(capture, layer, sinks=sinks, local=local, queries=query_subset(capture, max_queries))
+        off = b.offloaded[None, :, None, :]  # (1, Q, 1, n)
+        per_key = {
+            "k_cos_sink": lsh.cosine(b.k[:, :1], b.k)[:, None],  # (Hkv, 1, 1, n)
+            "k_cos_center": lsh.cosine(b.centers(), b.k)[:, :, None],
+            "qk_cos": b.cosines(False),
+            "qk_cos_centered": b.cosines(True),
+        }
+        for quantity, x in per_key.items():
+            x, m = torch.broadcast_tensors(x, off)
+            counts = torch.histc(x[m].float().clamp(-1, 1), bins=bins, min=-1, max=1)
+            rows += [{"layer": layer, "dense_in_magicpig": _dense_flag(capture, layer), "quantity": quantity,
+                      "bin_lo": float(edges[i]), "bin_hi": float(edges[i + 1]), "count": int(counts[i])}
+                     for i in range(bins)]
     return pd.DataFrame(rows)
 
 

@@ -31,13 +31,11 @@ class HaystackPrompt:
 
 
 def essay_text() -> str:
-    """All essays, sorted by file name, joined by blank lines."""
-    from magicpig_tasks.ruler.haystack import essays_dir
+    """All essays joined by blank lines (``magicpig_tasks.ruler.haystack.essay_corpus``, which honours
+    ``$MAGICPIG_ESSAYS``)."""
+    from magicpig_tasks.ruler.haystack import essay_corpus
 
-    files = sorted(essays_dir().glob("*.txt"))
-    if not files:
-        raise FileNotFoundError(f"no essays (*.txt) in {essays_dir()}")
-    return "\n\n".join(f.read_text(encoding="utf-8", errors="replace").strip() for f in files)
+    return essay_corpus()
 
 
 def build_prompt(tokenizer, n_tokens: int, *, depth: float = 0.5, seed: int = 0,

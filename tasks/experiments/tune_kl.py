@@ -1,6 +1,6 @@
 """Automatic choice of MagicPIG's (K, L) for a target sampling cost, from measured keys and queries.
 
-The paper picks (K, L) by hand (PAPER.md §3). Here:
+The paper picks (K, L) by hand (the paper's Sec. 5 and Sec. 11). Here:
 
 1. Measure the collision statistics: the distribution of cos(q, k_i - c) over the captured decode queries
    and the offloaded keys of MagicPIG's sparse layers (a fine histogram on [-1, 1]).
@@ -12,7 +12,7 @@ The paper picks (K, L) by hand (PAPER.md §3). Here:
    measurement with the real method (SimHash tables, ≥2 collisions); choose the candidate with the lowest
    measured error among those whose measured cost is within ``tolerance`` of the target (else the one
    with the cost nearest the target). L is capped by ``max_L`` (default 300, the paper's largest): the
-   hash tables' memory grows with L (PAPER.md §5, Table 8), and without a cap the error keeps falling
+   hash tables' memory grows with L (the paper's Table 8), and without a cap the error keeps falling
    with larger K and L at equal cost.
 """
 from __future__ import annotations
@@ -31,10 +31,20 @@ from magicpig_tasks.experiments.problems import (StateCache, iter_problems, laye
                        select_layers, sparse_layers)
 
 BINS = 4000
-PAPER_COST = {(10, 150): 0.02, (10, 170): 0.025, (9, 120): 0.04, (8, 75): 0.05}  # paper's nominal costs
-# every (K, L) the paper names (PAPER.md §3): RULER/LongBench, lm-eval, reasoning, longer contexts, 70B
-PAPER_SETTINGS = ((10, 150), (10, 170), (9, 120), (8, 75), (10, 220), (8, 90), (10, 300), (11, 300), (9, 110),
-                  (10, 135))
+
+
+def paper_costs() -> dict[tuple[int, int], float]:
+    """The paper's nominal sampled fraction per (K, L) of its RULER/LongBench settings (paper_reference.yaml)."""
+    from magicpig_tasks.paper import nominal_costs
+
+    return nominal_costs()
+
+
+def paper_settings() -> list[tuple[int, int]]:
+    """Every (K, L) the paper names (the paper's Sec. 5 and Sec. 11): RULER/LongBench, lm-eval, reasoning, longer contexts, 70B."""
+    from magicpig_tasks.paper import kl_settings
+
+    return [(m.K, m.L) for m in kl_settings("all")]
 
 
 @dataclass
@@ -201,12 +211,13 @@ def tune_kl(capture: Capture, target_cost: float, *, layers: list[int] | None = 
     inside = [c for c in verified if abs(c["measured_cost"] - target_cost) <= tolerance * target_cost]
     best = (min(inside, key=lambda c: c["relative_error"]) if inside
             else min(verified, key=lambda c: abs(c["measured_cost"] - target_cost)))
-    bK, bL = min(PAPER_COST, key=lambda kl: abs(math.log(PAPER_COST[kl] / target_cost)))
+    costs = paper_costs()
+    bK, bL = min(costs, key=lambda kl: abs(math.log(costs[kl] / target_cost)))
     b_cost, b_err = measure(capture, layers, bK, bL, seed=seed, sinks=sinks, local=local,
                             max_queries=max_queries)
-    baseline = {"K": bK, "L": bL, "paper_cost": PAPER_COST[(bK, bL)], "measured_cost": b_cost,
+    baseline = {"K": bK, "L": bL, "paper_cost": costs[(bK, bL)], "measured_cost": b_cost,
                 "relative_error": b_err, "predicted_cost": hist.predicted_cost(bK, bL)}
-    mK, mL = min(PAPER_SETTINGS, key=lambda kl: abs(math.log(hist.predicted_cost(*kl) / target_cost)))
+    mK, mL = min(paper_settings(), key=lambda kl: abs(math.log(hist.predicted_cost(*kl) / target_cost)))
     if (mK, mL) == (bK, bL):
         m_cost, m_err = b_cost, b_err
     else:

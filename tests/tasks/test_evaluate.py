@@ -112,8 +112,9 @@ def test_run_writes_results_and_resumes(tmp_path, tiny, tokenizer):
     m = json.loads((folder / "metrics.json").read_text())
     assert m["status"] == "ok" and m["counts"]["scored"] == 2 and m["setup"] == "A" and m["seed"] == 0
     assert m["parameters"]["K"] == 4 and m["method"] == "magicpig:K=4,L=20,local=8"
-    assert {"torch", "transformers", "python"} <= set(m["versions"])
-    assert m["hardware"]["cores"] >= 1 and m["hardware"]["cpu"] and "gpu" in m["hardware"]
+    # the one machine record (magicpig.harness.machine): versions and hardware under the same keys everywhere
+    assert {"torch_version", "transformers_version", "python_version"} <= set(m["machine"])
+    assert m["machine"]["cpu_cores_logical"] >= 1 and m["machine"]["cpu_model"] and "gpu_name" in m["machine"]
     assert m["score"] == pytest.approx(sum(r["score"] for r in rows) / 2)
     assert len(metrics) == 2 and (tmp_path / "ruler/niah_single_1/384/dense/metrics.json").is_file()
 
@@ -202,7 +203,9 @@ def test_resume_refuses_rows_made_with_other_settings(tmp_path, tiny, tokenizer,
     assert len(engines[0].prefills) == 1 and len((folder / "predictions.jsonl").read_text().splitlines()) == 1
     stored = json.loads((folder / "settings.json").read_text())
     key, value = next(iter(change.items()))
-    assert stored[key] == value and all(m.get(key, value) == value for m in metrics)
+    # metrics.json: "backend" is what each method ran on (issue 14.7); the run's request is backend_requested
+    recorded = "backend_requested" if key == "backend" else key
+    assert stored[key] == value and all(m.get(recorded, value) == value for m in metrics)
     engines.clear()
     _run(tmp_path, tiny, tokenizer, engines, samples=1, **change)  # same settings again: plain resume
     assert engines == []
@@ -273,3 +276,50 @@ def test_ctrl_c_keeps_the_rows_and_counts_them(tmp_path, tiny, tokenizer):
     engines: list = []
     _run(tmp_path, tiny, tokenizer, engines, samples=3)  # resumes: sample 1 for magicpig, sample 2 for both
     assert len(engines[0].prefills) == 2 and len(engines[0].decodes) == 3
+
+
+class DecoderReportingEngine(CountingEngine):
+    """Adds ``layer_decoders`` to each result, as the engine does once it reports them (getattr-safe)."""
+
+    def decode(self, pre, method, config, continuation_ids=None):
+        out = super().decode(pre, method, config, continuation_ids=continuation_ids)
+        for res in out:
+            kind = "offload" if method.name == "magicpig" and self.backend == "offload" else "reference"
+            res.layer_decoders = ["exact", kind]
+        return out
+
+
+def test_metrics_record_the_backend_that_ran(tmp_path, tiny, tokenizer):
+    """backend: offload only for methods with an offload decoder; the request is kept beside it; the
+    per-layer decoders are recorded when the engine's results carry them (issue 14.7)."""
+    from magicpig.backends import effective_backend
+
+    assert effective_backend("magicpig", "offload") == "offload"
+    assert {effective_backend(n, "offload") for n in ("dense", "quest", "topk", "oracle", "streaming")} == {"reference"}
+    assert effective_backend("magicpig", "reference") == "reference"
+    with pytest.raises(ValueError, match="backend must be one of reference, offload"):
+        effective_backend("dense", "gpu")
+
+    engines: list = []
+
+    def factory(model, tok):
+        eng = DecoderReportingEngine(model, tok)
+        eng.backend = "offload"
+        engines.append(eng)
+        return eng
+
+    cfg = EvalConfig(model="tiny", methods=["dense;magicpig:K=4,L=20,local=8"], tasks=["ruler/niah_single_1"],
+                     lengths=[384], samples=1, out=tmp_path, progress=False, max_new_tokens=2, backend="offload")
+    metrics = {m["method"]: m for m in run_eval(cfg, model=tiny, tokenizer=tokenizer, engine_factory=factory,
+                                                  log=lambda m: None)}
+    dense, pig = metrics["dense"], metrics["magicpig:K=4,L=20,local=8"]
+    assert (dense["backend"], dense["backend_requested"]) == ("reference", "offload")
+    assert (pig["backend"], pig["backend_requested"]) == ("offload", "offload")
+    assert dense["layer_decoders"] == ["exact", "reference"] and pig["layer_decoders"] == ["exact", "offload"]
+    row = json.loads((tmp_path / "ruler/niah_single_1/384/dense/predictions.jsonl").read_text().splitlines()[0])
+    assert row["layer_decoders"] == ["exact", "reference"]
+
+    # the real engine on the reference backend: every layer of every method on the reference decoder
+    plain = run_eval(EvalConfig(**{**cfg.__dict__, "out": tmp_path / "plain", "backend": "reference"}),
+                     model=tiny, tokenizer=tokenizer, engine_factory=CountingEngine, log=lambda m: None)
+    assert all(m["layer_decoders"] == ["reference", "reference"] and m["backend"] == "reference" for m in plain)

@@ -127,17 +127,52 @@ def test_bad_records_and_offline(tokenizer, tmp_path, offline):
         LongBenchTask("trec", str(tmp_path / "missing.jsonl")).build(tokenizer, 1024, 1)
 
 
-def test_hub_unreachable_is_task_unavailable(monkeypatch):
+def test_hub_unreachable_is_task_unavailable(monkeypatch, tmp_path):
+    """The hub parquet goes through the one fetcher (magicpig_tasks.download): a failed download is
+    TaskUnavailable naming the URL and the reason."""
+    import urllib.request
+
     import magicpig_tasks.records as records
 
-    def boom(url):
+    def boom(url, timeout=None):
         raise OSError("network is unreachable")
 
-    import pandas as pd
-    monkeypatch.setattr(pd, "read_parquet", boom)
+    for name in ("MAGICPIG_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MAGICPIG_DATA", str(tmp_path / "cache"))
+    monkeypatch.setattr(urllib.request, "urlopen", boom)
     with pytest.raises(TaskUnavailable, match="THUDM/LongBench.*network is unreachable"):
         LongBenchTask("trec").records()
     assert records  # module imported
+
+
+@pytest.mark.parametrize("switch", ["MAGICPIG_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"])
+def test_hub_data_offline_and_cached(monkeypatch, tmp_path, fixtures, switch):
+    """Offline (any of the three switches), a file that is not cached is TaskUnavailable naming the switch,
+    without touching the network; once cached it is read from the cache, offline too."""
+    import shutil
+    import urllib.request
+
+    from magicpig_tasks import download
+    from magicpig_tasks.longbench import HUB_URL
+
+    for name in ("MAGICPIG_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(switch, "1")
+    monkeypatch.setenv("MAGICPIG_DATA", str(tmp_path / "cache"))
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: pytest.fail("offline mode used the network"))
+    with pytest.raises(TaskUnavailable, match=f"{switch}=1"):
+        LongBenchTask("trec").records()
+    import pandas as pd
+
+    url = HUB_URL.format(task="trec")
+    cached = download.cache_dir() / download.cache_name(url)
+    cached.parent.mkdir(parents=True)
+    pd.read_json(fixtures / "longbench_trec_tiny.jsonl", lines=True).to_parquet(cached)
+    assert cached.suffix == ".parquet" and "THUDM" in cached.name
+    rows = LongBenchTask("trec").records()
+    assert rows and {"context", "input", "answers"} <= set(rows[0])
+    assert shutil.os.path.isfile(cached)
 
 
 def test_chat_template_setting(tokenizer, fixtures):

@@ -301,3 +301,28 @@ def test_chat_template_option(tokenizer):
     assert make_task("vt", chat_template="none").describe()["chat_template"] == "none"
     with pytest.raises(ValueError, match="chat_template must be one of tokenizer, meta-chat-3, none"):
         make_task("cwe", chat_template="llama-3")
+
+
+def test_one_essay_reader_honours_magicpig_essays(tmp_path, monkeypatch):
+    """RULER's words, the capture prompt's corpus and bench decode's tokens all come from one reader, which
+    reads $MAGICPIG_ESSAYS when it is set (issue 14)."""
+    from magicpig.harness import bench_decode
+    from magicpig_tasks.experiments import haystack as capture_haystack
+    from magicpig_tasks.ruler import haystack as hs
+
+    (tmp_path / "b.txt").write_text("  Second essay here.  ")
+    (tmp_path / "a.txt").write_text("First essay.\n")
+    monkeypatch.setenv("MAGICPIG_ESSAYS", str(tmp_path))
+    assert hs.essay_documents() == ("First essay.\n", "  Second essay here.  ")
+    assert hs.essay_words() == ("First", "essay.", "Second", "essay", "here.")
+    assert hs.essay_corpus() == capture_haystack.essay_text() == "First essay.\n\nSecond essay here."
+
+    class Chars:
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [ord(c) for c in text]}
+
+    ids = bench_decode.essay_tokens(Chars(), 40)
+    assert "".join(map(chr, ids)).startswith("First essay.\n\nSecond essay here.First")
+    monkeypatch.setenv("MAGICPIG_ESSAYS", str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match="neither a folder"):
+        hs.essay_corpus()

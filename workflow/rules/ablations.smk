@@ -1,55 +1,81 @@
-# Ablations: centering on/off (Figure 9a), the (K, L) grid, evaluation setup A vs B.
+# Ablations: centering on/off (Figure 9a), the (K, L) grid, evaluation setup A vs B. Each runs `magicpig eval`
+# on the ablation tasks at the first RULER length into its own folder; its outputs are those metrics.json.
 A = P["ablations"]
 ABLATION_LENGTH = P["ruler"]["lengths"][0]
-
-
-def ablation_outputs():
-    out = [f"{RES}/ablations/centering.done", f"{RES}/ablations/kl_grid.done"]
-    out += [f"{RES}/ablations/setup_{s}.done" for s in A["setups"]]
-    return out
+ABLATION_TASKS = [f"ruler/{t}" for t in A["tasks"]]
+ABLATIONS = f"{RES}/ablations"
+# setup A vs B: dense and the first centering method
+SETUP_METHODS = ["dense", A["centering_methods"][0]]
+ABLATION_METRICS = (
+    metrics_files(f"{ABLATIONS}/centering", ABLATION_TASKS, [ABLATION_LENGTH], A["centering_methods"])
+    + metrics_files(f"{ABLATIONS}/kl_grid", ABLATION_TASKS, [ABLATION_LENGTH], A["kl_grid"])
+    + [f for s in A["setups"]
+       for f in metrics_files(f"{ABLATIONS}/setup_{s}", ABLATION_TASKS, [ABLATION_LENGTH], SETUP_METHODS)]
+)
 
 
 rule ablation_centering:
     input:
         rules.build_cpu_module.output,
     output:
-        touch(f"{RES}/ablations/centering.done"),
+        metrics_files(f"{ABLATIONS}/centering", ABLATION_TASKS, [ABLATION_LENGTH], A["centering_methods"]),
     log:
         f"{RES}/logs/ablation_centering.log",
-    threads: workflow.cores
     params:
-        cmd=eval_command([f"ruler/{t}" for t in A["tasks"]], [ABLATION_LENGTH], A["centering_methods"],
-                         P["ruler"]["samples"], f"{RES}/ablations/centering"),
+        magicpig=MAGICPIG,
+        args=eval_args(P, SEED, ABLATION_TASKS, [ABLATION_LENGTH], A["centering_methods"], P["ruler"]["samples"]),
+        out=lambda w, output: eval_root(output[0], ABLATION_TASKS[0]),
+    threads: workflow.cores
+    conda:
+        ENV
+    resources:
+        mem_mb=sized(P, 8000, 128000),
+        runtime=sized(P, 240, 1440),
+        gpu=GPUS,
     shell:
-        "{params.cmd} > {log} 2>&1"
+        "{params.magicpig} eval {params.args} --out {params.out} > {log} 2>&1"
 
 
 rule ablation_kl_grid:
     input:
         rules.build_cpu_module.output,
     output:
-        touch(f"{RES}/ablations/kl_grid.done"),
+        metrics_files(f"{ABLATIONS}/kl_grid", ABLATION_TASKS, [ABLATION_LENGTH], A["kl_grid"]),
     log:
         f"{RES}/logs/ablation_kl_grid.log",
-    threads: workflow.cores
     params:
-        cmd=eval_command([f"ruler/{t}" for t in A["tasks"]], [ABLATION_LENGTH], A["kl_grid"],
-                         P["ruler"]["samples"], f"{RES}/ablations/kl_grid"),
+        magicpig=MAGICPIG,
+        args=eval_args(P, SEED, ABLATION_TASKS, [ABLATION_LENGTH], A["kl_grid"], P["ruler"]["samples"]),
+        out=lambda w, output: eval_root(output[0], ABLATION_TASKS[0]),
+    threads: workflow.cores
+    conda:
+        ENV
+    resources:
+        mem_mb=sized(P, 8000, 128000),
+        runtime=sized(P, 240, 1440),
+        gpu=GPUS,
     shell:
-        "{params.cmd} > {log} 2>&1"
+        "{params.magicpig} eval {params.args} --out {params.out} > {log} 2>&1"
 
 
 rule ablation_setup:
     input:
         rules.build_cpu_module.output,
     output:
-        touch(f"{RES}/ablations/setup_{{setup}}.done"),
+        metrics_files(f"{ABLATIONS}/setup_{{setup}}", ABLATION_TASKS, [ABLATION_LENGTH], SETUP_METHODS),
     log:
         f"{RES}/logs/ablation_setup_{{setup}}.log",
-    threads: workflow.cores
     params:
-        cmd=lambda w: eval_command([f"ruler/{t}" for t in A["tasks"]], [ABLATION_LENGTH],
-                                   ["dense", A["centering_methods"][0]], P["ruler"]["samples"],
-                                   f"{RES}/ablations/setup_{w.setup}", setup=w.setup),
+        magicpig=MAGICPIG,
+        args=lambda w: eval_args(P, SEED, ABLATION_TASKS, [ABLATION_LENGTH], SETUP_METHODS, P["ruler"]["samples"],
+                                 setup=w.setup),
+        out=lambda w, output: eval_root(output[0], ABLATION_TASKS[0]),
+    threads: workflow.cores
+    conda:
+        ENV
+    resources:
+        mem_mb=sized(P, 8000, 128000),
+        runtime=sized(P, 240, 1440),
+        gpu=GPUS,
     shell:
-        "{params.cmd} > {log} 2>&1"
+        "{params.magicpig} eval {params.args} --out {params.out} > {log} 2>&1"

@@ -1,59 +1,86 @@
 # Accuracy: RULER (Table 3 / Figure 1), LongBench (Table 2), GSM8K-CoT (Table 1).
 # One job per (task, length) prefills each sample once and decodes every method from it; `magicpig eval`
-# resumes, so an interrupted job redoes only missing samples.
+# resumes, so an interrupted job redoes only missing samples. A job's outputs are the metrics.json of each of
+# its methods (the predictions.jsonl beside them are what it resumes from, so they are not outputs: Snakemake
+# would delete them before a rerun).
 # Each benchmark runs its own method list (the settings of its paper table).
 RULER_TASKS = P["ruler"]["tasks"] if runs(P["ruler"]["samples"]) else []
 LONGBENCH_TASKS = P["longbench"]["tasks"] if runs(P["longbench"]["samples"]) else []
 GSM8K_TASKS = ["gsm8k"] if runs(P["gsm8k"]["samples"]) else []
-
-
-def accuracy_outputs():
-    out = [f"{RES}/accuracy/ruler/{t}/{n}.done" for t in RULER_TASKS for n in P["ruler"]["lengths"]]
-    out += [f"{RES}/accuracy/longbench/{t}.done" for t in LONGBENCH_TASKS]
-    out += [f"{RES}/accuracy/gsm8k.done" for _ in GSM8K_TASKS]
-    return out
+LONGBENCH_LENGTH = P["longbench"].get("max_length", 7680)
+GSM8K_LENGTH = P["gsm8k"].get("max_length", 4096)
+ACCURACY = f"{RES}/accuracy"
+ACCURACY_METRICS = (
+    metrics_files(ACCURACY, [f"ruler/{t}" for t in RULER_TASKS], P["ruler"]["lengths"], P["ruler"]["methods"])
+    + metrics_files(ACCURACY, [f"longbench/{t}" for t in LONGBENCH_TASKS], [LONGBENCH_LENGTH],
+                    P["longbench"]["methods"])
+    + metrics_files(ACCURACY, GSM8K_TASKS, [GSM8K_LENGTH], P["gsm8k"]["methods"])
+)
 
 
 rule eval_ruler:
     input:
         rules.build_cpu_module.output,
     output:
-        touch(f"{RES}/accuracy/ruler/{{task}}/{{length}}.done"),
+        metrics_files(ACCURACY, ["ruler/{task}"], ["{length}"], P["ruler"]["methods"]),
     log:
         f"{RES}/logs/eval_ruler_{{task}}_{{length}}.log",
-    threads: workflow.cores
     params:
-        cmd=lambda w: eval_command([f"ruler/{w.task}"], [w.length], P["ruler"]["methods"], P["ruler"]["samples"],
-                                   f"{RES}/accuracy"),
+        magicpig=MAGICPIG,
+        args=lambda w: eval_args(P, SEED, [f"ruler/{w.task}"], [w.length], P["ruler"]["methods"],
+                                 P["ruler"]["samples"]),
+        out=lambda w, output: eval_root(output[0], f"ruler/{w.task}"),
+    threads: workflow.cores
+    conda:
+        ENV
+    resources:
+        mem_mb=sized(P, 8000, 128000),
+        runtime=sized(P, 240, 1440),
+        gpu=GPUS,
     shell:
-        "{params.cmd} > {log} 2>&1"
+        "{params.magicpig} eval {params.args} --out {params.out} > {log} 2>&1"
 
 
 rule eval_longbench:
     input:
         rules.build_cpu_module.output,
     output:
-        touch(f"{RES}/accuracy/longbench/{{task}}.done"),
+        metrics_files(ACCURACY, ["longbench/{task}"], [LONGBENCH_LENGTH], P["longbench"]["methods"]),
     log:
         f"{RES}/logs/eval_longbench_{{task}}.log",
-    threads: workflow.cores
     params:
-        cmd=lambda w: eval_command([f"longbench/{w.task}"], [P["longbench"].get("max_length", 7680)],
-                                   P["longbench"]["methods"], P["longbench"]["samples"], f"{RES}/accuracy"),
+        magicpig=MAGICPIG,
+        args=lambda w: eval_args(P, SEED, [f"longbench/{w.task}"], [LONGBENCH_LENGTH], P["longbench"]["methods"],
+                                 P["longbench"]["samples"]),
+        out=lambda w, output: eval_root(output[0], f"longbench/{w.task}"),
+    threads: workflow.cores
+    conda:
+        ENV
+    resources:
+        mem_mb=sized(P, 8000, 128000),
+        runtime=sized(P, 240, 2880),
+        gpu=GPUS,
     shell:
-        "{params.cmd} > {log} 2>&1"
+        "{params.magicpig} eval {params.args} --out {params.out} > {log} 2>&1"
 
 
 rule eval_gsm8k:
     input:
         rules.build_cpu_module.output,
     output:
-        touch(f"{RES}/accuracy/gsm8k.done"),
+        metrics_files(ACCURACY, ["gsm8k"], [GSM8K_LENGTH], P["gsm8k"]["methods"]),
     log:
         f"{RES}/logs/eval_gsm8k.log",
-    threads: workflow.cores
     params:
-        cmd=eval_command(["gsm8k"], [P["gsm8k"].get("max_length", 4096)], P["gsm8k"]["methods"], P["gsm8k"]["samples"],
-                         f"{RES}/accuracy"),
+        magicpig=MAGICPIG,
+        args=eval_args(P, SEED, ["gsm8k"], [GSM8K_LENGTH], P["gsm8k"]["methods"], P["gsm8k"]["samples"]),
+        out=lambda w, output: eval_root(output[0], "gsm8k"),
+    threads: workflow.cores
+    conda:
+        ENV
+    resources:
+        mem_mb=sized(P, 8000, 128000),
+        runtime=sized(P, 240, 2880),
+        gpu=GPUS,
     shell:
-        "{params.cmd} > {log} 2>&1"
+        "{params.magicpig} eval {params.args} --out {params.out} > {log} 2>&1"

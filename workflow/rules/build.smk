@@ -4,5 +4,12 @@ rule build_cpu_module:
         f"{RES}/build/cpu_module.txt",
     log:
         f"{RES}/logs/build_cpu_module.log",
+    params:
+        magicpig=MAGICPIG,
+    conda:
+        ENV
+    resources:
+        mem_mb=4000,
+        runtime=30,
     shell:
-        "{MAGICPIG} build > {output} 2> {log}"
+        "{params.magicpig} build > {output} 2> {log}"

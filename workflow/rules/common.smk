@@ -1,10 +1,40 @@
-# Helpers shared by the rule files.
+# Helpers shared by the rules. Every function of the workflow lives here; the other .smk files hold rules only.
+# The output helpers name what each command writes (see their docstrings), so rule outputs are the result files.
+import os
 import shlex
+from pathlib import Path
 
 
-def method_args(methods):
-    """--method options for a list of method specs (specs contain commas, so one option each)."""
-    return " ".join(f"--method {shlex.quote(m)}" for m in methods)
+# ---- software and resources ------------------------------------------------------------------------------
+
+
+def uses_conda(workflow):
+    """Whether jobs run in their rules' conda envs (`--sdm conda`): then `python` is the env's, not ours."""
+    from snakemake_interface_executor_plugins.settings import DeploymentMethod
+
+    settings = workflow.deployment_settings
+    return settings is not None and DeploymentMethod.CONDA in settings.deployment_method
+
+
+def gpus(preset):
+    """GPUs of a job that runs the preset's model: 1 when the preset sets `device: cuda`, else 0 (no device set:
+    the commands pick cuda when they find one, and the job asks the scheduler for none)."""
+    return 1 if preset.get("device") == "cuda" else 0
+
+
+def sized(preset, small, large):
+    """A resource value of a model-running job: ``small`` for the embedded SmolLM2-135M (presets cpu, smoke),
+    ``large`` for any other model (the paper's Llama-3.1-8B at up to 128K tokens)."""
+    return small if preset["model"] == "smollm2" else large
+
+
+def device_args(preset):
+    """`--device` of the model-running commands: only when the preset names a device (otherwise their default,
+    cuda when available, stays)."""
+    return f"--device {preset['device']}" if preset.get("device") else ""
+
+
+# ---- magicpig eval ---------------------------------------------------------------------------------------
 
 
 def runs(samples):
@@ -12,11 +42,123 @@ def runs(samples):
     return samples == "all" or int(samples) > 0
 
 
-def eval_command(tasks, lengths, methods, samples, out, setup=None):
+def method_args(methods):
+    """--method options for a list of method specs (specs contain commas, so one option each)."""
+    return " ".join(f"--method {shlex.quote(m)}" for m in methods)
+
+
+def eval_args(preset, seed, tasks, lengths, methods, samples, setup=None):
+    """Every `magicpig eval` option but --out: the tasks, lengths and methods of one job and the preset's
+    settings (model, setup, backend, prompt template, device)."""
     task_args = " ".join(f"--task {shlex.quote(t)}" for t in tasks)
     length_args = " ".join(f"--length {int(n)}" for n in lengths)
     samples = "all" if samples == "all" else int(samples)
-    return (f"{MAGICPIG} eval --model {shlex.quote(P['model'])} {method_args(methods)} {task_args} "
-            f"{length_args} --samples {samples} --out {shlex.quote(out)} --seed {SEED} "
-            f"--setup {setup or P.get('setup', 'A')} --backend {P.get('backend', 'offload')} "
-            f"--chat-template {P.get('chat_template', 'tokenizer')} --no-progress")
+    return " ".join(filter(None, [
+        f"--model {shlex.quote(preset['model'])} {method_args(methods)} {task_args} {length_args}",
+        f"--samples {samples} --seed {int(seed)} --setup {setup or preset.get('setup', 'A')}",
+        f"--backend {preset.get('backend', 'offload')} --chat-template {preset.get('chat_template', 'tokenizer')}",
+        device_args(preset), "--no-progress"]))
+
+
+def metrics_files(root, tasks, lengths, methods):
+    """The metrics.json that `magicpig eval --out ROOT` writes per (task, length, method):
+    ROOT/<task>/<length>/<method dir>/metrics.json (magicpig.harness.evaluate). ``tasks`` / ``lengths`` may
+    hold wildcards ("ruler/{task}", "{length}")."""
+    from magicpig.harness.evaluate import method_dirname
+
+    return [f"{root}/{task}/{length}/{method_dirname(m)}/metrics.json"
+            for task in tasks for length in lengths for m in methods]
+
+
+def eval_root(path, task):
+    """The --out folder of one of its metrics.json files: ``path`` less <task>/<length>/<method dir>/metrics.json
+    (a task name keeps its slash: ruler/cwe is two folders)."""
+    return str(Path(path).parents[task.count("/") + 3])
+
+
+def out_dir(wildcards, output):
+    """A command's --out-dir: the folder of the rule's first output (params must not hard-code an output's
+    prefix: it is derived from the output, as Snakemake's lint asks)."""
+    return os.path.dirname(output[0])
+
+
+# ---- attention-level experiments, throughput ------------------------------------------------------------
+
+
+def experiment_files():
+    """The CSVs of `magicpig estimate all`: <name>.csv and <name>_summary.csv per experiment, the TopK vs
+    oracle table of the error experiment and the per-key cosine histograms of the geometry experiment
+    (magicpig.harness.commands.estimate)."""
+    from magicpig.harness.commands.estimate import EXPERIMENTS
+
+    stems = [name.replace("-", "_") for name in EXPERIMENTS]
+    return [f"{s}{suffix}.csv" for s in stems for suffix in ("", "_summary")] + ["error_topk_vs_oracle.csv",
+                                                                                   "geometry_hist.csv"]
+
+
+def capture_args(preset, length, seed):
+    """`magicpig estimate capture` options: one exact prefill of the preset's model at ``length`` tokens."""
+    return " ".join(filter(None, [f"--model {shlex.quote(preset['model'])} --context {int(length)} --seed {int(seed)}",
+                                  device_args(preset)]))
+
+
+def tune_kl_tag(target_cost):
+    """The file tag of `magicpig tune-kl --target-cost X` (tune_kl_<tag>.json): X as Python's ``:g`` writes it."""
+    return f"{float(target_cost):g}"
+
+
+def project_files():
+    """The CSVs `magicpig project --out-dir` writes (its OUT_FILES)."""
+    from magicpig.harness.commands.project import OUT_FILES
+
+    return list(OUT_FILES.values())
+
+
+def kernel_args(kb):
+    """`magicpig bench kernel` options of the preset's kernel_bench block."""
+    return " ".join([f"--n {int(n)}" for n in kb["n"]] + [f"--head-dim {int(d)}" for d in kb["head_dim"]]
+                    + [f"--kl {shlex.quote(kl)}" for kl in kb["kl"]])
+
+
+def decode_args(preset):
+    """`magicpig bench decode` options of the preset's decode_bench block. Stock transformers (SDPA +
+    DynamicCache) is the baseline of every throughput row, so dense@stock is always measured."""
+    db = preset["decode_bench"]
+    methods = (["dense@stock"] if "dense@stock" not in db["methods"] else []) + list(db["methods"])
+    return " ".join(filter(None, [f"--model {shlex.quote(preset['model'])}"]
+                           + [f"--context {int(n)}" for n in db["lengths"]]
+                           + [method_args(methods), f"--fill {db.get('fill', 'exact')}"]
+                           + [f"--batch {int(b)}" for b in db.get("batches", [1])]
+                           + [f"--steps {int(db.get('steps', 128))} --warmup {int(db.get('warmup', 32))}"]
+                           + (["--max-throughput"] if db.get("max_throughput") else [])
+                           + [device_args(preset)]))
+
+
+# ---- the report ------------------------------------------------------------------------------------------
+
+
+def report_figures():
+    """File names of the report's figures (magicpig.harness.report.figures.FIGURES; the two figures of the
+    report before that list existed, until it does)."""
+    from magicpig.harness.report import figures
+
+    return list(getattr(figures, "FIGURES", ["ruler_per_task.png", "kl_grid.png"]))
+
+
+def figure_caption(name):
+    """The caption of a figure in the HTML report: workflow/report/<stem>.rst, or the generic figure.rst for
+    a figure without its own caption yet."""
+    folder = Path(workflow.basedir) / "workflow" / "report"
+    own = folder / f"{Path(name).stem}.rst"
+    return str(own if own.is_file() else folder / "figure.rst")
+
+
+def results_root(wildcards, input):
+    """The preset's results folder (`build_report --results`), from the report's inputs: two levels above the
+    kernel CSV, the first throughput input (RES/throughput/kernel.csv)."""
+    return str(Path(input.throughput[0]).parents[1])
+
+
+def report_dir(wildcards, output):
+    """Where the report writes REPORT.md and its figures."""
+    return os.path.dirname(output.report)

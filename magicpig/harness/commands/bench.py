@@ -3,12 +3,18 @@ the CPU module for one decode step of one layer, ``decode`` the whole model (mag
 one, add a register function to SUBCOMMANDS; heavy imports stay inside the handlers."""
 from __future__ import annotations
 
+from magicpig.backends import BENCH_BACKENDS
+
 
 def _parse_kl(text: str) -> tuple[int, int]:
+    """``--kl K,L``: magicpig.lsh's one (K, L) parser, then its limits, errors naming the option."""
+    from magicpig.lsh import check_kl, parse_kl
+
     try:
-        K, L = (int(x) for x in text.split(","))
-    except ValueError:
-        raise ValueError(f"--kl must be 'K,L' (e.g. 10,150), got {text!r}") from None
+        K, L = parse_kl(text)
+        check_kl(K, L)
+    except ValueError as exc:
+        raise ValueError(f"--kl: {exc}") from None
     return K, L
 
 
@@ -16,7 +22,7 @@ def _register_kernel(sub) -> None:
     p = sub.add_parser("kernel", help="CPU module: time per decode step, bandwidth, speedup vs exact attention")
     p.add_argument("--n", type=int, action="append", help="context length(s) (default 16384, 65536, 131072)")
     p.add_argument("--head-dim", type=int, action="append", help="head dim(s) (default 64, 128)")
-    p.add_argument("--kl", action="append", help="K,L pair(s) (default 10,150 9,120 8,75)")
+    p.add_argument("--kl", action="append", help="a (K, L) pair written K,L; repeat for more (default 10,150 9,120 8,75)")
     p.add_argument("--dist", action="append", choices=["offset", "random"],
                    help="key distribution(s) (default both)")
     p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
@@ -38,9 +44,6 @@ def _run_kernel(args) -> int:
     for d in args.head_dim or ():
         if d < 1:
             raise ValueError(f"--head-dim must be positive, got {d}")
-    for K, L in kls:
-        from magicpig.lsh import check_kl
-        check_kl(K, L)
     bench_kernel.run(ns=tuple(args.n or bench_kernel.NS), head_dims=tuple(args.head_dim or bench_kernel.HEAD_DIMS),
                      kls=kls, dists=tuple(args.dist or bench_kernel.DISTS), dtype=getattr(torch, args.dtype),
                      csv_path=args.csv, reps=args.reps, reference=not args.no_reference)
@@ -56,8 +59,9 @@ def _register_decode(sub) -> None:
     p.add_argument("--context", type=int, action="append", help="context length(s) (default 8192, 32768)")
     p.add_argument("--batch", type=int, action="append", help="batch size(s); the prompt is repeated (default 1)")
     p.add_argument("--method", action="append", metavar="SPEC[@BACKEND]",
-                   help="method spec with optional @stock/@reference/@offload (stock = stock transformers SDPA + "
-                        "DynamicCache, dense only; default backend: offload for magicpig, reference otherwise); "
+                   help="method spec with optional @BACKEND, one of " + "/".join(BENCH_BACKENDS) + " (stock = "
+                        "stock transformers SDPA + DynamicCache, dense only; default: a method's system backend, "
+                        "offload for magicpig, reference otherwise); "
                         "repeatable; default dense@stock, dense, magicpig:K=10,L=150@offload")
     p.add_argument("--steps", type=int, default=128, help="timed decode steps (default 128, the paper's)")
     p.add_argument("--warmup", type=int, default=32, help="untimed decode steps first (default 32, the paper's)")

@@ -37,18 +37,26 @@ def _floats(text: str, field: str) -> list[float]:
     return vals
 
 
-def parse_kl(text: str) -> list[tuple[int, int]]:
-    """``10x150,9x120`` -> [(10, 150), (9, 120)]."""
+def parse_kl(items: list[str] | str) -> list[tuple[int, int]]:
+    """``--kl`` values, one (K, L) pair each (``10,150``; magicpig.lsh.parse_kl) -> [(10, 150), ...]."""
+    from magicpig.lsh import parse_kl as parse_pair
+
     out = []
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        K, sep, L = item.lower().partition("x")
+    for item in [items] if isinstance(items, str) else items:
         try:
-            out.append((int(K), int(L)))
-        except ValueError:
-            raise ValueError(f"kl: expected items like 10x150 separated by commas, got {item!r}") from None
+            out.append(parse_pair(item))
+        except ValueError as exc:
+            raise ValueError(f"--kl: {exc}; repeat --kl for more pairs") from None
     if not out:
-        raise ValueError("kl: expected at least one KxL item, e.g. 10x150")
+        raise ValueError("--kl: expected at least one K,L pair, e.g. 10,150")
     return out
+
+
+def _paper_kl() -> list[tuple[int, int]]:
+    """The paper's RULER/LongBench (K, L) settings (config/paper_reference.yaml), the default of --kl."""
+    from magicpig_tasks.paper import kl_settings
+
+    return [(m.K, m.L) for m in kl_settings("ruler_longbench")]
 
 
 def register(sub) -> None:
@@ -86,7 +94,9 @@ def register(sub) -> None:
         if name in ("error", "all"):
             e.add_argument("--budgets", default="0.005,0.01,0.02,0.04,0.1", help="TopK/oracle budget fractions")
         if name in ("error", "centering", "all"):
-            e.add_argument("--kl", default="10x150,10x170,9x120,8x75", help="MagicPIG settings, KxL,...")
+            e.add_argument("--kl", action="append", metavar="K,L",
+                           help="a MagicPIG (K, L) setting written K,L; repeat for more (default: the paper's "
+                                "RULER/LongBench settings 10,150 10,170 9,120 8,75)")
         if name in ("kl-grid", "all"):
             e.add_argument("--K", default="7,8,9,10,11")
             e.add_argument("--L", default="75,100,120,150,200,300")
@@ -104,7 +114,8 @@ def run_capture(args) -> int:
     from magicpig_tasks.experiments.capture import capture_for_model, default_capture_path
 
     from magicpig.harness.argcheck import (check_device, check_fraction, check_layer_spec, check_min, check_seed,
-                                   check_writable_file)
+                                           check_writable_file)
+    from magicpig.harness.machine import machine_record
     from magicpig.models import resolve
 
     out = Path(args.out) if args.out else default_capture_path(args.model, args.context)
@@ -125,6 +136,7 @@ def run_capture(args) -> int:
                             prompt_queries=args.prompt_queries, depth=args.depth, seed=args.seed,
                             kv_dtype=getattr(torch, args.kv_dtype), device=args.device,
                             progress=lambda m: print(m, file=sys.stderr, flush=True))
+    cap.meta["machine"] = machine_record(args.device)
     cap.save(out)
     print(json.dumps({"capture": str(out), "n_prompt": cap.n_prompt, "n_keys": cap.n_keys,
                       "layers": len(cap.layers), "queries": int(cap.queries.shape[1]),
@@ -141,7 +153,7 @@ def run_experiment(args) -> int:
     names = EXPERIMENTS if args.experiment_name == "all" else (args.experiment_name,)
     # validate cheap arguments before loading the capture
     budgets = _floats(args.budgets, "--budgets") if hasattr(args, "budgets") else None
-    kl = parse_kl(args.kl) if hasattr(args, "kl") else None
+    kl = (parse_kl(args.kl) if args.kl else _paper_kl()) if hasattr(args, "kl") else None
     Ks = _ints(args.K, "--K") if hasattr(args, "K") else None
     Ls = _ints(args.L, "--L") if hasattr(args, "L") else None
     from magicpig.harness.argcheck import check_fraction, check_layer_spec, check_min, check_seed, check_writable_dir
@@ -194,6 +206,9 @@ def run_experiment(args) -> int:
         report[name] = summary
         if name == "error":
             E.topk_vs_oracle(df).assign(**meta).to_csv(out_dir / "error_topk_vs_oracle.csv", index=False)
+        if name == "geometry":  # the per-key distributions of Fig. 5
+            E.geometry_hist(cap, sinks=args.sinks, local=args.local, **kw).assign(**meta).to_csv(
+                out_dir / "geometry_hist.csv", index=False)
         if not args.json:
             print(f"== {name} (means over MagicPIG's sparse layers) -> {out_dir / (stem + '.csv')}")
             print(summary.to_string(index=False, float_format=lambda x: f"{x:.4g}"))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from magicpig.backends import BACKENDS, DEFAULT_BACKEND
+
 
 def register(sub) -> None:
     p = sub.add_parser("eval", help="run accuracy benchmarks for one or more attention methods",
@@ -27,8 +29,10 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--setup", choices=["A", "B"], default="A",
                    help="A: prefill context+question (paper); B: prefill context, decode the question sparsely")
-    p.add_argument("--backend", choices=["reference", "offload"], default="reference",
-                   help="engine backend: reference (pure torch) or offload (MagicPIG's device + CPU split)")
+    p.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND,
+                   help=f"engine backend (default {DEFAULT_BACKEND}): reference (pure torch) or offload (MagicPIG's "
+                        "device + CPU split; methods without an offload decoder run on reference, as metrics.json "
+                        "records)")
     p.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available)")
     p.add_argument("--data", action="append", default=[], metavar="TASK=PATH",
                    help="local data file for a task (e.g. ruler/qa_1=dev-v2.0.json); repeatable")

@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+from magicpig.backends import BACKENDS, DEFAULT_BACKEND
+
 
 def register(sub) -> None:
     p = sub.add_parser("generate", help="decode one prompt with an attention method (answer, tokens/s, cost)")
@@ -16,8 +18,9 @@ def register(sub) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt-file", help="text file used as the user turn")
     src.add_argument("--prompt", help="the user turn as text")
-    p.add_argument("--backend", choices=["reference", "offload"], default="offload",
-                   help="offload: MagicPIG's device + CPU split (default); reference: pure torch on the device")
+    p.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND,
+                   help=f"reference: pure torch on the device; offload: MagicPIG's device + CPU split "
+                        f"(default {DEFAULT_BACKEND})")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")

@@ -42,7 +42,7 @@ def run(args) -> int:
     except ValueError:
         raise ValueError(f"--K: expected comma-separated integers, got {args.K!r}") from None
     from magicpig.harness.argcheck import check_layer_spec, check_min, check_seed, check_writable_dir, check_writable_file
-    from magicpig.lsh import MAX_K
+    from magicpig.lsh import MAX_K, format_kl
 
     # every argument is checked before a capture is loaded or made
     if not Ks or any(not 1 <= k <= MAX_K for k in Ks):
@@ -71,6 +71,9 @@ def run(args) -> int:
     else:
         say(f"no capture at {path}; capturing {args.model} at {args.context} tokens")
         cap = capture_for_model(args.model, args.context, progress=say)
+        from magicpig.harness.machine import machine_record
+
+        cap.meta["machine"] = machine_record()
         cap.save(path)
     layers = None
     if args.layers:
@@ -88,12 +91,12 @@ def run(args) -> int:
         print(json.dumps(out, indent=2))
     else:
         b = res.baseline
-        print(f"chosen (K, L) = ({res.K}, {res.L}) for target cost {res.target_cost:g}: measured cost "
+        print(f"chosen (K, L) = ({format_kl(res.K, res.L)}) for target cost {res.target_cost:g}: measured cost "
               f"{res.measured_cost:.4f} ({'within' if res.within_tolerance else 'OUTSIDE'} ±{res.tolerance:.0%}), "
               f"relative error {res.relative_error:.4f}")
-        print(f"paper setting ({b['K']}, {b['L']}) (nominal {b['paper_cost']:g}): measured cost "
+        print(f"paper setting ({format_kl(b['K'], b['L'])}) (nominal {b['paper_cost']:g}): measured cost "
               f"{b['measured_cost']:.4f}, relative error {b['relative_error']:.4f}")
         m = res.matched_baseline
-        print(f"paper setting nearest the target here ({m['K']}, {m['L']}): measured cost "
+        print(f"paper setting nearest the target here ({format_kl(m['K'], m['L'])}): measured cost "
               f"{m['measured_cost']:.4f}, relative error {m['relative_error']:.4f}")
     return 0

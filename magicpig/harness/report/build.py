@@ -2,34 +2,40 @@
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 from pathlib import Path
 
 import pandas as pd
 
 from magicpig.harness.report import figures
+from magicpig.harness.report.claims import claims_section
 from magicpig.harness.report.collect import canonical, collect_metrics, load_reference, read_csv
+from magicpig.harness.report.intervals import interval_table
 from magicpig.harness.report.markdown import fmt, table
 
 PAPER_MODEL = "llama-3.1-8b-instruct"
 
 
 def build_report(results: Path | str, out: Path | str, preset: str) -> Path:
-    """Write ``out/REPORT.md`` (and figures beside it) from ``results``; returns the report path."""
+    """Write ``out/REPORT.md`` and every figure of ``figures.FIGURES`` beside it from ``results``; returns
+    the report path. The claims table comes first, then one section per benchmark / experiment."""
     results, out = Path(results), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ref = load_reference()
+    figs = figures.write_all(results, out, ref)
     parts = [f"# MagicPIG reproduction report — preset `{preset}`",
              f"Generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} from `{results}`. "
              "Reproduced numbers come from the results files; paper numbers from `config/paper_reference.yaml` "
              "(arXiv 2410.16179 v4). The paper's columns are for its models and context lengths; ours for the "
              "model and lengths of this preset, so compare trends, not cells, unless the settings match."]
+    parts += claims_section(results, ref)
     acc = collect_metrics(results / "accuracy") if (results / "accuracy").is_dir() else collect_metrics(out / "none")
-    parts += ruler_section(acc, ref, out)
+    parts += ruler_section(acc, ref, out, figs)
     parts += longbench_section(acc, ref)
     parts += gsm8k_section(acc, ref)
-    parts += ablation_section(results / "ablations", ref, out)
-    parts += csv_sections(results, out, ref)
+    parts += ablation_section(results / "ablations", ref, out, figs)
+    parts += csv_sections(results, out, ref, figs)
     path = out / "REPORT.md"
     path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
     return path
@@ -65,12 +71,22 @@ def _skipped_notes(df: pd.DataFrame) -> list[str]:
     return ["Not run or incomplete:\n" + "\n".join(lines)]
 
 
-def ruler_section(acc: pd.DataFrame, ref: dict, out: Path) -> list[str]:
+def _embed(figs: dict | None, *names: str) -> list[str]:
+    return [figures.embed(figs[n]) for n in names if figs and n in figs]
+
+
+def _intervals(df: pd.DataFrame, prefix: str, by: str = "length") -> list[str]:
+    return ["Every accuracy number above with its 95% percentile bootstrap interval over samples (task "
+            "averages stratified by task) and its sample count:", interval_table(df, prefix, by)]
+
+
+def ruler_section(acc: pd.DataFrame, ref: dict, out: Path, figs: dict | None = None) -> list[str]:
     parts = ["## RULER (paper Table 3)"]
     df = acc[acc["task"].fillna("").str.startswith("ruler/")]
     ok = df[df["status"] == "ok"]
     if ok.empty:
-        return parts + ["No RULER results in this run."] + _skipped_notes(df)
+        return parts + ["No RULER results in this run."] + _skipped_notes(df) + \
+            _embed(figs, "ruler_per_task.png", "ruler_vs_cost.png")
     lengths = sorted(ok["length"].unique())
     tasks = sorted(ok["task"].unique())
     paper = ref["ruler_table3"]
@@ -99,8 +115,8 @@ def ruler_section(acc: pd.DataFrame, ref: dict, out: Path) -> list[str]:
         parts.append(f"Per task at {n} tokens:")
         parts.append(table(["task"] + [f"`{c}`" for c in s.columns],
                            [[t.removeprefix("ruler/")] + [fmt(v) for v in r] for t, r in s.iterrows()]))
-    fig = figures.ruler_per_task(ok, out / "ruler_per_task.png")
-    parts.append(f"![RULER per task]({fig.name})")
+    parts += _intervals(ok, "ruler/")
+    parts += _embed(figs, "ruler_per_task.png", "ruler_vs_cost.png")
     return parts + _skipped_notes(df)
 
 
@@ -131,7 +147,8 @@ def longbench_section(acc: pd.DataFrame, ref: dict) -> list[str]:
     if df.empty:
         return parts + ["No LongBench results in this run (the preset runs none)."]
     tasks = ref["longbench_table2"]["tasks"][:-1]
-    return parts + [_task_table(df, tasks, "longbench/", ref["longbench_table2"])] + _skipped_notes(df)
+    return parts + [_task_table(df, tasks, "longbench/", ref["longbench_table2"])] + \
+        _intervals(df, "longbench/") + _skipped_notes(df)
 
 
 def gsm8k_section(acc: pd.DataFrame, ref: dict) -> list[str]:
@@ -147,13 +164,13 @@ def gsm8k_section(acc: pd.DataFrame, ref: dict) -> list[str]:
         rows.append([f"`{method}`", fmt(g["score"].mean()), fmt(g["cost"].mean(), pct=True),
                      fmt(pv[0]) if pv else "—"])
     rows += paper_only_rows(ref["lm_eval_table1"], matched, 2, columns=1)
-    return parts + [table(["method", "ours", "cost2", "paper"], rows)] + _skipped_notes(df)
+    return parts + [table(["method", "ours", "cost2", "paper"], rows)] + _intervals(df, "") + _skipped_notes(df)
 
 
-def ablation_section(root: Path, ref: dict, out: Path) -> list[str]:
+def ablation_section(root: Path, ref: dict, out: Path, figs: dict | None = None) -> list[str]:
     parts = ["## Ablations"]
     if not root.is_dir():
-        return parts + ["No ablation results in this run."]
+        return parts + ["No ablation results in this run."] + _embed(figs, "centering.png")
     for name, title in [("centering", "Centering on / off (paper Figure 9a: without centering NIAH ≈ 0, "
                                       "FWE ≈ 65, under 0.1% of keys sampled)"),
                         ("kl_grid", "(K, L) grid: score and measured cost beside the paper's Table 9 fraction")]:
@@ -161,6 +178,7 @@ def ablation_section(root: Path, ref: dict, out: Path) -> list[str]:
         parts.append(f"### {title}")
         if df.empty:
             parts.append("Not run.")
+            parts += _embed(figs, "centering.png") if name == "centering" else []
             continue
         ok = df[df["status"] == "ok"]
         piv = ok.pivot_table(index="method", columns="task", values="score", aggfunc="mean")
@@ -171,6 +189,9 @@ def ablation_section(root: Path, ref: dict, out: Path) -> list[str]:
             rows.append([f"`{method}`"] + [fmt(v) for v in r] + [fmt(cost.get(method), pct=True),
                                                                  fmt(table9(ref, method), pct=True)])
         parts.append(table(header, rows))
+        parts += _intervals(df, "ruler/")
+        if name == "centering":
+            parts += _embed(figs, "centering.png")
         parts += _skipped_notes(df)
     setups = sorted(p for p in root.glob("setup_*") if p.is_dir())
     parts.append("### Evaluation setup A (question prefilled) vs B (question decoded sparsely)")
@@ -187,6 +208,7 @@ def ablation_section(root: Path, ref: dict, out: Path) -> list[str]:
         piv = ok.pivot_table(index=["method", "setup"], columns="task", values="score", aggfunc="mean")
         parts.append(table(["method", "setup"] + [c.removeprefix("ruler/") for c in piv.columns],
                            [[f"`{m}`", s] + [fmt(v) for v in r] for (m, s), r in piv.iterrows()]))
+        parts += _intervals(df, "ruler/", by="setup")
     return parts
 
 
@@ -246,39 +268,54 @@ def _csv_table(df: pd.DataFrame, columns: list[str] | None = None, limit: int = 
     return table(cols, [[fmt(v, digits=3) for v in r] for r in df[cols].head(limit).itertuples(index=False)])
 
 
-def csv_sections(results: Path, out: Path, ref: dict) -> list[str]:
-    """Estimation and throughput results, as tables with their figures."""
+# the figure drawn from each estimation CSV, shown under its table
+ESTIMATION_FIGURES = {"spread_summary.csv": "attention_spread.png", "error_topk_vs_oracle.csv": "error_vs_budget.png",
+                      "kl_grid_summary.csv": "kl_grid.png", "geometry_summary.csv": "geometry.png"}
+THROUGHPUT_FIGURES = ("throughput_batch.png", "throughput_context.png", "speedup_paper_hardware.png")
+
+
+def tune_kl_files(est: Path) -> list[Path]:
+    """The tune-kl results, one per target cost: ``tune_kl_<target>.json`` (written by ``magicpig tune-kl``)."""
+    return sorted(est.glob("tune_kl_*.json")) if est.is_dir() else []
+
+
+def tune_kl_section(path: Path) -> list[str]:
+    try:
+        t = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return [f"`{path.name}` is not valid JSON (the tune-kl run failed; see its log)."]
+    rows = [["chosen", t.get("K"), t.get("L"), fmt(t.get("measured_cost"), pct=True), fmt(t.get("relative_error"), digits=3)]]
+    for key in ("baseline", "matched_baseline"):
+        b = t.get(key) or {}
+        if b:
+            rows.append([key.replace("_", " "), b.get("K"), b.get("L"), fmt(b.get("measured_cost"), pct=True),
+                         fmt(b.get("relative_error"), digits=3)])
+    return [f"### Automatic (K, L) for a target cost of {fmt(t.get('target_cost'), pct=True)} (`{path.name}`)",
+            table(["setting", "K", "L", "measured cost", "relative error"], rows)]
+
+
+def csv_sections(results: Path, out: Path, ref: dict, figs: dict | None = None) -> list[str]:
+    """Estimation and throughput results, as tables with their figures (``figs``: name -> FigureResult
+    from ``figures.write_all``; every figure is embedded, those without data say so)."""
     parts = ["## Attention-level experiments"]
     est = results / "estimation"
-    shown = False
+    shown, embedded = False, set()
     for name, title in ESTIMATION_TITLES.items():
         df = read_csv(est / name)
         if df is None:
             continue
         shown = True
         parts += [f"### {title}", _csv_table(df)]
-        if name == "kl_grid_summary.csv":
-            parts.append(f"![sampled fraction]({figures.kl_grid(df, out / 'kl_grid.png').name})")
-    tune = sorted(est.glob("tune_kl*.json")) if est.is_dir() else []
-    for path in tune:
-        import json
-
-        try:
-            t = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            parts.append(f"`{path.name}` is not valid JSON (the tune-kl run failed; see its log).")
-            continue
+        fig = ESTIMATION_FIGURES.get(name)
+        if fig:
+            parts += _embed(figs, fig)
+            embedded.add(fig)
+    for path in tune_kl_files(est):
         shown = True
-        rows = [["chosen", t.get("K"), t.get("L"), fmt(t.get("measured_cost"), pct=True), fmt(t.get("relative_error"), digits=3)]]
-        for key in ("baseline", "matched_baseline"):
-            b = t.get(key) or {}
-            if b:
-                rows.append([key.replace("_", " "), b.get("K"), b.get("L"), fmt(b.get("measured_cost"), pct=True),
-                             fmt(b.get("relative_error"), digits=3)])
-        parts += [f"### Automatic (K, L) for a target cost of {fmt(t.get('target_cost'), pct=True)}",
-                  table(["setting", "K", "L", "measured cost", "relative error"], rows)]
+        parts += tune_kl_section(path)
     if not shown:
         parts.append("Not run.")
+    parts += _embed(figs, *[f for f in ESTIMATION_FIGURES.values() if f not in embedded])
     parts.append("## Throughput and latency")
     thr = results / "throughput"
     shown = False
@@ -290,6 +327,7 @@ def csv_sections(results: Path, out: Path, ref: dict) -> list[str]:
         parts += [f"### {title}", _csv_table(df, cols)]
     if not shown:
         parts.append("Not run.")
+    parts += _embed(figs, *THROUGHPUT_FIGURES)
     return parts
 
 

@@ -6,14 +6,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
-REFERENCE = Path(__file__).resolve().parents[3] / "config" / "paper_reference.yaml"
-
-
-def load_reference(path: Path | str = REFERENCE) -> dict:
-    with open(path, encoding="utf-8") as f:
-        return yaml.safe_load(f)
+from magicpig_tasks.paper import REFERENCE, load as load_reference  # noqa: F401 (re-exported: one reader of the paper numbers)
 
 
 @lru_cache(maxsize=None)
@@ -52,3 +46,32 @@ def collect_metrics(root: Path | str) -> pd.DataFrame:
 def read_csv(path: Path | str) -> pd.DataFrame | None:
     path = Path(path)
     return pd.read_csv(path) if path.is_file() and path.stat().st_size > 0 else None
+
+
+def sample_scores(metrics_path: Path | str) -> dict[str, float]:
+    """Per-sample scores of one run: {sample id: score} from the ``predictions.jsonl`` that
+    ``magicpig.harness.evaluate`` writes beside ``metrics.json`` (empty when it is absent; a torn or
+    unscored line is skipped, as the evaluator itself does when resuming)."""
+    path = Path(metrics_path).with_name("predictions.jsonl")
+    out: dict[str, float] = {}
+    if not path.is_file():
+        return out
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        score = row.get("score")
+        if isinstance(score, (int, float)) and not isinstance(score, bool):
+            out[str(row.get("id", i))] = float(score)
+    return out
+
+
+def run_samples(df: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """task -> {sample id: score} over the rows of a ``collect_metrics`` frame (one method, one length)."""
+    out: dict[str, dict[str, float]] = {}
+    for r in df.itertuples():
+        scores = sample_scores(r.path)
+        if scores:
+            out.setdefault(r.task, {}).update(scores)
+    return out

@@ -1,0 +1,38 @@
+"""The decode backends, named once: which exist, which one runs by default, and which one a method really
+runs on.
+
+``reference`` is pure torch on the model's device (the float32 ground truth); ``offload`` is MagicPIG's
+heterogeneous split (exact part on the device, sampled part by the CPU module). Only a method whose own
+decoder is an offload one (its class says so: ``AttentionMethod.system_backend``, "offload" for MagicPIG)
+runs differently on ``offload``: every other method (dense, quest, topk, oracle, streaming) runs on the
+reference decoder whatever the backend asked for, and records say so through ``effective_backend``. The
+constants are torch-free, so CLI parsers can take their ``choices=`` from here.
+"""
+from __future__ import annotations
+
+BACKENDS: tuple[str, ...] = ("reference", "offload")
+DEFAULT_BACKEND = "reference"  # Engine, patch, magicpig eval / generate, EvalConfig
+# what ``magicpig bench decode`` times: stock transformers (SDPA + DynamicCache, dense only) and the engine's
+BENCH_BACKENDS: tuple[str, ...] = ("stock",) + BACKENDS
+
+
+def check_backend(backend: str, field: str = "backend") -> str:
+    """``backend`` if it is one of BACKENDS, else ValueError naming ``field`` and the allowed values."""
+    if backend not in BACKENDS:
+        raise ValueError(f"{field} must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    return backend
+
+
+def effective_backend(method_name: str, backend: str) -> str:
+    """The backend method ``method_name`` actually decodes on when ``backend`` is asked for: ``offload``
+    only for methods with an offload decoder, ``reference`` otherwise."""
+    check_backend(backend)
+    return "offload" if backend == "offload" and system_backend(method_name) == "offload" else "reference"
+
+
+def system_backend(method_name: str) -> str:
+    """The backend that measures a method's own system path (``bench decode``'s default): ``offload``
+    where the method has an offload decoder, ``reference`` otherwise."""
+    from magicpig.methods import get_method_class
+
+    return get_method_class(method_name).system_backend

@@ -1,0 +1,183 @@
+"""Accuracy figures: RULER per task (Fig. 1 style), RULER average vs cost, and the centering ablation (Fig. 9a).
+
+Each function takes the results root, the paper reference (``config/paper_reference.yaml``) and the output
+path, and always writes its PNG (see ``canvas``)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from magicpig.harness.report import canvas
+from magicpig.harness.report.bootstrap import mean_interval, stratified_interval
+from magicpig.harness.report.collect import canonical, collect_metrics, run_samples, sample_scores
+
+
+def ok_runs(root: Path, prefix: str = "ruler/") -> pd.DataFrame:
+    """The finished runs below ``root`` whose task starts with ``prefix``."""
+    df = collect_metrics(root) if root.is_dir() else collect_metrics(root / "__none__")
+    return df[(df["status"] == "ok") & df["task"].fillna("").str.startswith(prefix)]
+
+
+def _paper_rows(ref: dict, table: str = "ruler_table3", model: str = "llama-3.1-8b-instruct") -> dict:
+    return {canonical(k): v for k, v in ref.get(table, {}).get(model, {}).items()}
+
+
+def _task_interval(row) -> tuple[float, float, float]:
+    """(mean, lo, hi) of one run from its per-sample scores; the metrics score with a zero-width bar when
+    the predictions are absent."""
+    scores = list(sample_scores(row.path).values())
+    if not scores:
+        return row.score, row.score, row.score
+    iv = mean_interval(scores)
+    return iv.value, iv.lo, iv.hi
+
+
+def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
+    """Grouped bars per RULER task and method (one panel per context length, at most 4), 95% bootstrap
+    whiskers; dashed lines: the paper's Table 3 average of the same setting at its first length."""
+    title = "RULER per task (paper Fig. 1 style)"
+    ok = ok_runs(results / "accuracy")
+    lengths = sorted(ok["length"].unique())[:4]
+    missing: list[str] = []
+    fig, axes = canvas.subplots(max(1, len(lengths)), title, width=max(5.5, 0.9 * ok["task"].nunique() + 2))
+    if not lengths:
+        canvas.no_data(axes[0], "accuracy/ruler/*/*/*/metrics.json", missing)
+        return canvas.save(fig, path, title, missing)
+    paper = _paper_rows(ref)
+    cfg = ref.get("figures", {}).get("ruler_per_task", {})
+    for ax, n in zip(axes, lengths):
+        at = ok[ok["length"] == n]
+        tasks = sorted(at["task"].unique())
+        methods = list(dict.fromkeys(at["method"]))
+        width = 0.8 / len(methods)
+        for i, method in enumerate(methods):
+            vals, errs = [], [[], []]
+            for t in tasks:
+                rows = at[(at["task"] == t) & (at["method"] == method)]
+                if rows.empty:
+                    vals.append(np.nan)
+                    errs[0].append(0)
+                    errs[1].append(0)
+                    continue
+                v, lo, hi = _task_interval(next(rows.itertuples()))
+                vals.append(v)
+                errs[0].append(max(0.0, v - lo))
+                errs[1].append(max(0.0, hi - v))
+            xs = np.arange(len(tasks)) + i * width
+            ax.bar(xs, np.nan_to_num(vals), width, yerr=errs, capsize=2, label=method, color=f"C{i}")
+            if method in paper:
+                ax.axhline(paper[method][0], color=f"C{i}", ls="--", lw=1)
+        ax.set_xticks(np.arange(len(tasks)) + 0.4 - width / 2)
+        ax.set_xticklabels([t.removeprefix("ruler/") for t in tasks], rotation=45, ha="right")
+        ax.set_ylim(0, 105)
+        ax.set_ylabel("score (95% bootstrap whiskers)")
+        ax.set_title(f"ours at {n} tokens")
+        ax.legend(fontsize=7, loc="upper right")
+        canvas.note(ax, cfg.get("note", ""))
+    return canvas.save(fig, path, title, missing)
+
+
+def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
+    """RULER average (stratified bootstrap over tasks) vs measured cost2, one marker per (method, length);
+    beside it the paper's Table 3 averages at the settings' nominal cost2."""
+    title = "RULER average vs cost (ours | paper Table 3)"
+    missing: list[str] = []
+    fig, (ax, axp) = canvas.subplots(2, title)
+    ok = ok_runs(results / "accuracy")
+    if ok.empty:
+        canvas.no_data(ax, "accuracy/ruler/*/*/*/metrics.json", missing)
+    else:
+        ntasks = ok["task"].nunique()
+        for j, (n, at) in enumerate(ok.groupby("length")):
+            for i, (method, g) in enumerate(at.groupby("method", sort=False)):
+                samples = run_samples(g)
+                iv = stratified_interval({t: list(s.values()) for t, s in samples.items()})
+                y = iv.value if iv.n and len(samples) == g["task"].nunique() else g["score"].mean()
+                err = [[max(0, y - iv.lo)], [max(0, iv.hi - y)]] if iv.n else None
+                ax.errorbar(g["cost"].mean(), y, yerr=err, fmt="os^vD"[j % 5], color=f"C{i}", capsize=3,
+                            label=f"{method} @ {n}" + ("" if g["task"].nunique() == ntasks else " (partial)"))
+        ax.set_xscale("log")
+        ax.set_xlabel("cost2: fraction of offloaded keys used (measured)")
+        ax.set_ylabel("RULER average (95% bootstrap)")
+        ax.set_title("ours")
+        ax.legend(fontsize=6)
+    cfg = ref.get("figures", {}).get("ruler_vs_cost", {})
+    costs = {canonical(k): v for k, v in cfg.get("nominal_cost2", {}).items()}
+    paper = _paper_rows(ref)
+    lengths = ref.get("ruler_table3", {}).get("lengths", [])
+    if not paper or not costs:
+        canvas.no_data(axp, "config/paper_reference.yaml: figures.ruler_vs_cost", missing)
+    else:
+        for j, n in enumerate(lengths):
+            pts = sorted((costs[m], v[j], m) for m, v in paper.items() if m in costs)
+            axp.plot([p[0] for p in pts], [p[1] for p in pts], "o", color=f"C{j}", label=f"paper {n // 1024}K")
+        written = {canonical(k): k for k in ref["ruler_table3"].get("llama-3.1-8b-instruct", {})}
+        for c, y, m in sorted((costs[m], v[0], m) for m, v in paper.items() if m in costs):
+            axp.annotate(written.get(m, m), (c, y), fontsize=6, rotation=20)
+        axp.set_xscale("log")
+        axp.set_xlabel("nominal cost2 (paper Sec. 5, Table 9)")
+        axp.set_title("paper (Llama-3.1-8B-Instruct)")
+        axp.legend(fontsize=7)
+        canvas.note(axp, cfg.get("note", ""))
+    return canvas.save(fig, path, title, missing)
+
+
+def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
+    """Centering ablation (Fig. 9a): accuracy per task with / without centering (95% whiskers, the paper's
+    no-centering NIAH and FWE as crosses) and the sampled fraction per (K, L) with / without centering
+    (the paper's < 0.1% line)."""
+    title = "Centering ablation (paper Fig. 9a)"
+    missing: list[str] = []
+    fig, (ax, axf) = canvas.subplots(2, title)
+    paper = ref.get("ablations", {}).get("no_centering", {})
+    ok = ok_runs(results / "ablations" / "centering", "")
+    if ok.empty:
+        canvas.no_data(ax, "ablations/centering/*/metrics.json", missing)
+    else:
+        tasks = sorted(ok["task"].unique())
+        methods = list(dict.fromkeys(ok["method"]))
+        width = 0.8 / len(methods)
+        for i, method in enumerate(methods):
+            for k, t in enumerate(tasks):
+                rows = ok[(ok["task"] == t) & (ok["method"] == method)]
+                if rows.empty:
+                    continue
+                v, lo, hi = _task_interval(next(rows.itertuples()))
+                ax.bar(k + i * width, v, width, yerr=[[max(0, v - lo)], [max(0, hi - v)]], capsize=2,
+                       color=f"C{i}", label=method if k == 0 else None)
+        xs = np.arange(len(tasks)) + 0.4 - width / 2
+        for k, t in enumerate(tasks):
+            for key, word in (("niah_accuracy", "niah"), ("fwe_accuracy", "fwe")):
+                if word in t and key in paper:
+                    ax.plot(xs[k], paper[key], "kx", ms=10, mew=2)
+        ax.plot([], [], "kx", label="paper, no centering")
+        ax.set_xticks(xs)
+        ax.set_xticklabels([t.removeprefix("ruler/") for t in tasks], rotation=30, ha="right")
+        ax.set_ylim(0, 105)
+        ax.set_ylabel("score (95% bootstrap whiskers)")
+        ax.legend(fontsize=7)
+    df = canvas.read(results / "estimation" / "centering_summary.csv")
+    if df is None:
+        canvas.no_data(axf, "estimation/centering_summary.csv", missing)
+    else:
+        flag = canvas.truthy(df["centering"])
+        labels = [f"({k},{l})" for k, l in zip(df["K"], df["L"])]
+        order = list(dict.fromkeys(labels))
+        xs = np.arange(len(order))
+        for on, color, name in ((True, "C0", "centered"), (False, "C3", "not centered")):
+            sub = df[flag == on]
+            idx = [order.index(f"({k},{l})") for k, l in zip(sub["K"], sub["L"])]
+            axf.bar(xs[idx] + (0 if on else 0.4), sub["cost2"], 0.4, color=color, label=name)
+        if "sampled_fraction_below" in paper:
+            axf.axhline(paper["sampled_fraction_below"], color="k", ls="--", lw=1,
+                        label=f"paper: no centering < {100 * paper['sampled_fraction_below']:g}%")
+        axf.set_yscale("log")
+        axf.set_xticks(xs + 0.2)
+        axf.set_xticklabels(order)
+        axf.set_xlabel("(K, L)")
+        axf.set_ylabel("sampled fraction (measured, sparse layers)")
+        axf.legend(fontsize=7)
+    canvas.note(axf, ref.get("figures", {}).get("centering", {}).get("note", ""), where="top")
+    return canvas.save(fig, path, title, missing)

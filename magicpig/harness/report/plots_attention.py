@@ -1,0 +1,184 @@
+"""Attention-level figures from ``results/<preset>/estimation/`` (written by ``magicpig estimate``):
+attention spread (Figs. 2-3), output error vs budget (Figs. 4, 6), query/key geometry (Fig. 5) and the
+sampled fraction over the (K, L) grid (Table 9)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from magicpig.harness.report import canvas
+
+# the per-key cosine distributions Fig. 5 draws (written by `magicpig estimate geometry`)
+GEOMETRY_HIST = "geometry_hist.csv"
+
+
+def _fig_cfg(ref: dict, name: str) -> dict:
+    return ref.get("figures", {}).get(name, {}) or {}
+
+
+def _sparse(df):
+    """Rows of MagicPIG's sparse layers (all rows when the flag column is absent)."""
+    return df[~canvas.truthy(df["dense_in_magicpig"])] if "dense_in_magicpig" in df else df
+
+
+def attention_spread(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
+    """Top-20% mass per layer with and without the sink (mean over heads), and its spread over heads."""
+    title = "Attention spread (paper Figs. 2-3)"
+    missing: list[str] = []
+    fig, (ax, axh) = canvas.subplots(2, title)
+    df = canvas.read(results / "estimation" / "spread.csv")
+    if df is None:
+        canvas.no_data(ax, "estimation/spread.csv", missing)
+        canvas.no_data(axh, "estimation/spread.csv", [])
+    else:
+        frac = float(df["top_frac"].iloc[0])
+        by = df.groupby("layer")[["top_mass_with_sink", "top_mass_without_sink", "sink_mass"]].mean()
+        ax.plot(by.index, by["top_mass_with_sink"], "o-", label=f"top {frac:.0%} keys, with sink")
+        ax.plot(by.index, by["top_mass_without_sink"], "s-", label=f"top {frac:.0%} keys, sink removed")
+        ax.plot(by.index, by["sink_mass"], "^:", label="sink mass")
+        ax.set_ylim(0, 1.05)
+        ax.set_xlabel("layer")
+        ax.set_ylabel("share of attention mass (mean over heads)")
+        ax.legend(fontsize=7)
+        sp = _sparse(df)
+        bins = np.linspace(0, 1, 21)
+        axh.hist(sp["top_mass_with_sink"], bins, alpha=0.6, label="with sink")
+        axh.hist(sp["top_mass_without_sink"], bins, alpha=0.6, label="sink removed")
+        axh.set_xlabel(f"mass in the top {frac:.0%} of keys, per head (sparse layers)")
+        axh.set_ylabel("heads")
+        axh.legend(fontsize=7)
+        canvas.note(axh, _fig_cfg(ref, "attention_spread").get("note", ""), where="top")
+    return canvas.save(fig, path, title, missing)
+
+
+_SETTING = re.compile(r"^(topk|oracle)(@|=)(.+)$")
+
+
+def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
+    """Relative output error vs cost2 for TopK, oracle sampling and MagicPIG (sparse-layer means), and
+    TopK / oracle error ratio at equal distinct keys per layer, beside the paper's "up to 4x"."""
+    title = "Output error vs budget: TopK, oracle sampling, MagicPIG (paper Figs. 4, 6)"
+    missing: list[str] = []
+    fig, (ax, axr) = canvas.subplots(2, title)
+    abl = ref.get("ablations", {})
+    df = canvas.read(results / "estimation" / "error_summary.csv")
+    if df is None:
+        canvas.no_data(ax, "estimation/error_summary.csv", missing)
+    else:
+        kinds = df["setting"].astype(str).map(lambda s: _SETTING.match(s))
+        for i, name in enumerate(("topk", "oracle")):
+            sel = [bool(m and m.group(1) == name and m.group(2) == "@") for m in kinds]
+            g = df[sel].sort_values("cost2")
+            ax.plot(g["cost2"], g["rel_error_mean"], "o-", color=f"C{i}", label=f"{name} (budget)")
+            sel = [bool(m and m.group(1) == name and m.group(2) == "=") for m in kinds]
+            g = df[sel].sort_values("cost2")
+            ax.plot(g["cost2"], g["rel_error_mean"], "o", mfc="none", color=f"C{i}",
+                    label=f"{name} at MagicPIG's key count")
+        mp = df[df["setting"].astype(str).str.startswith("magicpig")]
+        ax.plot(mp["cost2"], mp["rel_error_mean"], "*", ms=11, color="C2", label="MagicPIG (K, L)")
+        for r in mp.itertuples():
+            ax.annotate(str(r.setting).removeprefix("magicpig"), (r.cost2, r.rel_error_mean), fontsize=6)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("cost2 (fraction of keys used, measured)")
+        ax.set_ylabel("relative output error ||ô-o||/||o|| (mean)")
+        ax.legend(fontsize=7)
+    tv = canvas.read(results / "estimation" / "error_topk_vs_oracle.csv")
+    if tv is None:
+        canvas.no_data(axr, "estimation/error_topk_vs_oracle.csv", missing)
+    else:
+        dense = canvas.truthy(tv["dense_in_magicpig"]) if "dense_in_magicpig" in tv else tv["layer"] < 0
+        axr.scatter(tv.loc[~dense, "unique_keys"], tv.loc[~dense, "topk_over_oracle"], c=tv.loc[~dense, "layer"],
+                    cmap="viridis", label="sparse layers (colour: layer)")
+        axr.scatter(tv.loc[dense, "unique_keys"], tv.loc[dense, "topk_over_oracle"], c="0.6", marker="x",
+                    label="MagicPIG's dense layers")
+        axr.axhline(1.0, color="k", lw=0.8)
+        up_to = abl.get("topk_vs_oracle_relative_error_ratio_up_to")
+        if up_to is not None:
+            axr.axhline(up_to, color="crimson", ls="--", lw=1, label=f"paper: TopK error up to {up_to}x oracle's")
+        keys = abl.get("oracle_sampling_unique_keys_16k")
+        if keys is not None:
+            axr.axvline(keys, color="crimson", ls=":", lw=1, label=f"paper: oracle keeps accuracy at ~{keys} keys (16K)")
+        axr.set_xscale("log")
+        axr.set_yscale("log")
+        axr.set_xlabel("distinct keys (oracle sampling's unique draws)")
+        axr.set_ylabel("TopK error / oracle error (equal keys)")
+        axr.legend(fontsize=7)
+    canvas.note(axr, _fig_cfg(ref, "error_vs_budget").get("note", ""), where="top")
+    return canvas.save(fig, path, title, missing)
+
+
+def geometry(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
+    """Per-layer cosines of queries and keys to the sink key and to the key mean, and cos(q, k) before and
+    after centering (mean ± std); the per-key distributions need ``estimation/geometry_hist.csv``."""
+    title = "Query / key geometry (paper Fig. 5)"
+    missing: list[str] = []
+    fig, (ax, axc, axh) = canvas.subplots(3, title, width=4.8)
+    df = canvas.read(results / "estimation" / "geometry.csv")
+    if df is None:
+        canvas.no_data(ax, "estimation/geometry.csv", missing)
+        canvas.no_data(axc, "estimation/geometry.csv", [])
+    else:
+        by = df.groupby("layer").mean(numeric_only=True)
+        for col, style in (("q_cos_sink", "o-"), ("k_cos_sink", "s-"), ("q_cos_center", "o--"),
+                           ("k_cos_center", "s--")):
+            if col in by:
+                ax.plot(by.index, by[col], style, ms=3, label=col.replace("_cos_", " · ").replace("center", "key mean"))
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_ylim(-1, 1)
+        ax.set_xlabel("layer")
+        ax.set_ylabel("cosine (mean over kv-heads)")
+        ax.legend(fontsize=7)
+        for col, color, name in (("qk_cos", "C3", "cos(q, k)"), ("qk_cos_centered", "C0", "cos(q, k - c)")):
+            if f"{col}_mean" in by:
+                m, s = by[f"{col}_mean"], by[f"{col}_std"]
+                axc.plot(by.index, m, "o-", ms=3, color=color, label=name)
+                axc.fill_between(by.index, m - s, m + s, color=color, alpha=0.2)
+        axc.axhline(0, color="k", lw=0.6)
+        axc.set_xlabel("layer")
+        axc.set_ylabel("cosine seen by the hash (mean ± std)")
+        axc.legend(fontsize=7)
+    hist = canvas.read(results / "estimation" / GEOMETRY_HIST)
+    if hist is None:
+        canvas.no_data(axh, f"estimation/{GEOMETRY_HIST}\n(per-key cosine distribution)", missing)
+    else:  # columns: [layer, dense_in_magicpig,] quantity, bin_lo, bin_hi, count; summed over sparse layers
+        for i, (q, g) in enumerate(_sparse(hist).groupby("quantity", sort=False)):
+            g = g.groupby(["bin_lo", "bin_hi"], as_index=False)["count"].sum()
+            axh.stairs(g["count"] / max(1, g["count"].sum()), np.append(g["bin_lo"].to_numpy(), g["bin_hi"].iloc[-1]),
+                       color=f"C{i}", label=str(q))
+        axh.set_xlabel("cosine")
+        axh.set_ylabel("share of keys")
+        axh.legend(fontsize=7)
+    canvas.note(axh if hist is not None else axc, _fig_cfg(ref, "geometry").get("note", ""), where="top")
+    return canvas.save(fig, path, title, missing)
+
+
+def kl_grid(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
+    """Sampled fraction vs L for each K: measured on real keys, the p = 1/2 formula, and the paper's Table 9
+    (from the reference file)."""
+    title = "Sampled fraction over (K, L) (paper Table 9)"
+    missing: list[str] = []
+    fig, (ax,) = canvas.subplots(1, title, width=6.5, height=4.5)
+    df = canvas.read(results / "estimation" / "kl_grid_summary.csv")
+    t9 = ref.get("sampled_fraction_table9", {})
+    Ks = sorted(set(t9.get("K", {})) | (set() if df is None else {int(k) for k in df["K"]}))
+    color = {K: f"C{i}" for i, K in enumerate(Ks)}
+    if df is None:
+        canvas.no_data(ax, "estimation/kl_grid_summary.csv", missing)
+    else:
+        for K, g in df.groupby("K"):
+            i, g = Ks.index(int(K)), g.sort_values("L")
+            ax.plot(g["L"], g["measured"], "o-", color=f"C{i}", label=f"K={K} measured")
+            if "formula" in g:
+                ax.plot(g["L"], g["formula"], ":", color=f"C{i}")
+    ax.set_yscale("log")
+    ax.set_xlabel("L")
+    ax.set_ylabel("sampled fraction")
+    for j, K in enumerate(sorted(t9.get("K", {}))):
+        ax.plot(t9["L"], t9["K"][K], "s--", color=color[K], alpha=0.6, ms=3,
+                label="paper Table 9 (dashed)" if j == 0 else None)
+    ax.set_title("solid: measured here, dashed: paper Table 9, dotted: p=1/2 formula", fontsize=8)
+    ax.legend(fontsize=7)
+    return canvas.save(fig, path, title, missing)

@@ -1,0 +1,175 @@
+"""Throughput figures: measured decoding (``throughput/decode.csv``, ``magicpig bench-decode``) and the
+bandwidth-model projections (``projection_*.csv``, ``magicpig project``), always in separate panels, the
+projected ones titled "PROJECTION"."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from magicpig.harness.report import canvas
+
+PROJECTED = "PROJECTION (bandwidth model, not measured)"
+
+
+def _system(ref: dict) -> dict:
+    return ref.get("system", {}) or {}
+
+
+def _label(r) -> str:
+    backend = getattr(r, "backend", "")
+    return f"{r.method}" + (f"@{backend}" if isinstance(backend, str) and backend else "")
+
+
+def _measured(ax, df, x: str, y: str, by: str) -> None:
+    """Lines of ``y`` vs ``x`` for each (method, backend, ``by``); rows under load hollow."""
+    df = df.assign(_label=[_label(r) for r in df.itertuples()])
+    load = canvas.truthy(df["under_load"]) if "under_load" in df else df[x] < 0
+    for i, ((lab, b), g) in enumerate(df.groupby(["_label", by], sort=False)):
+        g = g.sort_values(x)
+        ax.plot(g[x], g[y], "o-", color=f"C{i % 10}", label=f"{lab}, {by} {b}")
+        bad = load.loc[g.index]
+        if bad.any():
+            ax.plot(g.loc[bad, x], g.loc[bad, y], "o", mfc="white", color=f"C{i % 10}")
+    if load.any():
+        ax.plot([], [], "o", mfc="white", color="k", label="under load (not fitted)")
+    ax.legend(fontsize=6)
+
+
+def _gpu_rows(df):
+    return df[df["device"].astype(str).str.startswith("cuda")] if df is not None and "device" in df else None
+
+
+def throughput_batch(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
+    """Tokens/s vs batch: measured on this machine | PROJECTION on one H200 and the paper's L20 points."""
+    title = "Decoding throughput vs batch"
+    missing: list[str] = []
+    fig, (ax, axp) = canvas.subplots(2, title)
+    thr = results / "throughput"
+    df = canvas.read(thr / "decode.csv")
+    if df is None:
+        canvas.no_data(ax, "throughput/decode.csv", missing)
+    else:
+        _measured(ax, df, "batch", "tokens_per_s", "context")
+        ax.set_xlabel("batch")
+        ax.set_ylabel("tokens / s")
+    ax.set_title("MEASURED on this machine (" + ("no rows" if df is None else
+                                                 ", ".join(sorted(set(df["device"].astype(str))))) + ")")
+    proj = canvas.read(thr / "projection_h200.csv")
+    if proj is None:
+        canvas.no_data(axp, "throughput/projection_h200.csv", missing)
+    else:
+        for i, ((m, n), g) in enumerate(proj.groupby(["method", "context"], sort=False)):
+            g = g.sort_values("batch")
+            axp.plot(g["batch"], g["tokens_per_s"], "o-", color=f"C{i % 10}", label=f"H200 {m}, {n // 1024}K")
+    lat = canvas.read(thr / "projection_paper_latency.csv")
+    if lat is not None:
+        sel = lat[lat["what"].astype(str).str.contains("tokens/s")]
+        axp.plot(sel["batch"], sel["projected"], "D", color="k", mfc="none", label="L20 projected (paper points)")
+    for row in _system(ref).get("max_throughput_tokens_per_s", []):
+        if row.get("batch") is not None:
+            axp.plot(row["batch"], row["tokens_per_s"], "*", ms=12, color="crimson",
+                     label=f"paper L20 {row['method']}: {row['tokens_per_s']} tok/s at batch {row['batch']}")
+        else:
+            axp.axhline(row["tokens_per_s"], color="crimson", ls="--", lw=1,
+                        label=f"paper L20 {row['method']} (GPU-only): {row['tokens_per_s']} tok/s")
+    axp.set_yscale("log")
+    axp.set_xlabel("batch")
+    axp.set_ylabel("tokens / s")
+    axp.set_title(PROJECTED, color="darkorange")
+    axp.legend(fontsize=6)
+    return canvas.save(fig, path, title, missing)
+
+
+def throughput_context(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
+    """ms per token vs context: measured on this machine | PROJECTION (H200, batch 1) with the paper's 54 ms."""
+    title = "Decoding latency vs context"
+    missing: list[str] = []
+    fig, (ax, axp) = canvas.subplots(2, title)
+    thr = results / "throughput"
+    df = canvas.read(thr / "decode.csv")
+    if df is None:
+        canvas.no_data(ax, "throughput/decode.csv", missing)
+    else:
+        _measured(ax, df, "context", "ms_per_token", "batch")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("context (tokens)")
+        ax.set_ylabel("ms / token")
+    ax.set_title("MEASURED on this machine")
+    proj = canvas.read(thr / "projection_h200.csv")
+    if proj is None:
+        canvas.no_data(axp, "throughput/projection_h200.csv", missing)
+    else:
+        one = proj[proj["batch"] == 1]
+        for i, (m, g) in enumerate(one.groupby("method", sort=False)):
+            g = g.sort_values("context")
+            axp.plot(g["context"], g["ms_per_token"], "o-", color=f"C{i % 10}", label=f"H200 {m}, batch 1")
+        axp.set_xscale("log", base=2)
+    for row in _system(ref).get("latency_ms_per_token", []):
+        axp.plot(row["context"], row["ms"], "*", ms=12, color="crimson",
+                 label=f"paper {row['hardware']} {row['method']}: {row['ms']} ms (batch {row['batch']})")
+    axp.set_xlabel("context (tokens)")
+    axp.set_ylabel("ms / token")
+    axp.set_title(PROJECTED, color="darkorange")
+    axp.legend(fontsize=6)
+    return canvas.save(fig, path, title, missing)
+
+
+def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
+    """Speed-up of MagicPIG over GPU-only full attention: measured on a GPU when decode.csv has GPU rows |
+    PROJECTION for the paper's three machines beside the paper's 1.5x / 5.0x / 3.3x."""
+    title = "Throughput speed-up over GPU-only full attention"
+    missing: list[str] = []
+    fig, (ax, axp) = canvas.subplots(2, title)
+    thr = results / "throughput"
+    gpu = _gpu_rows(canvas.read(thr / "decode.csv"))
+    if gpu is None or gpu.empty:
+        canvas.no_data(ax, "throughput/decode.csv rows on a GPU\n(this machine has none)", missing)
+    else:
+        best = gpu.groupby(["context", "method"])["tokens_per_s"].max().unstack()
+        dense = [c for c in best.columns if str(c).startswith("dense")]
+        for i, m in enumerate(c for c in best.columns if str(c).startswith("magicpig")):
+            if dense:
+                ax.plot(best.index, best[m] / best[dense[0]], "o-", color=f"C{i}", label=f"{m} / {dense[0]}")
+        ax.axhline(1, color="k", lw=0.6)
+        ax.set_xlabel("context")
+        ax.set_ylabel("max tokens/s ratio")
+        ax.legend(fontsize=7)
+    ax.set_title("MEASURED on a GPU")
+    paper = _system(ref).get("throughput_speedup_vs_gpu_full", [])
+    proj = canvas.read(thr / "projection_paper_hardware.csv")
+    names = [f"{p['hardware']}\n{p['model']} {p['context'] // 1024}K" for p in paper]
+    xs = np.arange(len(paper))
+    kernels = [] if proj is None else list(dict.fromkeys(proj.get("cpu_kernel", pd.Series(["projected"] * len(proj)))))
+    width = 0.8 / (1 + max(1, len(kernels)))
+    axp.bar(xs, [p["speedup"] for p in paper], width, color="crimson", alpha=0.7, label="paper")
+    if proj is None:
+        canvas.no_data(axp, "throughput/projection_paper_hardware.csv", missing)
+    else:
+        if "cpu_kernel" not in proj:
+            proj = proj.assign(cpu_kernel="projected")
+        table = {k: [] for k in kernels}
+        for k in kernels:
+            rows = proj[proj["cpu_kernel"] == k]
+            for p in paper:
+                hit = rows[(rows["model"].astype(str).str.lower() == str(p["model"]).lower())
+                           & (rows["context"] == p["context"])]
+                table[k].append(float(hit["speedup"].iloc[0]) if len(hit) else np.nan)
+        finite = [v for vals in table.values() for v in vals if np.isfinite(v)]
+        cap = 1.2 * max([p["speedup"] for p in paper] + finite + [1])
+        for j, (k, vals) in enumerate(table.items(), start=1):
+            x = xs + j * width
+            axp.bar(x, [min(v, cap) if np.isfinite(v) else 0 for v in vals], width, color=f"C{j}",
+                    label=f"projected, CPU kernel {k}")
+            for xi, v in zip(x, vals):
+                if not np.isfinite(v):
+                    axp.text(xi, cap * 0.05, "full attention does not fit" if v == np.inf else "no row",
+                             ha="center", va="bottom", fontsize=6, rotation=90)
+        xs = xs + width * len(kernels) / 2
+    axp.set_xticks(xs)
+    axp.set_xticklabels(names, fontsize=7)
+    axp.set_ylabel("speed-up (x)")
+    axp.set_title(PROJECTED, color="darkorange")
+    axp.legend(fontsize=7)
+    return canvas.save(fig, path, title, missing)

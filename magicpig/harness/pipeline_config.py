@@ -153,10 +153,12 @@ def model_problems(path: str, p: dict, warn: Callable[[str], None]) -> list[str]
     if context is None:
         warn(f"{path}.model: {label}; the lengths are not checked against its context")
         return []
-    # RULER's lengths (the first one is also the ablations'); a benchmark block that does not run is not checked
+    # RULER's lengths (the first one is also the ablations' unless they set one); a benchmark block that does not run is not checked
     ruler_tasks = [f"ruler/{t}" for t in p["ruler"]["tasks"] + p["ablations"]["tasks"]]
     budget = answer_budget(ruler_tasks)
     checks = [(f"{path}.ruler.lengths[{i}]", n, budget) for i, n in enumerate(p["ruler"]["lengths"])]
+    if "length" in p["ablations"]:
+        checks.append((f"{path}.ablations.length", p["ablations"]["length"], budget))
     for block, tasks in (("longbench", [f"longbench/{t}" for t in p["longbench"]["tasks"]]), ("gsm8k", ["gsm8k"])):
         if tasks and (p[block]["samples"] == "all" or p[block]["samples"] > 0):
             checks.append((f"{path}.{block}.max_length", p[block].get("max_length", DEFAULT_MAX_LENGTH[block]),

@@ -37,7 +37,8 @@ from pathlib import Path
 
 GB = 1e9
 SHAPES_FILE = Path(__file__).resolve().parents[1] / "data" / "model_shapes.yaml"
-ALIASES = {"smollm2": "smollm2-135m"}  # the embedded model (magicpig.models.EMBEDDED)
+# the real models magicpig.models loads by name -> their shape (Qwen2.5-Coder-0.5B has Qwen2.5-0.5B's)
+ALIASES = {"smollm2": "smollm2-135m", "qwen2.5-coder-0.5b": "qwen2.5-0.5b"}
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "float": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2,
                "half": 2}
 

@@ -1,7 +1,9 @@
 # Ablations: centering on/off (Figure 9a), the (K, L) grid, evaluation setup A vs B. Each runs `magicpig eval`
-# on the ablation tasks at the first RULER length into its own folder; its outputs are those metrics.json.
+# on the ablation tasks (at `ablations.length`, default the first RULER length) into its own folder; its outputs
+# are those metrics.json.
 A = P["ablations"]
-ABLATION_LENGTH = P["ruler"]["lengths"][0]
+ABLATION_LENGTH = A.get("length", P["ruler"]["lengths"][0])
+ABLATION_SAMPLES = A.get("samples", P["ruler"]["samples"])
 ABLATION_TASKS = [f"ruler/{t}" for t in A["tasks"]]
 ABLATIONS = f"{RES}/ablations"
 # setup A vs B: dense and the first centering method
@@ -23,7 +25,7 @@ rule ablation_centering:
         f"{RES}/logs/ablation_centering.log",
     params:
         magicpig=MAGICPIG,
-        args=eval_args(P, SEED, ABLATION_TASKS, [ABLATION_LENGTH], A["centering_methods"], P["ruler"]["samples"]),
+        args=eval_args(P, SEED, ABLATION_TASKS, [ABLATION_LENGTH], A["centering_methods"], ABLATION_SAMPLES),
         out=lambda w, output: eval_root(output[0], ABLATION_TASKS[0]),
     threads: workflow.cores
     conda:
@@ -45,7 +47,7 @@ rule ablation_kl_grid:
         f"{RES}/logs/ablation_kl_grid.log",
     params:
         magicpig=MAGICPIG,
-        args=eval_args(P, SEED, ABLATION_TASKS, [ABLATION_LENGTH], A["kl_grid"], P["ruler"]["samples"]),
+        args=eval_args(P, SEED, ABLATION_TASKS, [ABLATION_LENGTH], A["kl_grid"], ABLATION_SAMPLES),
         out=lambda w, output: eval_root(output[0], ABLATION_TASKS[0]),
     threads: workflow.cores
     conda:
@@ -67,7 +69,7 @@ rule ablation_setup:
         f"{RES}/logs/ablation_setup_{{setup}}.log",
     params:
         magicpig=MAGICPIG,
-        args=lambda w: eval_args(P, SEED, ABLATION_TASKS, [ABLATION_LENGTH], SETUP_METHODS, P["ruler"]["samples"],
+        args=lambda w: eval_args(P, SEED, ABLATION_TASKS, [ABLATION_LENGTH], SETUP_METHODS, ABLATION_SAMPLES,
                                  setup=w.setup),
         out=lambda w, output: eval_root(output[0], ABLATION_TASKS[0]),
     threads: workflow.cores

@@ -54,7 +54,7 @@ def _register_decode(sub) -> None:
     p = sub.add_parser("decode", help="model decode throughput: batch x context x method, stock transformers "
                                       "as the baseline (the paper's protocol: 32 warm-up, 128 timed steps)")
     p.add_argument("--model", default="smollm2",
-                   help="'smollm2' (embedded), a .gguf file, a folder, a hub id, or shape:NAME (random weights of "
+                   help="'smollm2' (embedded), 'qwen2.5-coder-0.5b', a .gguf file, a folder, a hub id, or shape:NAME (random weights of "
                         "a stored architecture, timing only; see magicpig/data/model_shapes.yaml)")
     p.add_argument("--context", type=int, action="append", help="context length(s) (default 8192, 32768)")
     p.add_argument("--batch", type=int, action="append", help="batch size(s); the prompt is repeated (default 1)")

@@ -15,7 +15,8 @@ def register(sub) -> None:
     p = sub.add_parser("eval", help="run accuracy benchmarks for one or more attention methods",
                        description="Writes OUT/<task>/<length>/<method dir>/{predictions.jsonl,metrics.json}; "
                                    "method dir = the spec with ':'->'@', ','->'+', '='->'-', ';'->'.'.")
-    p.add_argument("--model", default="smollm2", help="'smollm2' (embedded), a .gguf file, a folder or a hub id")
+    p.add_argument("--model", default="smollm2", help="'smollm2' (embedded), 'qwen2.5-coder-0.5b' (32K context, `make setup-long`), a .gguf file, "
+                   "a folder or a hub id")
     p.add_argument("--methods", default=None,
                    help="method specs separated by ';' (specs contain ','), e.g. 'dense;magicpig:K=10,L=150'")
     p.add_argument("--method", action="append", default=[], help="one method spec (repeatable)")

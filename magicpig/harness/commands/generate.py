@@ -13,7 +13,8 @@ from magicpig.backends import BACKENDS, DEFAULT_BACKEND
 
 def register(sub) -> None:
     p = sub.add_parser("generate", help="decode one prompt with an attention method (answer, tokens/s, cost)")
-    p.add_argument("--model", default="smollm2", help="'smollm2' (embedded), a .gguf file, a folder or a hub id")
+    p.add_argument("--model", default="smollm2", help="'smollm2' (embedded), 'qwen2.5-coder-0.5b' (32K context, `make setup-long`), a .gguf file, "
+                   "a folder or a hub id")
     p.add_argument("--method", default="magicpig", help="method spec, e.g. 'magicpig:K=10,L=150' or 'dense'")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt-file", help="text file used as the user turn")

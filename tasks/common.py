@@ -92,6 +92,15 @@ def sample_rng(task: str, length: int, index: int, seed: int) -> random.Random:
     return random.Random(zlib.crc32(key) ^ (seed * 0x9E3779B1 & 0xFFFFFFFF))
 
 
+def record_order(n_records: int, seed: int) -> list[int]:
+    """The order in which a dataset task takes its records: file order for seed 0 (the paper's runs take
+    the first records), a seeded shuffle otherwise."""
+    order = list(range(n_records))
+    if seed:
+        random.Random(seed).shuffle(order)
+    return order
+
+
 def check_build_args(task: str, length: int, count: int, minimum: int = 64) -> None:
     """Raise a clear ValueError for a bad length or count before any expensive work."""
     if not isinstance(length, int) or length < minimum:

@@ -191,13 +191,13 @@ def capture_model(model, tokenizer, text: str, *, layers: list[int] | None = Non
     t0 = time.time()
     try:
         _ACTIVE = rec
-        out = model(input_ids=ids, use_cache=True)
+        out = model(input_ids=ids, use_cache=True, logits_to_keep=1)  # not (n, vocab) logits: 10 GB at 16K
         t_prefill = time.time() - t0
         nxt = out.logits[:, -1].argmax(-1)
         generated.append(int(nxt))
         cache = _output_cache(out)
         for _ in range(decode_steps):
-            out = model(input_ids=nxt[:, None], cache=cache, use_cache=True)
+            out = model(input_ids=nxt[:, None], cache=cache, use_cache=True, logits_to_keep=1)
             cache = _output_cache(out)
             nxt = out.logits[:, -1].argmax(-1)
             generated.append(int(nxt))

@@ -13,9 +13,8 @@ hub parquet mirror of openai/gsm8k (main, test).
 """
 from __future__ import annotations
 
-import random
 
-from magicpig_tasks.common import PromptEncoder, Sample, Task, check_build_args
+from magicpig_tasks.common import PromptEncoder, Sample, Task, check_build_args, record_order
 from magicpig_tasks.records import read_hub_parquet, read_records
 from magicpig_tasks.gsm8k.exemplars import EXEMPLARS
 from magicpig_tasks.gsm8k.extract import exact_match, flexible_answer, gold_answer, strict_answer
@@ -58,9 +57,7 @@ class GSM8KCoT(Task):
     def build(self, tokenizer, length: int, count: int, seed: int = 0) -> list[Sample]:
         check_build_args(self.name, length, count)
         rows = self.records()
-        order = list(range(len(rows)))
-        if seed:
-            random.Random(seed).shuffle(order)
+        order = record_order(len(rows), seed)
         enc = PromptEncoder(tokenizer, "none", add_bos=self.add_bos)
         out = []
         for j in order[:count]:

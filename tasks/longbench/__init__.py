@@ -9,9 +9,8 @@ Data: a local ``.jsonl`` / ``.json`` / ``.parquet`` file (``data_path``) or the 
 """
 from __future__ import annotations
 
-import random
 
-from magicpig_tasks.common import PromptEncoder, Sample, Task, check_build_args, check_chat_template
+from magicpig_tasks.common import PromptEncoder, Sample, Task, check_build_args, record_order, check_chat_template
 from magicpig_tasks.records import read_hub_parquet, read_records
 from magicpig_tasks.longbench.metrics import METRICS
 from magicpig_tasks.longbench.prompts import SPECS
@@ -65,9 +64,7 @@ class LongBenchTask(Task):
     def build(self, tokenizer, length: int, count: int, seed: int = 0) -> list[Sample]:
         check_build_args(self.name, length, count)
         rows = self.records()
-        order = list(range(len(rows)))
-        if seed:
-            random.Random(seed).shuffle(order)
+        order = record_order(len(rows), seed)
         enc = PromptEncoder(tokenizer, self.chat_template)
         return [self.sample(enc, rows[j], j, length, seed) for j in order[:count]]
 

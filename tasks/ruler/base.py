@@ -27,6 +27,8 @@ class RulerTask(Task):
 
     def __init__(self, chat_template: str = "tokenizer"):
         self.chat_template = check_chat_template(chat_template)
+        self._length = 4096  # the length being built: tasks whose material scales with it (cwe, fwe) read it
+
 
     def settings(self) -> dict:
         return {"chat_template": self.chat_template}
@@ -41,6 +43,7 @@ class RulerTask(Task):
 
     def build_one(self, enc: PromptEncoder, length: int, index: int, seed: int) -> Sample:
         rng = sample_rng(self.name, length, index, seed)
+        self._length = length
         render, refs, per_1k, meta = self.make(rng)
         size = fit_size(lambda s: enc.count(*render(s)), length, guess=max(1, int(per_1k * length / 1000)),
                         lo=self.min_size(), hi=self.max_size())

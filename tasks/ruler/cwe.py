@@ -41,14 +41,6 @@ class CommonWords(RulerTask):
     freq_ucw = 3
     num_cw = 10
 
-    def __init__(self, chat_template: str = "tokenizer"):
-        super().__init__(chat_template)
-        self._length = 4096
-
-    def build(self, tokenizer, length, count, seed=0):
-        self._length = length
-        return super().build(tokenizer, length, count, seed)
-
     def max_size(self) -> int:
         return len(vocabulary()) - self.num_cw - 40
 

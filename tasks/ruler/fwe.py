@@ -41,14 +41,6 @@ class FrequentWords(RulerTask):
     alpha = 2.0
     word_len = 6
 
-    def __init__(self, chat_template: str = "tokenizer"):
-        super().__init__(chat_template)
-        self._length = 4096
-
-    def build(self, tokenizer, length, count, seed=0):
-        self._length = length
-        return super().build(tokenizer, length, count, seed)
-
     def make(self, rng: random.Random) -> tuple[Render, list[str], float, dict]:
         size = max(4, self._length // 50)
         vocab: set[str] = set()

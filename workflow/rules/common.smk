@@ -56,7 +56,7 @@ def eval_args(preset, seed, tasks, lengths, methods, samples, setup=None):
     return " ".join(filter(None, [
         f"--model {shlex.quote(preset['model'])} {method_args(methods)} {task_args} {length_args}",
         f"--samples {samples} --seed {int(seed)} --setup {setup or preset.get('setup', 'A')}",
-        f"--backend {preset.get('backend', 'offload')} --chat-template {preset.get('chat_template', 'tokenizer')}",
+        f"--backend {preset['backend']} --chat-template {preset.get('chat_template', 'tokenizer')}",
         device_args(preset), "--no-progress"]))
 
 

@@ -167,6 +167,23 @@ def test_topk_error_above_oracle(tmp_path, ratio, mass, status):
     assert claim(tmp_path, "topk_error_above_oracle").verdict.status == status
 
 
+@pytest.mark.parametrize("ratio,status", [(3.0, REPRODUCED), (0.5, NOT_REPRODUCED)])
+def test_topk_error_above_oracle_decides_on_the_long_tailed_heads(tmp_path, ratio, status):
+    """With the per-head table only the long-tailed heads count: concentrated heads where TopK is as good
+    as sampling (ratio 1) do not dilute the test, and the verdict names the heads."""
+    est = tmp_path / "estimation"
+    est.mkdir(parents=True)
+    rows = [{"layer": l, "head": h, "dense_in_magicpig": False, "top_mass_without_sink": 0.6 if h == 0 else 0.99,
+             "oracle_budget": b, "topk_over_oracle": (ratio if h == 0 else 1.0) * (1 + 0.01 * l)}
+            for l in range(1, 6) for h in range(3) for b in (0.01, 0.05)]
+    rows.append({"layer": 0, "head": 1, "dense_in_magicpig": True, "top_mass_without_sink": 0.5,
+                 "oracle_budget": 0.01, "topk_over_oracle": 0.1})  # a dense layer: not counted
+    pd.DataFrame(rows).to_csv(est / "error_topk_vs_oracle_heads.csv", index=False)
+    c = claim(tmp_path, "topk_error_above_oracle")
+    assert c.verdict.status == status
+    assert "5 of 15 sparse-layer heads long-tailed (L1h0, L2h0" in c.measured
+
+
 @pytest.mark.parametrize("frac,niah,status", [(0.0005, 0, REPRODUCED), (0.004, 0, NOT_REPRODUCED),
                                               (0.0005, 40, NOT_REPRODUCED), (0.0005, None, NOT_TESTABLE)])
 def test_no_centering_collapse(tmp_path, frac, niah, status):

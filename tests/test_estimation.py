@@ -237,6 +237,20 @@ def test_topk_vs_oracle_interpolates_at_equal_unique_keys():
     assert out.topk_over_oracle.iloc[0] == pytest.approx(4.0)
 
 
+def test_topk_vs_oracle_per_head_marks_the_long_tailed_heads():
+    cap = isotropic(n=1500, d=32, Q=2, H=2)
+    df = E.error(cap, budgets=[0.01, 0.05, 0.2], kl=[(8, 75)], matched=False)
+    assert {len(E.split_heads(c)) for c in df["head_rel_error"]} == {cap.num_heads}
+    spread_df = E.spread(cap)
+    heads = E.topk_vs_oracle_heads(df, spread_df, long_tail_below=2.0)  # every head counts as long-tailed
+    assert set(heads["head"]) == set(range(cap.num_heads)) and heads["long_tailed"].all()
+    assert (heads["topk_over_oracle"] > 0).all()
+    assert not E.topk_vs_oracle_heads(df, spread_df, long_tail_below=0.0)["long_tailed"].any()
+    # the per-head keys average back to the layer's mean
+    row = df[df.method == "oracle"].iloc[0]
+    assert sum(E.split_heads(row.head_keys_used)) / cap.num_heads == pytest.approx(row.keys_used, rel=1e-4)
+
+
 def test_paper_numbers_come_from_the_reference_file_by_setting():
     """Table 9 and the paper's (K, L) settings are read from config/paper_reference.yaml, keyed by (K, L)."""
     t9 = paper.table9()

@@ -88,6 +88,11 @@ def test_cli_runs_experiments_on_a_capture(tmp_path, capsys):
     assert set(report) == {"spread", "error", "kl-grid", "centering", "geometry"}
     for name in ("spread", "error", "kl_grid", "centering", "geometry"):
         assert (out / f"{name}.csv").is_file() and (out / f"{name}_summary.csv").is_file()
+    assert (out / "error_topk_vs_oracle_heads.csv").is_file() and (out / "geometry_hist.csv").is_file()
+    alone = tmp_path / "error_only"  # the error experiment alone also says which heads are long-tailed
+    assert main(["estimate", "error", "--capture", str(path), "--out-dir", str(alone), "--layers", "all", "--kl", "7,40",
+                 "--budgets", "0.05,0.2"]) == 0
+    assert (alone / "error_topk_vs_oracle_heads.csv").is_file()
     assert main(["estimate", "error", "--capture", str(path), "--kl", "10by150"]) == 2
     assert main(["tune-kl", "--capture", str(path), "--target-cost", "2"]) == 2
 

@@ -109,15 +109,26 @@ def _method_rows(capture, layer, specs, dense_out, states, gen, queries):
             if not torch.isfinite(res.output).all():
                 raise RuntimeError(f"{spec} produced a non-finite output at layer {layer}")
             errs.append(relative_error(res.output, exact)[0])
-            used.append(float(res.used.mean()))
+            used.append(res.used[0].float())
             costs.append(res.cost2)
         e = torch.stack(errs)  # (Q, H)
+        u = torch.stack(used)  # (Q, H)
         rows.append({"layer": layer, "dense_in_magicpig": _dense_flag(capture, layer), "spec": method.spec(),
                      "method": method.name, "setting": _setting(method.name, meta), **meta,
                      "cost2": sum(costs) / len(costs),
-                     "keys_used": sum(used) / len(used), "rel_error_mean": float(e.mean()),
-                     "rel_error_median": float(e.median()), "queries": e.shape[0]})
+                     "keys_used": float(u.mean()), "rel_error_mean": float(e.mean()),
+                     "rel_error_median": float(e.median()), "queries": e.shape[0],
+                     "head_rel_error": _join(e.mean(0)), "head_keys_used": _join(u.mean(0))})
     return rows
+
+
+def _join(x: torch.Tensor) -> str:
+    """Per-head values as one CSV cell: ';'-separated, head 0 first (``split_heads`` reads them back)."""
+    return ";".join(f"{float(v):.6g}" for v in x)
+
+
+def split_heads(cell: str) -> list[float]:
+    return [float(v) for v in str(cell).split(";")]
 
 
 def _setting(name: str, meta: dict) -> str:
@@ -209,6 +220,42 @@ def topk_vs_oracle(df: pd.DataFrame) -> pd.DataFrame:
             rows.append({"layer": layer, "dense_in_magicpig": bool(r.dense_in_magicpig), "oracle_budget": r.budget,
                          "unique_keys": r.keys_used, "oracle_error": r.rel_error_mean, "topk_error": topk_err,
                          "topk_over_oracle": topk_err / max(r.rel_error_mean, 1e-12)})
+    return pd.DataFrame(rows)
+
+
+def topk_vs_oracle_heads(df: pd.DataFrame, spread_df: pd.DataFrame, long_tail_below: float = 0.9) -> pd.DataFrame:
+    """TopK against oracle sampling per query head, at the oracle's number of distinct keys of that head.
+
+    ``df``: an ``error`` table (its per-head columns ``head_rel_error`` / ``head_keys_used``); ``spread_df``: the
+    ``spread`` table of the same capture. A head is long-tailed when its top-20% mass without the sink
+    (``top_mass_without_sink``) is below ``long_tail_below``: the paper's case where TopK loses to sampling.
+    Rows: layer, head, dense_in_magicpig, top_mass_without_sink, long_tailed, oracle_budget, unique_keys,
+    oracle_error, topk_error, topk_over_oracle (TopK's error interpolated log-log between its budgets)."""
+    import numpy as np
+
+    mass = {(int(r.layer), int(r.head)): float(r.top_mass_without_sink) for r in spread_df.itertuples()}
+    plain = df[df["matched_to"].fillna("") == ""] if "matched_to" in df else df
+    rows = []
+    for layer, g in plain.groupby("layer"):
+        tk = g[g["method"] == "topk"]
+        if len(tk) < 2 or "head_rel_error" not in g:
+            continue
+        tk_err = np.array([split_heads(c) for c in tk["head_rel_error"]])  # (budgets, H)
+        tk_keys = np.array([split_heads(c) for c in tk["head_keys_used"]])
+        for r in g[g["method"] == "oracle"].itertuples():
+            o_err, o_keys = split_heads(r.head_rel_error), split_heads(r.head_keys_used)
+            for h, (oe, ok) in enumerate(zip(o_err, o_keys)):
+                order = np.argsort(tk_keys[:, h])
+                x = np.log(np.clip(tk_keys[order, h], 1e-12, None))
+                y = np.log(np.clip(tk_err[order, h], 1e-12, None))
+                if not ok > 0 or not x[0] <= np.log(ok) <= x[-1]:
+                    continue
+                topk_err = float(np.exp(np.interp(np.log(ok), x, y)))
+                m = mass.get((int(layer), h), float("nan"))
+                rows.append({"layer": layer, "head": h, "dense_in_magicpig": bool(r.dense_in_magicpig),
+                             "top_mass_without_sink": m, "long_tailed": bool(m < long_tail_below),
+                             "oracle_budget": r.budget, "unique_keys": ok, "oracle_error": oe,
+                             "topk_error": topk_err, "topk_over_oracle": topk_err / max(oe, 1e-12)})
     return pd.DataFrame(rows)
 
 

@@ -87,12 +87,13 @@ def out_dir(wildcards, output):
 
 def experiment_files():
     """The CSVs of `magicpig estimate all`: <name>.csv and <name>_summary.csv per experiment, the TopK vs
-    oracle table of the error experiment and the per-key cosine histograms of the geometry experiment
+    oracle tables of the error experiment (per layer and per head) and the per-key cosine histograms of the geometry experiment
     (magicpig.harness.commands.estimate)."""
     from magicpig.harness.commands.estimate import EXPERIMENTS
 
     stems = [name.replace("-", "_") for name in EXPERIMENTS]
     return [f"{s}{suffix}.csv" for s in stems for suffix in ("", "_summary")] + ["error_topk_vs_oracle.csv",
+                                                                                   "error_topk_vs_oracle_heads.csv",
                                                                                    "geometry_hist.csv"]
 
 

@@ -100,7 +100,7 @@ def register(sub) -> None:
         if name in ("kl-grid", "all"):
             e.add_argument("--K", default="7,8,9,10,11")
             e.add_argument("--L", default="75,100,120,150,200,300")
-        if name in ("spread", "all"):
+        if name in ("spread", "error", "all"):  # error: which heads are long-tailed (its per-head TopK/oracle table)
             e.add_argument("--top-frac", type=float, default=0.2)
             e.add_argument("--sink-tokens", type=int, default=1)
         e.add_argument("--json", action="store_true", help="print the summary as JSON records")
@@ -206,6 +206,9 @@ def run_experiment(args) -> int:
         report[name] = summary
         if name == "error":
             E.topk_vs_oracle(df).assign(**meta).to_csv(out_dir / "error_topk_vs_oracle.csv", index=False)
+            spread_df = E.spread(cap, top_frac=args.top_frac, sink_tokens=args.sink_tokens, **kw)
+            E.topk_vs_oracle_heads(df, spread_df).assign(**meta).to_csv(
+                out_dir / "error_topk_vs_oracle_heads.csv", index=False)  # which heads are long-tailed
         if name == "geometry":  # the per-key distributions of Fig. 5
             E.geometry_hist(cap, sinks=args.sinks, local=args.local, **kw).assign(**meta).to_csv(
                 out_dir / "geometry_hist.csv", index=False)

@@ -206,8 +206,12 @@ def centering(claim: dict, ctx: Context) -> tuple[str, Verdict]:
 
 # ---- attention-level and system tests -------------------------------------------------------------------------
 def error_ratio(claim: dict, ctx: Context) -> tuple[str, Verdict]:
-    """Geometric-mean TopK/oracle error ratio over long-tailed sparse layers, interval over layers above 1."""
+    """Geometric-mean TopK/oracle error ratio over the long-tailed heads of the sparse layers, interval over
+    heads above 1 (``error_topk_vs_oracle_heads.csv``); without that file, over long-tailed layers."""
     est = ctx.results / "estimation"
+    heads = canvas.read(est / "error_topk_vs_oracle_heads.csv")
+    if heads is not None:
+        return _error_ratio_heads(claim, heads)
     tv, sp = canvas.read(est / "error_topk_vs_oracle.csv"), canvas.read(est / "spread.csv")
     if tv is None or sp is None:
         miss = [n for n, d in (("error_topk_vs_oracle.csv", tv), ("spread.csv", sp)) if d is None]
@@ -225,6 +229,25 @@ def error_ratio(claim: dict, ctx: Context) -> tuple[str, Verdict]:
     iv = ratio_log_interval(per_layer.to_numpy())
     text = (f"{len(per_layer)} long-tailed layers: TopK/oracle error ratio {iv.value:.2f} "
             f"[{iv.lo:.2f}, {iv.hi:.2f}] (n={iv.n} layers), max {rows['topk_over_oracle'].max():.2f}")
+    return text, decide(iv, 1.0, min_n=int(claim.get("min_layers", 3)))
+
+
+def _error_ratio_heads(claim: dict, heads) -> tuple[str, Verdict]:
+    bound = float(claim["long_tail_top_mass_below"])
+    sparse = heads[~canvas.truthy(heads["dense_in_magicpig"])] if "dense_in_magicpig" in heads else heads
+    tail = sparse[sparse["top_mass_without_sink"] < bound]
+    if tail.empty:
+        return (f"no long-tailed head in the sparse layers (top-20% mass without sink: "
+                f"{fmt(sparse['top_mass_without_sink'].min(), digits=3)}-"
+                f"{fmt(sparse['top_mass_without_sink'].max(), digits=3)}; bound {bound:g})",
+                testable("missing data: no long-tailed head in this capture"))
+    per_head = tail.groupby(["layer", "head"])["topk_over_oracle"].apply(
+        lambda r: float(np.exp(np.log(r.clip(lower=1e-12)).mean())))
+    iv = ratio_log_interval(per_head.to_numpy())
+    names = ", ".join(f"L{int(la)}h{int(h)}" for la, h in per_head.index[:12]) + (" ..." if len(per_head) > 12 else "")
+    n_heads = sparse.groupby(["layer", "head"]).ngroups
+    text = (f"{len(per_head)} of {n_heads} sparse-layer heads long-tailed ({names}): TopK/oracle error ratio "
+            f"{iv.value:.2f} [{iv.lo:.2f}, {iv.hi:.2f}] (n={iv.n} heads), max {tail['topk_over_oracle'].max():.2f}")
     return text, decide(iv, 1.0, min_n=int(claim.get("min_layers", 3)))
 
 

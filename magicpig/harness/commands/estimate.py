@@ -179,6 +179,7 @@ def run_experiment(args) -> int:
     out_dir = check_writable_dir(args.out_dir, "--out-dir")
     cap = Capture.load(args.capture)
     report = {}
+    spread_df = None  # which heads are long-tailed: the spread experiment's table, read by the error one
     for name in names:
         heavy = name in ("error", "kl-grid", "centering")
         layer_spec = args.layers or ("every:3" if heavy else "all")
@@ -188,7 +189,7 @@ def run_experiment(args) -> int:
               f"{cap.n_keys} keys", file=sys.stderr, flush=True)
         kw = dict(layers=layers, max_queries=mq)
         if name == "spread":
-            df = E.spread(cap, top_frac=args.top_frac, sink_tokens=args.sink_tokens, **kw)
+            df = spread_df = E.spread(cap, top_frac=args.top_frac, sink_tokens=args.sink_tokens, **kw)
         elif name == "error":
             df = E.error(cap, budgets=budgets, kl=kl, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
         elif name == "kl-grid":
@@ -206,7 +207,8 @@ def run_experiment(args) -> int:
         report[name] = summary
         if name == "error":
             E.topk_vs_oracle(df).assign(**meta).to_csv(out_dir / "error_topk_vs_oracle.csv", index=False)
-            spread_df = E.spread(cap, top_frac=args.top_frac, sink_tokens=args.sink_tokens, **kw)
+            if spread_df is None:  # `estimate error` alone; `estimate all` reuses its spread table
+                spread_df = E.spread(cap, top_frac=args.top_frac, sink_tokens=args.sink_tokens, **kw)
             E.topk_vs_oracle_heads(df, spread_df).assign(**meta).to_csv(
                 out_dir / "error_topk_vs_oracle_heads.csv", index=False)  # which heads are long-tailed
         if name == "geometry":  # the per-key distributions of Fig. 5

@@ -50,8 +50,9 @@ CFLAGS = ["-O3", "-fopenmp", "-fno-math-errno"]
 LDFLAGS = ["-fopenmp"]
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ["bindings.cpp", "build_tables.cpp", "retrieve.cpp", "attend.cpp", "attend_scalar.cpp",
-           "attend_avx2.cpp", "attend_avx512.cpp"]
-HEADERS = ["magicpig_cpu.h", "attend_impl.h"]
+           "attend_avx2.cpp", "attend_avx512.cpp", "exact.cpp", "linear.cpp", "linear_scalar.cpp",
+           "linear_avx2.cpp", "linear_avx512.cpp"]
+HEADERS = ["magicpig_cpu.h", "attend_impl.h", "linear_impl.h"]
 TABLE_INTERVALS = 8192  # correction -ln(u + 1e-4) is interpolated on this many intervals of the cosine...
 TABLE_LIMIT = 1.0 - 1.0 / 32  # ...for |cos| <= TABLE_LIMIT (interpolation error < 1e-5); exact beyond
 PREFETCH = 16  # tokens ahead whose key/value rows the attention kernel prefetches
@@ -478,6 +479,11 @@ class OffloadedLayer:
             kv[b, :, c:].zero_()
         return cls(kv, counts_c.contiguous(), offsets, ids, K, L, min_collisions, variant, threads, gpu)
 
+    @staticmethod
+    def exact_kernel(threads: int | None = None):
+        """Kernel 5 for the decoders' exact parts on a CPU model (``magicpig.cpu.exact_kernel``)."""
+        return exact_kernel(threads)
+
     def with_threads(self, threads: int) -> "OffloadedLayer":
         """The same layer (shared storage and tables) planned for ``threads`` kernel threads, e.g. a
         single-thread measurement of a layer built for all cores."""
@@ -598,6 +604,21 @@ class OffloadedLayer:
         out, lse = load().attend(self.kv, q, bits, scale, self.table, TABLE_LIMIT, self.K, self.L,
                                  self.min_collisions, self.isa_code, self.threads, PREFETCH, SPLIT_TOKENS)
         return out, lse, sampled
+
+
+def exact_kernel(threads: int | None = None):
+    """Kernel 5 as a function ``exact(q, k, v, scale) -> (out (B, H, d), lse (B, H))`` float32, with this
+    machine's ISA variant and the threads fixed now: exact attention of one decode query per head, q
+    (B, H, d) contiguous float32, k / v (B, H_kv, n, d) float32 or bfloat16 CPU tensors with a contiguous
+    last dim (a narrowed growing buffer is fine). GQA groups read each key / value row once; token ranges
+    are split over the threads. Used by ``magicpig.decoders.decode_exact`` for the system path's exact
+    parts on a CPU model (torch's fused CPU kernel reads at well under the streaming bandwidth there)."""
+    kernel, code, nt = load().exact_attend, ISA_CODES[isa()], _plan_threads(threads, False)
+
+    def exact(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
+        return kernel(q, k, v, scale, code, nt)
+
+    return exact
 
 
 def _check_min_collisions(min_collisions, L: int) -> int:

@@ -156,7 +156,8 @@ def _add(timings: dict, key: str, since: float) -> float:
 
 # ---- exact attention of one decode query, for the system path -----------------------------------------
 def decode_exact(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-                 valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 valid: torch.Tensor | None = None, kernel: Callable | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact attention of one decode query per head with the device's fused kernel, in the cache dtype.
 
     q: (B, H, d); k, v: (B, H_kv, n, d) (any strides with a contiguous last dim); valid: (B, n) bool or
@@ -165,7 +166,12 @@ def decode_exact(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
     (-inf, and out 0, for a row without valid keys). CPU: ``_scaled_dot_product_flash_attention_for_cpu``
     (returns the LSE); CUDA, 16-bit, no mask: the flash kernel (returns the LSE); otherwise SDPA for the
     output and the LSE from the (B, H, n) logits (the keys are read twice; the cache is never copied).
+    kernel: the CPU module's kernel 5 (``magicpig.cpu.exact_kernel()``), used instead on CPU float32 /
+    bfloat16 keys without a mask.
     """
+    if (kernel is not None and valid is None and k.device.type == "cpu" and k.dtype == v.dtype
+            and k.dtype in (torch.float32, torch.bfloat16)):
+        return kernel(q.float().contiguous(), k, v, float(scale))
     B, H, d = q.shape
     Hkv = k.shape[1]
     qg = q.reshape(B, Hkv, H // Hkv, d).to(k.dtype)
@@ -236,14 +242,16 @@ class ExactDecoder:
     model's dtype and every step is one fused exact attention (``decode_exact``).
 
     k, v: (B, H_kv, n0, d) prefill keys/values (not modified); layout: their KeyLayout. Padding rows are
-    zeroed in the decoder's copy (they may hold NaN, which a zero probability would not cancel).
+    zeroed in the decoder's copy (they may hold NaN, which a zero probability would not cancel). kernel:
+    see ``decode_exact``.
     """
 
     kind: ClassVar[str] = "exact"
 
     def __init__(self, k: torch.Tensor, v: torch.Tensor, layout: KeyLayout, layer_idx: int,
-                 timings: dict | None = None):
+                 timings: dict | None = None, kernel: Callable | None = None):
         self.layer_idx = layer_idx
+        self.kernel = kernel  # decode_exact's CPU kernel, or None
         self.timings = timings if timings is not None else {}
         self.start = layout.start.cpu()
         padded = bool((self.start > 0).any())
@@ -268,7 +276,7 @@ class ExactDecoder:
     def attend(self, q: torch.Tensor, scale: float | None) -> AttentionResult:
         t0 = time.perf_counter()
         out, lse = decode_exact(q, self.k.view(), self.v.view(), default_scale(q, scale),
-                                self.valid.view() if self.valid is not None else None)
+                                self.valid.view() if self.valid is not None else None, self.kernel)
         _add(self.timings, "exact", t0)
         counts = (self.n_total - self.start).to(torch.float32)[:, None].expand(q.shape[0], q.shape[1])
         return AttentionResult(out, lse, counts, counts, 0.0)
@@ -309,6 +317,8 @@ class OffloadDecoder:
         self.n_total = layout.n
         self.device = k.device
         self.staged = k.device.type != "cpu" if stage_through_host is None else bool(stage_through_host)
+        maker = getattr(layer_class, "exact_kernel", None) if k.device.type == "cpu" else None
+        self._exact = maker() if maker is not None else None  # decode_exact's CPU kernel for the static part
         static, offloaded = split_static_offloaded(layout, method.sinks, method.local)
         self.center = offload_center(k, layout, offloaded, method.centering)  # (B, H_kv, d) float32
         self.projections = method.projections(layer_idx, k.shape[1], k.shape[3], device=k.device)
@@ -385,7 +395,7 @@ class OffloadDecoder:
             return (torch.zeros(B, H, d, device=q.device), torch.full((B, H), _NEG_INF, device=q.device))
         t0 = time.perf_counter()
         res = decode_exact(q, self.k_static.view(), self.v_static.view(), scale,
-                           self.static_valid.view() if self.static_valid is not None else None)
+                           self.static_valid.view() if self.static_valid is not None else None, self._exact)
         _add(self.timings, "exact", t0)
         return res
 
@@ -444,9 +454,10 @@ class DecoderContext:
 
     backend: ``reference`` or ``offload``; dense_layers: the layers that attend exactly
     (``method.dense_layer_set``); generator: for randomised methods (oracle), sparse layers only;
-    offload_layer: () -> the CPU layer class of ``OffloadDecoder`` (called at the first offloaded layer,
-    so a decode that offloads nothing never builds the compiled module); concurrent / offload_dtype /
-    timings / projection_pool: see ``OffloadDecoder``.
+    offload_layer: () -> the CPU layer class of ``OffloadDecoder`` (called at the first offloaded layer or
+    exact layer of a CPU model, whose ``exact_kernel`` then computes the exact parts; a GPU decode that
+    offloads nothing never builds the compiled module); concurrent / offload_dtype / timings /
+    projection_pool: see ``OffloadDecoder``.
     """
 
     backend: str = DEFAULT_BACKEND
@@ -471,7 +482,11 @@ class DecoderContext:
 
     def exact(self, k, v, layout: KeyLayout, layer_idx: int) -> ExactDecoder:
         """Fused exact attention in the model's dtype (the system path's dense layers)."""
-        return ExactDecoder(k, v, layout, layer_idx, self.timings)
+        kernel = None
+        if k.device.type == "cpu" and self.offload_layer is not None:
+            maker = getattr(self.offload_layer(), "exact_kernel", None)
+            kernel = maker() if maker is not None else None
+        return ExactDecoder(k, v, layout, layer_idx, self.timings, kernel)
 
     def offload(self, method: MagicPIG, k, v, layout: KeyLayout, layer_idx: int) -> OffloadDecoder:
         """The heterogeneous device + CPU split of a MagicPIG sparse layer."""

@@ -41,6 +41,7 @@ from magicpig.active_layer import clear_active
 from magicpig.backends import DEFAULT_BACKEND, check_backend
 from magicpig.cache import CostMeter, MagicPIGCache
 from magicpig.cpu_torch import OFFLOAD_IMPLS, offload_layer_class
+from magicpig.decode_linear import check_linear_impl, decode_linears, resolve_linear_impl
 from magicpig.decoders import offload_dtype_of
 from magicpig.methods import AttentionMethod, KeyLayout, parse_method
 from magicpig.models import max_context
@@ -89,7 +90,8 @@ class GenerationResult:
     ``cpu_wait``, ``transfer``, ``exact``; 0 where a backend has no such part, e.g. the reference
     backend). ``layer_decoders``: the decoder each layer of the model used, one name per layer
     (``magicpig.decoders.DECODER_KINDS``: ``reference`` = the method's own attend on the device,
-    ``exact`` = fused exact attention, ``offload`` = the device + CPU split), batch-wide."""
+    ``exact`` = fused exact attention, ``offload`` = the device + CPU split), batch-wide. ``linear``: who
+    computed the decode step's linear layers (``magicpig`` = the CPU module's kernel 4, or ``torch``)."""
 
     text: str
     token_ids: list[int]
@@ -109,6 +111,7 @@ class GenerationResult:
     timings: dict[str, float] = field(default_factory=dict)
     logits: list[torch.Tensor] | None = field(default=None, repr=False)
     layer_decoders: list[str] = field(default_factory=list)
+    linear: str = ""
 
     @property
     def total_cost(self) -> float:
@@ -165,13 +168,17 @@ class Engine:
     outputs equal sdpa's). backend: ``reference`` or ``offload``; prefill_chunk: prompt tokens per
     prefill forward; allow_long_context: permit contexts beyond ``max_position_embeddings``;
     offload_impl / concurrent / offload_dtype (``float32``, ``bfloat16`` or None = by the model's dtype):
-    the offload backend's settings (``magicpig.decoders.OffloadDecoder``).
+    the offload backend's settings (``magicpig.decoders.OffloadDecoder``); linear_impl: who computes the
+    linear layers of a decode step on the CPU (``magicpig.decode_linear``: ``auto`` = the CPU module's
+    kernel 4 for a CPU model, ``torch``); ``linear`` is the one that ran last.
     """
 
     def __init__(self, model, tokenizer=None, backend: str = DEFAULT_BACKEND, *, prefill_chunk: int = 4096,
                  offload_impl: str = "auto", concurrent: bool = True, allow_long_context: bool = False,
-                 offload_dtype: Any = None):
+                 offload_dtype: Any = None, linear_impl: str = "auto"):
         check_backend(backend)
+        self.linear_impl = check_linear_impl(linear_impl)
+        self.linear = ""
         if offload_impl not in OFFLOAD_IMPLS:
             raise ValueError(f"offload_impl must be one of {', '.join(OFFLOAD_IMPLS)}, got {offload_impl!r}")
         self.offload_dtype = offload_dtype_of(offload_dtype)
@@ -191,6 +198,10 @@ class Engine:
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self.device = next(model.parameters()).device
         self.max_context = max_context(model.config)
+        if resolve_linear_impl(self.linear_impl, self.device) == "magicpig":
+            from magicpig import cpu
+
+            cpu.load()  # built here, not inside the first decode's timing
 
     # ---- helpers -------------------------------------------------------------------------------------
     @property
@@ -325,49 +336,50 @@ class Engine:
         reason = ["length"] * B
         costs = CostMeter(B)
         step = 0
-        try:
-            while True:
-                tokens, active = [], []
-                for b in range(B):
-                    if step < len(forced[b]):
-                        tokens.append(forced[b][step])
-                        active.append(True)
-                        continue
-                    if done[b]:
-                        tokens.append(self.pad_id)
-                        active.append(False)
-                        continue
-                    row_logits = logits[b]
-                    tok = self._choose(row_logits, config, sample_gen)
-                    if config.return_logits:
-                        kept_logits[b].append(row_logits.detach().float().cpu().clone())
-                    if tok in eos:
-                        done[b], reason[b] = True, "eos"
-                    else:
-                        generated[b].append(tok)
-                        if config.stop and self.tokenizer is not None:
-                            text = self.tokenizer.decode(generated[b], skip_special_tokens=True)
-                            cut = min((text.find(s) for s in config.stop if s in text), default=-1)
-                            if cut >= 0:
-                                texts[b] = text[:cut]
-                                done[b], reason[b] = True, "stop"
-                        if not done[b] and len(generated[b]) >= config.max_new_tokens:
-                            done[b] = True
-                    tokens.append(tok if not done[b] else self.pad_id)
-                    active.append(not done[b])
-                if not any(active):
-                    break
-                t_step = time.perf_counter()
-                ids = torch.tensor(tokens, dtype=torch.long, device=self.device)[:, None]
-                out = self._forward(ids, position[:, None], cache, None)
-                position += 1
-                logits = out.logits[:, -1].float()
-                self._sync()
-                step_seconds.append(time.perf_counter() - t_step)
-                costs.add(cache.pop_step(), torch.tensor(active, dtype=torch.bool))
-                step += 1
-        finally:
-            clear_active()
+        with decode_linears(self.model, self.linear_impl) as self.linear:
+            try:
+                while True:
+                    tokens, active = [], []
+                    for b in range(B):
+                        if step < len(forced[b]):
+                            tokens.append(forced[b][step])
+                            active.append(True)
+                            continue
+                        if done[b]:
+                            tokens.append(self.pad_id)
+                            active.append(False)
+                            continue
+                        row_logits = logits[b]
+                        tok = self._choose(row_logits, config, sample_gen)
+                        if config.return_logits:
+                            kept_logits[b].append(row_logits.detach().float().cpu().clone())
+                        if tok in eos:
+                            done[b], reason[b] = True, "eos"
+                        else:
+                            generated[b].append(tok)
+                            if config.stop and self.tokenizer is not None:
+                                text = self.tokenizer.decode(generated[b], skip_special_tokens=True)
+                                cut = min((text.find(s) for s in config.stop if s in text), default=-1)
+                                if cut >= 0:
+                                    texts[b] = text[:cut]
+                                    done[b], reason[b] = True, "stop"
+                            if not done[b] and len(generated[b]) >= config.max_new_tokens:
+                                done[b] = True
+                        tokens.append(tok if not done[b] else self.pad_id)
+                        active.append(not done[b])
+                    if not any(active):
+                        break
+                    t_step = time.perf_counter()
+                    ids = torch.tensor(tokens, dtype=torch.long, device=self.device)[:, None]
+                    out = self._forward(ids, position[:, None], cache, None)
+                    position += 1
+                    logits = out.logits[:, -1].float()
+                    self._sync()
+                    step_seconds.append(time.perf_counter() - t_step)
+                    costs.add(cache.pop_step(), torch.tensor(active, dtype=torch.bool))
+                    step += 1
+            finally:
+                clear_active()
         self._sync()
         seconds = time.perf_counter() - t0
         timings = {"setup": setup_seconds, **cache.timings}
@@ -384,7 +396,7 @@ class Engine:
                 stop_reason=reason[b], continuation_tokens=len(forced[b]), decode_steps=int(s),
                 setup_seconds=setup_seconds, step_seconds=list(step_seconds), timings=dict(timings),
                 logits=kept_logits[b] if config.return_logits else None,
-                layer_decoders=list(layer_decoders)))
+                layer_decoders=list(layer_decoders), linear=self.linear))
         return results
 
     def generate(self, prompt_ids, method: AttentionMethod | str, config: GenerationConfig | None = None,

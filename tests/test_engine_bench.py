@@ -161,15 +161,17 @@ def test_max_throughput_backs_off_on_a_real_oom(tmp_path, monkeypatch):
 
 
 def test_time_breakdown_columns_come_from_the_decode_result(tmp_path, monkeypatch):
-    def fake(net, tokenizer, pre, spec, backend, steps, warmup, offload_dtype=None):
+    def fake(net, tokenizer, pre, spec, backend, steps, warmup, offload_dtype=None, linear="auto"):
         return {"step_seconds": [0.01] * (steps + warmup), "setup_seconds": 0.0, "sampled_fraction": 0.02,
-                "timings": {"cpu_attend": 0.004 * steps, "transfer": 0.001 * steps, "setup": 3.0}}
+                "timings": {"cpu_attend": 0.004 * steps, "transfer": 0.001 * steps, "setup": 3.0},
+                "linear": "magicpig" if linear == "auto" else linear}
 
     monkeypatch.setattr(bench_decode, "time_engine", fake)
     rows = bench_decode.run(TINY, (128,), ["magicpig@offload"], steps=4, warmup=2,
                             csv_path=str(tmp_path / "d.csv"), verbose=False)
     assert rows[0]["cpu_attend_ms"] == pytest.approx(4.0) and rows[0]["transfer_ms"] == pytest.approx(1.0)
     assert rows[0]["hash_ms"] == "" and rows[0]["ms_per_token"] == pytest.approx(10.0)
+    assert rows[0]["linear"] == "magicpig"  # who computed the linear layers is recorded per row
     assert "setup_ms" not in rows[0]  # the decoder set-up is once per decode: setup_seconds, not per step
 
 

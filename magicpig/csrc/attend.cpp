@@ -91,33 +91,36 @@ void attend(const AttendArgs& a, int isa, float* out, float* lse, int threads) {
       fn(a, b, kvh, ids.data(), masks.data(), static_cast<int64_t>(ids.size()), parts.data() + it * part_size);
     }
 #pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < a.B * a.H; ++bh) {
-      const int64_t b = bh / a.H, h = bh % a.H, grp = b * a.Hkv + h / G, g = h % G;
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t s = 0; s < splits; ++s) m = std::max(m, parts[(grp * splits + s) * part_size + g * (d + 2)]);
-      float* o = out + bh * d;
-      if (!finite_row(a.q + bh * d, d)) {  // a caller bug: NaN out, as the torch reference gives
-        std::fill(o, o + d, std::numeric_limits<float>::quiet_NaN());
-        lse[bh] = std::numeric_limits<float>::quiet_NaN();
-        continue;
-      }
-      std::fill(o, o + d, 0.f);
-      if (m == -std::numeric_limits<float>::infinity()) {
-        lse[bh] = m;
-        continue;
-      }
-      float l = 0.f;
-      for (int64_t s = 0; s < splits; ++s) {
-        const float* p = parts.data() + (grp * splits + s) * part_size + g * (d + 2);
-        if (p[0] == -std::numeric_limits<float>::infinity()) continue;
-        const float c = std::exp(p[0] - m);
-        l += c * p[1];
-        for (int64_t i = 0; i < d; ++i) o[i] += c * p[2 + i];
-      }
-      for (int64_t i = 0; i < d; ++i) o[i] /= l;
-      lse[bh] = m + std::log(l);
-    }
+    for (int64_t bh = 0; bh < a.B * a.H; ++bh) merge_parts(parts.data(), splits, G, d, a.q, a.H, a.Hkv, bh, out, lse);
   }
+}
+
+void merge_parts(const float* parts, int64_t splits, int64_t G, int64_t d, const float* q, int64_t H,
+                 int64_t Hkv, int64_t bh, float* out, float* lse) {
+  const int64_t b = bh / H, h = bh % H, grp = b * Hkv + h / G, g = h % G, part_size = G * (d + 2);
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t s = 0; s < splits; ++s) m = std::max(m, parts[(grp * splits + s) * part_size + g * (d + 2)]);
+  float* o = out + bh * d;
+  if (!finite_row(q + bh * d, d)) {  // a caller bug: NaN out, as the torch reference gives
+    std::fill(o, o + d, std::numeric_limits<float>::quiet_NaN());
+    lse[bh] = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  std::fill(o, o + d, 0.f);
+  if (m == -std::numeric_limits<float>::infinity()) {
+    lse[bh] = m;
+    return;
+  }
+  float l = 0.f;
+  for (int64_t s = 0; s < splits; ++s) {
+    const float* p = parts + (grp * splits + s) * part_size + g * (d + 2);
+    if (p[0] == -std::numeric_limits<float>::infinity()) continue;
+    const float c = std::exp(p[0] - m);
+    l += c * p[1];
+    for (int64_t i = 0; i < d; ++i) o[i] += c * p[2 + i];
+  }
+  for (int64_t i = 0; i < d; ++i) o[i] /= l;
+  lse[bh] = m + std::log(l);
 }
 
 void advise_huge_pages(void* data, int64_t nbytes) {

@@ -355,3 +355,50 @@ void attend_group(const AttendArgs& a, int64_t b, int64_t kvh, const uint32_t* i
     }
   }
 }
+
+// Kernel 5 body: exact attention of the G query heads of kv-head kvh of sequence b over the keys
+// [t0, t1) (rows of a.k / a.v at their strides), the partial softmax state per head in part as kernel 3
+// leaves it. Keys are read in order (the hardware prefetcher follows), blocks of kBlock tokens: the
+// logits of every head of the group from one read of each key row, then each head's accumulator over
+// the block's value rows (still in cache).
+void exact_range(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t t1, float* part) {
+  const int64_t d = a.d, G = a.H / a.Hkv, elt = a.bf16 ? 2 : 4;
+  const char* K = static_cast<const char*>(a.k) + (b * a.k_stride[0] + kvh * a.k_stride[1]) * elt;
+  const char* V = static_cast<const char*>(a.v) + (b * a.v_stride[0] + kvh * a.v_stride[1]) * elt;
+  const int64_t k_row = a.k_stride[2] * elt, v_row = a.v_stride[2] * elt;
+  const float* q0 = a.q + (b * a.H + kvh * G) * d;
+  float w[64 * kBlock];
+  const char* rows[kBlock];
+  for (int64_t g = 0; g < G; ++g) {
+    float* p = part + g * (d + 2);
+    p[0] = -__builtin_inff();
+    p[1] = 0.f;
+    for (int64_t i = 0; i < d; ++i) p[2 + i] = 0.f;
+  }
+  for (int64_t u0 = t0; u0 < t1; u0 += kBlock) {
+    const int64_t nb = t1 - u0 < kBlock ? t1 - u0 : kBlock;
+    for (int64_t t = 0; t < nb; ++t) {
+      const char* krow = K + (u0 + t) * k_row;
+      rows[t] = V + (u0 + t) * v_row;
+      for (int64_t g = 0; g < G; ++g) w[g * kBlock + t] = a.scale * dot_row(q0 + g * d, krow, a.bf16, d);
+    }
+    for (int64_t g = 0; g < G; ++g) {
+      float* acc = part + g * (d + 2);
+      float* wg = w + g * kBlock;
+      float bm = -__builtin_inff();
+      for (int64_t t = 0; t < nb; ++t) bm = wg[t] > bm ? wg[t] : bm;
+      if (bm > acc[0]) {
+        if (acc[1] > 0.f) {
+          const float c = __builtin_expf(acc[0] - bm);
+          acc[1] *= c;
+          for (int64_t i = 0; i < d; ++i) acc[2 + i] *= c;
+        }
+        acc[0] = bm;
+      }
+      for (int64_t t = 0; t < nb; ++t) wg[t] -= acc[0];
+      exp_inplace(wg, nb);
+      for (int64_t t = 0; t < nb; ++t) acc[1] += wg[t];
+      accumulate_rows(acc + 2, wg, rows, nb, a.bf16, d);
+    }
+  }
+}

@@ -219,6 +219,57 @@ torch::Tensor exact_correction(torch::Tensor cos, int64_t K, int64_t L, int64_t 
   return out;
 }
 
+// q (B, H, d) float32, k / v (B, H_kv, n, d) float32 or bfloat16 (any strides, last dim contiguous)
+// -> (out (B, H, d) float32, lse (B, H) float32)
+std::vector<torch::Tensor> exact_attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale, int64_t isa,
+                                        int64_t threads) {
+  check_cpu_contig(q, "q");
+  check_dtype(q, torch::kFloat32, "q");
+  TORCH_CHECK(k.device().is_cpu() && v.device().is_cpu(), "k and v must be CPU tensors");
+  TORCH_CHECK(k.scalar_type() == v.scalar_type() &&
+                  (k.scalar_type() == torch::kFloat32 || k.scalar_type() == torch::kBFloat16),
+              "k and v must both be float32 or both bfloat16");
+  TORCH_CHECK(k.dim() == 4 && v.sizes() == k.sizes() && k.stride(3) == 1 && v.stride(3) == 1,
+              "k and v must be (B, H_kv, n, d) with the same shape and a contiguous last dim");
+  const int64_t B = k.size(0), Hkv = k.size(1), n = k.size(2), d = k.size(3);
+  TORCH_CHECK(q.dim() == 3 && q.size(0) == B && q.size(2) == d, "q must be (B, H, d) = (", B, ", H, ", d, ")");
+  const int64_t H = q.size(1);
+  TORCH_CHECK(Hkv > 0 && H % Hkv == 0 && H / Hkv <= 64, "H / H_kv must be an integer <= 64, got H = ", H,
+              ", H_kv = ", Hkv);
+  magicpig::ExactArgs a{B, H, Hkv, n, d, k.scalar_type() == torch::kBFloat16, k.data_ptr(), v.data_ptr(),
+                        {k.stride(0), k.stride(1), k.stride(2)}, {v.stride(0), v.stride(1), v.stride(2)},
+                        q.data_ptr<float>(), static_cast<float>(scale)};
+  auto out = torch::empty({B, H, d}, torch::kFloat32);
+  auto lse = torch::empty({B, H}, torch::kFloat32);
+  magicpig::exact_attend(a, static_cast<int>(isa), out.data_ptr<float>(), lse.data_ptr<float>(),
+                         static_cast<int>(threads));
+  return {out, lse};
+}
+
+// x (M, I) float32, weight (O, I) float32 or bfloat16, bias (O,) float32 or None -> y (M, O) float32
+torch::Tensor linear(torch::Tensor x, torch::Tensor weight, c10::optional<torch::Tensor> bias, int64_t isa,
+                     int64_t threads) {
+  check_cpu_contig(x, "x");
+  check_cpu_contig(weight, "weight");
+  check_dtype(x, torch::kFloat32, "x");
+  TORCH_CHECK(weight.scalar_type() == torch::kFloat32 || weight.scalar_type() == torch::kBFloat16,
+              "weight must be float32 or bfloat16, got ", c10::toString(weight.scalar_type()));
+  TORCH_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1),
+              "x must be (M, I) and weight (O, I) with the same I, got x ", x.sizes(), " and weight ", weight.sizes());
+  const float* b = nullptr;
+  if (bias.has_value()) {
+    check_cpu_contig(*bias, "bias");
+    check_dtype(*bias, torch::kFloat32, "bias");
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0), "bias must be (O,) with O = ", weight.size(0));
+    b = bias->data_ptr<float>();
+  }
+  auto y = torch::empty({x.size(0), weight.size(0)}, torch::kFloat32);
+  magicpig::LinearArgs a{x.size(0), x.size(1), weight.size(0), x.data_ptr<float>(), weight.data_ptr(),
+                         weight.scalar_type() == torch::kBFloat16, b, y.data_ptr<float>()};
+  magicpig::linear(a, static_cast<int>(isa), static_cast<int>(threads));
+  return y;
+}
+
 
 // data viewed as rows of row_bytes; rows (count,) int64 row indices
 int64_t gather_rows(torch::Tensor data, int64_t row_bytes, torch::Tensor rows, int64_t prefetch, int64_t threads) {
@@ -254,6 +305,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("build_tables", &build_tables, "kernel 1: (codes, counts, K, threads) -> (offsets, ids)");
   m.def("retrieve", &retrieve, "kernel 2: -> (bits, sampled, entries)");
   m.def("attend", &attend, "kernel 3: -> (out, lse)");
+  m.def("exact_attend", &exact_attend, "kernel 5: (q, k, v, scale, isa, threads) -> (out, lse), exact decode");
+  m.def("linear", &linear, "kernel 4: (x, weight, bias, isa, threads) -> x weight^T + bias (decode rows)");
   m.def("exact_correction", &exact_correction, "-ln(u(cos) + 1e-4), double-precision binomial tail");
   m.def("empty_huge", &empty_huge, "uninitialised tensor on 2 MiB-aligned, huge-page-advised memory");
   m.def("stream_read", &stream_read, "read a tensor with all threads (bandwidth probe)");

@@ -91,6 +91,49 @@ float exact_correction(float cos, int K, int L, int min_collisions);
 // reference gives).
 void attend(const AttendArgs& a, int isa, float* out, float* lse, int threads);
 
+// Arguments of kernel 5, exact attention of one decode query per head (the dense layers and the static
+// part of the system path): keys / values (B, Hkv, n, d) at the given element strides (batch, head,
+// token; the last dim contiguous), float32 or bfloat16; q (B, H, d) float32.
+struct ExactArgs {
+  int64_t B, H, Hkv, n, d;
+  bool bf16;
+  const void* k;
+  const void* v;
+  int64_t k_stride[3], v_stride[3];
+  const float* q;
+  float scale;
+};
+using ExactRangeFn = void (*)(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t t1, float* part);
+namespace scalar { void exact_range(const ExactArgs&, int64_t, int64_t, int64_t, int64_t, float*); }
+namespace avx2 { void exact_range(const ExactArgs&, int64_t, int64_t, int64_t, int64_t, float*); }
+namespace avx512 { void exact_range(const ExactArgs&, int64_t, int64_t, int64_t, int64_t, float*); }
+
+// Kernel 5 driver: out (B, H, d) float32, lse (B, H) float32 (natural log; -inf and out = 0 when n = 0;
+// NaN for a head whose query holds a NaN or inf). Token ranges of a group are split over the threads.
+void exact_attend(const ExactArgs& a, int isa, float* out, float* lse, int threads);
+
+// Merge the partial softmax states of the splits of query head bh (parts laid out as kernel 3 / 5 leave
+// them: item (group * splits + s), head g of the group at g * (d + 2)) into out[bh] and lse[bh].
+void merge_parts(const float* parts, int64_t splits, int64_t G, int64_t d, const float* q, int64_t H,
+                 int64_t Hkv, int64_t bh, float* out, float* lse);
+
+// Kernel 4: the linear layers of a decode step. y (M, O) = x (M, I) W^T + bias for the few input rows
+// of one step (one per sequence), x float32, W (O, I) float32 or bfloat16 row-major, bias (O,) float32 or
+// null. Memory-bound: W is read once, the output rows split over the threads in contiguous ranges.
+struct LinearArgs {
+  int64_t M, I, O;
+  const float* x;
+  const void* W;
+  bool w_bf16;
+  const float* bias;
+  float* y;
+};
+constexpr int64_t kLinearRows = 4;  // output rows computed together (independent FMA chains)
+namespace scalar { void linear_block(const LinearArgs&, int64_t o0, int64_t on); }
+namespace avx2 { void linear_block(const LinearArgs&, int64_t o0, int64_t on); }
+namespace avx512 { void linear_block(const LinearArgs&, int64_t o0, int64_t on); }
+void linear(const LinearArgs& a, int isa, int threads);
+
 // Ask the kernel to back [data, data + nbytes) with transparent huge pages (best effort; call before
 // the memory is first touched). Random row gathers over hundreds of MB otherwise miss the TLB each time.
 void advise_huge_pages(void* data, int64_t nbytes);

@@ -32,8 +32,10 @@ during the row (model included), peak_device_mb = peak CUDA allocation; kv_bytes
 the model dtype; table_bytes = the offloaded hash tables; est_host_mb / est_device_mb = the estimate's
 memory for the row on top of the model and the batch-1 prefill; sampled_fraction = mean sampled / candidate
 keys over sparse layers (1 for dense); fits / reason = whether it ran, and why not; search = "" or
-"max-batch"; ``<key>_ms`` = the decode result's ``timings`` (seconds over the timed steps) per step, empty
-when the engine does not report them; predicted_ms_per_token is left empty for ``magicpig project``.
+"max-batch"; linear = who computed the step's linear layers (``torch``, or ``magicpig`` = the CPU
+module's kernel 4: torch's CPU matmul reads a decode step's weights on one thread); ``<key>_ms`` = the
+decode result's ``timings`` (seconds over the timed steps) per step, empty when the engine does not
+report them; predicted_ms_per_token is left empty for ``magicpig project``.
 
 Load: ``load_before`` / ``load_after`` are the 1-minute load averages; ``other_cpu_load`` is the number of
 cores that OTHER processes kept busy during the row (system CPU time minus this process's, over wall
@@ -69,7 +71,8 @@ COLUMNS = ["model", "shape_only", "device", "device_name", "context", "batch", "
            "ms_per_token", "tokens_per_s", "peak_host_mb", "peak_device_mb", "kv_bytes", "table_bytes",
            "est_host_mb", "est_device_mb", "setup_seconds", "sampled_fraction", "fits", "reason", "search",
            "load_before", "load_after", "other_cpu_load", "under_load", "predicted_ms_per_token", "threads",
-           "isa", "cpu_model", "torch_version", "dtype", "offload_dtype", "bytes_per_step", "stream_gbps",
+           "isa", "cpu_model", "torch_version", "dtype", "offload_dtype", "linear", "bytes_per_step",
+           "stream_gbps",
            "bytes_limit_ms", "x_bytes_limit", "fill", "prefill_seconds", "steps", "warmup"] \
     + [f"{k}_ms" for k in TIMING_KEYS]
 NEEDLE = "The secret passkey is {key}. Remember it: the passkey is {key}."
@@ -395,19 +398,22 @@ def time_stock(net, pre, steps: int, warmup: int) -> dict:
             _attention.use_hook(net)
         elif previous:
             net.set_attn_implementation(previous)
-    return {"step_seconds": step_seconds, "setup_seconds": setup, "sampled_fraction": 1.0, "timings": None}
+    return {"step_seconds": step_seconds, "setup_seconds": setup, "sampled_fraction": 1.0, "timings": None,
+            "linear": "torch"}
 
 
 def time_engine(net, tokenizer, pre, spec: str, backend: str, steps: int, warmup: int,
-                offload_dtype: str | None = None) -> dict:
-    """Decode ``pre`` with ``Engine`` (backend ``reference`` / ``offload``) for warmup + steps forwards."""
+                offload_dtype: str | None = None, linear: str = "auto") -> dict:
+    """Decode ``pre`` with ``Engine`` (backend ``reference`` / ``offload``) for warmup + steps forwards;
+    linear: the engine's ``linear_impl``."""
     from magicpig.engine import Engine, GenerationConfig
 
-    engine = Engine(net, tokenizer, backend=backend, allow_long_context=True, offload_dtype=offload_dtype)
+    engine = Engine(net, tokenizer, backend=backend, allow_long_context=True, offload_dtype=offload_dtype,
+                    linear_impl=linear)
     # n new tokens take n - 1 decode forwards (the first comes from the prefill's logits)
     res = engine.decode(pre, spec, GenerationConfig(max_new_tokens=warmup + steps + 1, ignore_eos=True))[0]
     return {"step_seconds": res.step_seconds, "setup_seconds": res.setup_seconds, "sampled_fraction": res.cost,
-            "timings": getattr(res, "timings", None)}
+            "timings": getattr(res, "timings", None), "linear": res.linear}
 
 
 # ---- the benchmark ---------------------------------------------------------------------------------
@@ -459,10 +465,11 @@ class _Bench:
     """State shared by the rows of one run (model, environment facts, CSV)."""
 
     def __init__(self, model, config, shape_only, device, dtype, steps, warmup, csv_path, verbose,
-                 offload_dtype=None):
+                 offload_dtype=None, linear="auto"):
         self.model, self.shape_only, self.net, self.tokenizer = model, shape_only, None, None
         self.device, self.dtype, self.steps, self.warmup = device, dtype, steps, warmup
         self.csv_path, self.verbose, self.offload_dtype = csv_path, verbose, offload_dtype
+        self.linear = linear
         self.shape = Shape.of(config, dtype)
         self.stream_gbps = measure_stream_gbps() if device.type == "cpu" else None
         if self.stream_gbps:
@@ -535,7 +542,8 @@ class _Bench:
                 if backend == "stock":
                     out = time_stock(self.net, pre, steps, warmup)
                 else:
-                    out = time_engine(self.net, self.tokenizer, pre, spec, backend, steps, warmup, self.offload_dtype)
+                    out = time_engine(self.net, self.tokenizer, pre, spec, backend, steps, warmup, self.offload_dtype,
+                                      self.linear)
                 del pre
         except Exception as exc:  # noqa: BLE001 - only allocation failures are turned into rows
             if not is_oom(exc):
@@ -551,7 +559,7 @@ class _Bench:
         row.update({"fits": True, "ms_per_token": round(1000 * per_step, 3),
                     "tokens_per_s": round(batch * len(timed) / total, 3) if total > 0 else math.inf,
                     "setup_seconds": round(out["setup_seconds"], 3),
-                    "sampled_fraction": round(float(out["sampled_fraction"]), 5)})
+                    "sampled_fraction": round(float(out["sampled_fraction"]), 5), "linear": out["linear"]})
         if backend != "offload":
             row["table_bytes"] = 0
         row.update(bytes_limit(self.model, row, self.stream_gbps))
@@ -608,7 +616,7 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
         warmup: int = 32, fill: str = "exact", tile_base: int = 8192, device: str | None = None,
         dtype: str | None = None, csv_path: str | None = None, prefill_chunk: int = 2048,
         max_throughput: bool = False, max_batch: int = 256, verbose: bool = True,
-        offload_dtype: str | None = None) -> list[dict]:
+        offload_dtype: str | None = None, linear: str = "auto") -> list[dict]:
     """Time decoding for every (context, batch, method@backend); returns the rows (also written to
     ``csv_path``, rewritten after every row). methods: (spec, backend) pairs or ``SPEC[@BACKEND]`` strings."""
     from magicpig.models import load_model, resolve, shape_config, shape_weight_bytes
@@ -631,6 +639,9 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
         offload_dtype_of(offload_dtype)  # a clear error before the model is loaded
     if max_batch < 1:
         raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+    from magicpig.decode_linear import check_linear_impl
+
+    check_linear_impl(linear)
     methods = [parse_method_arg(m) if isinstance(m, str) else parse_method_arg(f"{m[0]}@{m[1]}") for m in methods]
     if not methods:
         raise ValueError("methods must not be empty")
@@ -645,7 +656,7 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
 
     if src.shape is not None:  # a shape model whose weights cannot fit is refused before it is built
         bench = _Bench(model, shape_config(src.shape), True, dev, torch_dtype, steps, warmup, csv_path, verbose,
-                       offload_dtype)
+                       offload_dtype, linear)
         need = shape_weight_bytes(src.shape, torch_dtype)
         reason = fit_reason({"device": need}, dev)
         if reason:
@@ -658,7 +669,8 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
                                 else torch_dtype, allow_shape=True)
     torch_dtype = next(net.parameters()).dtype
     if src.shape is None:
-        bench = _Bench(model, net.config, False, dev, torch_dtype, steps, warmup, csv_path, verbose, offload_dtype)
+        bench = _Bench(model, net.config, False, dev, torch_dtype, steps, warmup, csv_path, verbose, offload_dtype,
+                       linear)
     bench.net, bench.tokenizer = net, tokenizer
     bench.log(f"model {model}{' (shape-only: random weights)' if bench.shape_only else ''} on {dev} "
               f"({bench.common['device_name']}), {bench.common['dtype']}, {bench.common['threads']} threads")

@@ -76,6 +76,9 @@ def _register_decode(sub) -> None:
     p.add_argument("--offload-dtype", choices=["auto", "float32", "bfloat16"], default="auto",
                    help="storage of the offloaded keys/values in CPU memory (auto: the model's dtype when it is "
                         "bfloat16, float32 otherwise)")
+    p.add_argument("--linear", choices=["auto", "magicpig", "torch"], default="auto",
+                   help="who computes the decode step's linear layers for the engine's backends (auto: the CPU "
+                        "module's kernel 4 on a CPU model; stock rows always use torch)")
     p.add_argument("--max-throughput", action="store_true",
                    help="also search the largest batch that fits per method and context and measure it")
     p.add_argument("--max-batch", type=int, default=256, help="upper bound of the --max-throughput search")
@@ -103,7 +106,8 @@ def _run_decode(args) -> int:
                             warmup=args.warmup, fill=args.fill, tile_base=args.tile_base, device=args.device,
                             dtype=args.dtype, csv_path=args.csv, prefill_chunk=args.prefill_chunk,
                             max_throughput=args.max_throughput, max_batch=args.max_batch,
-                            offload_dtype=None if args.offload_dtype == "auto" else args.offload_dtype)
+                            offload_dtype=None if args.offload_dtype == "auto" else args.offload_dtype,
+                            linear=args.linear)
     if not any(r["fits"] is True for r in rows):
         print("magicpig bench decode: no configuration fits in memory: "
               + "; ".join(sorted({r["reason"] for r in rows})), file=sys.stderr)

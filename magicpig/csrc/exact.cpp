@@ -1,0 +1,42 @@
+// Kernel 5 driver: exact attention of one decode query per head (see magicpig_cpu.h). Work items are
+// (sequence, kv-head, token range); there are at least two per thread, each of at least kMinTokens keys,
+// so the few kv-heads of a GQA model still keep every thread streaming. Partial states merge as in
+// kernel 3.
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "magicpig_cpu.h"
+
+namespace magicpig {
+
+static constexpr int64_t kMinTokens = 256;
+
+static ExactRangeFn select_exact(int isa) {
+  if (isa == kAvx512 && cpu_supports(kAvx512)) return avx512::exact_range;
+  if (isa == kAvx2 && cpu_supports(kAvx2)) return avx2::exact_range;
+  return scalar::exact_range;
+}
+
+void exact_attend(const ExactArgs& a, int isa, float* out, float* lse, int threads) {
+  const ExactRangeFn fn = select_exact(isa);
+  const int64_t G = a.H / a.Hkv, d = a.d, groups = a.B * a.Hkv;
+  int64_t splits = std::max<int64_t>(1, (2 * threads + groups - 1) / groups);
+  splits = std::max<int64_t>(1, std::min(splits, a.n / kMinTokens));
+  const int64_t items = groups * splits, part_size = G * (d + 2);
+  std::vector<float> parts(static_cast<size_t>(items * part_size));
+  const int nt = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, items)));
+#pragma omp parallel num_threads(nt)
+  {
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t grp = it / splits, s = it % splits;
+      fn(a, grp / a.Hkv, grp % a.Hkv, s * a.n / splits, (s + 1) * a.n / splits, parts.data() + it * part_size);
+    }
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < a.B * a.H; ++bh) merge_parts(parts.data(), splits, G, d, a.q, a.H, a.Hkv, bh, out, lse);
+  }
+}
+
+}  // namespace magicpig

@@ -101,7 +101,7 @@ class MagicPIGCache(Cache):
                                       offload_layer=lambda: offload_layer_class(offload_impl),
                                       concurrent=concurrent, offload_dtype=self.offload_dtype,
                                       timings=self.timings)
-        self._step: list[tuple[torch.Tensor, float]] = []
+        self._step: list[tuple[torch.Tensor, torch.Tensor, Any]] = []  # (used, candidates, cost1) per layer
         super().__init__(layers=[MagicPIGLayer(self, i) for i in range(self.num_layers)])
 
     # -- building decoders -----------------------------------------------------------------------------
@@ -160,8 +160,7 @@ class MagicPIGCache(Cache):
             layer.decoder.append(k_new, v_new)
         res = layer.decoder.attend(q, scale)
         if self.is_sparse(layer_idx):
-            ratio = (res.used / res.candidates.clamp_min(1)).mean(-1)  # (B,)
-            self._step.append((ratio.detach().float().cpu(), float(res.cost1)))
+            self._step.append((res.used, res.candidates, res.cost1))  # reduced once per step in pop_step
         return res.output
 
     def pop_step(self) -> tuple[torch.Tensor, float] | None:
@@ -169,8 +168,11 @@ class MagicPIGCache(Cache):
         Clears the step's records (sums over steps: ``CostMeter``)."""
         if not self._step:
             return None
-        cost2 = torch.stack([c for c, _ in self._step]).mean(0)
-        cost1 = sum(c for _, c in self._step) / len(self._step)
+        device = self._step[0][0].device
+        used = torch.stack([u.detach().to(device, torch.float32) for u, _, _ in self._step])  # (layers, B, H)
+        candidates = torch.stack([c.detach().to(device, torch.float32) for _, c, _ in self._step])
+        cost2 = (used / candidates.clamp_min(1)).mean(-1).mean(0).cpu()  # per layer over heads, then layers
+        cost1 = sum(float(c) for _, _, c in self._step) / len(self._step)
         self._step = []
         return cost2, cost1
 

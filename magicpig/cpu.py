@@ -542,15 +542,15 @@ class OffloadedLayer:
 
     def query_hasher(self, projections: torch.Tensor, pool: list | None = None):
         """A function q (B, H, d) contiguous CPU float32 -> codes (B, H, L) int32 of the queries, by
-        kernel 0 with this layer's ISA variant on one thread (a few rows per step: more threads would
-        cost more than they save). projections: (S, d, K*L), padded once here (``pool``: see
-        ``shared_padded_projections``)."""
+        kernel 0 with this layer's ISA variant and threads (a few rows per step, but each kv-head reads
+        its own (d, K*L) projections: the threads split the kv-heads). projections: (S, d, K*L), padded
+        once here (``pool``: see ``shared_padded_projections``)."""
         padded = shared_padded_projections(projections, pool)
         kernel = load().hash_keys
         B, Hkv, _, d = self.keys.shape
         zero_center, row0 = torch.zeros(B, Hkv, d), torch.zeros(B, dtype=torch.int64)
         rows: dict[int, torch.Tensor] = {}  # query heads per kv-head -> row counts (B,), made once
-        K, L, code = self.K, self.L, self.isa_code
+        K, L, code, threads = self.K, self.L, self.isa_code, self.threads
 
         def hash_queries(q: torch.Tensor) -> torch.Tensor:
             H = q.shape[1]
@@ -558,7 +558,8 @@ class OffloadedLayer:
             count = rows.get(G)
             if count is None:
                 count = rows[G] = torch.full((B,), G, dtype=torch.int64)
-            return kernel(q.view(B, Hkv, G, d), zero_center, padded, row0, count, G, K, L, False, code, 1).view(B, H, L)
+            return kernel(q.view(B, Hkv, G, d), zero_center, padded, row0, count, G, K, L, False, code,
+                          threads).view(B, H, L)
 
         return hash_queries
 
@@ -610,13 +611,14 @@ def exact_kernel(threads: int | None = None):
     """Kernel 5 as a function ``exact(q, k, v, scale) -> (out (B, H, d), lse (B, H))`` float32, with this
     machine's ISA variant and the threads fixed now: exact attention of one decode query per head, q
     (B, H, d) contiguous float32, k / v (B, H_kv, n, d) float32 or bfloat16 CPU tensors with a contiguous
-    last dim (a narrowed growing buffer is fine). GQA groups read each key / value row once; token ranges
-    are split over the threads. Used by ``magicpig.decoders.decode_exact`` for the system path's exact
+    last dim (a narrowed growing buffer is fine); prior: None or (out, lse) float32 of a disjoint key set,
+    merged into the result (as ``magicpig.merge.merge_attention`` would). GQA groups read each key / value
+    row once; token ranges are split over the threads. Used by ``magicpig.decoders.decode_exact`` for the system path's exact
     parts on a CPU model (torch's fused CPU kernel reads at well under the streaming bandwidth there)."""
     kernel, code, nt = load().exact_attend, ISA_CODES[isa()], _plan_threads(threads, False)
 
-    def exact(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
-        return kernel(q, k, v, scale, code, nt)
+    def exact(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, prior=None):
+        return kernel(q, k, v, scale, code, nt, *(prior if prior is not None else (None, None)))
 
     return exact
 

@@ -156,3 +156,20 @@ def test_decode_exact_uses_the_kernel_only_where_it_applies():
     decode_exact(q, k, v, 0.25, valid=valid, kernel=kernel)  # a mask: torch's kernel
     decode_exact(q, k.half(), v.half(), 0.25, kernel=kernel)  # float16: torch's kernel
     assert calls == [torch.float32]
+
+
+@pytest.mark.parametrize("n", [0, 5, 700])
+def test_exact_attend_merges_a_prior_result_like_merge_attention(n):
+    from magicpig.merge import merge_attention
+
+    gen = torch.Generator().manual_seed(n)
+    q = torch.randn(2, 6, 24, generator=gen)
+    k, v = torch.randn(2, 3, n, 24, generator=gen), torch.randn(2, 3, n, 24, generator=gen)
+    prior_out, prior_lse = torch.randn(2, 6, 24, generator=gen), torch.randn(2, 6, generator=gen) * 3
+    prior_lse[1, 2] = float("-inf")  # a head whose other key set was empty
+    prior_out[1, 2] = 0
+    exact = cpu.exact_kernel()
+    out, lse = exact(q, k, v, 0.2, (prior_out, prior_lse))
+    want = merge_attention(*exact(q, k, v, 0.2), prior_out, prior_lse)
+    torch.testing.assert_close(lse, want[1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, want[0], rtol=1e-5, atol=1e-5)

@@ -96,9 +96,11 @@ void attend(const AttendArgs& a, int isa, float* out, float* lse, int threads) {
 }
 
 void merge_parts(const float* parts, int64_t splits, int64_t G, int64_t d, const float* q, int64_t H,
-                 int64_t Hkv, int64_t bh, float* out, float* lse) {
+                 int64_t Hkv, int64_t bh, float* out, float* lse, const float* prior_out,
+                 const float* prior_lse) {
   const int64_t b = bh / H, h = bh % H, grp = b * Hkv + h / G, g = h % G, part_size = G * (d + 2);
-  float m = -std::numeric_limits<float>::infinity();
+  const float prior_m = prior_out ? prior_lse[bh] : -std::numeric_limits<float>::infinity();
+  float m = prior_m == prior_m ? prior_m : -std::numeric_limits<float>::infinity();  // NaN: the q check below
   for (int64_t s = 0; s < splits; ++s) m = std::max(m, parts[(grp * splits + s) * part_size + g * (d + 2)]);
   float* o = out + bh * d;
   if (!finite_row(q + bh * d, d)) {  // a caller bug: NaN out, as the torch reference gives
@@ -112,6 +114,12 @@ void merge_parts(const float* parts, int64_t splits, int64_t G, int64_t d, const
     return;
   }
   float l = 0.f;
+  if (prior_m > -std::numeric_limits<float>::infinity()) {
+    const float c = std::exp(prior_m - m);
+    l += c;
+    const float* po = prior_out + bh * d;
+    for (int64_t i = 0; i < d; ++i) o[i] += c * po[i];
+  }
   for (int64_t s = 0; s < splits; ++s) {
     const float* p = parts + (grp * splits + s) * part_size + g * (d + 2);
     if (p[0] == -std::numeric_limits<float>::infinity()) continue;

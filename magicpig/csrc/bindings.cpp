@@ -221,8 +221,10 @@ torch::Tensor exact_correction(torch::Tensor cos, int64_t K, int64_t L, int64_t 
 
 // q (B, H, d) float32, k / v (B, H_kv, n, d) float32 or bfloat16 (any strides, last dim contiguous)
 // -> (out (B, H, d) float32, lse (B, H) float32)
+// and optionally (prior_out (B, H, d), prior_lse (B, H)) float32 of a disjoint key set, merged into the result
 std::vector<torch::Tensor> exact_attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale, int64_t isa,
-                                        int64_t threads) {
+                                        int64_t threads, c10::optional<torch::Tensor> prior_out,
+                                        c10::optional<torch::Tensor> prior_lse) {
   check_cpu_contig(q, "q");
   check_dtype(q, torch::kFloat32, "q");
   TORCH_CHECK(k.device().is_cpu() && v.device().is_cpu(), "k and v must be CPU tensors");
@@ -239,6 +241,18 @@ std::vector<torch::Tensor> exact_attend(torch::Tensor q, torch::Tensor k, torch:
   magicpig::ExactArgs a{B, H, Hkv, n, d, k.scalar_type() == torch::kBFloat16, k.data_ptr(), v.data_ptr(),
                         {k.stride(0), k.stride(1), k.stride(2)}, {v.stride(0), v.stride(1), v.stride(2)},
                         q.data_ptr<float>(), static_cast<float>(scale)};
+  TORCH_CHECK(prior_out.has_value() == prior_lse.has_value(), "give both prior_out and prior_lse, or neither");
+  if (prior_out.has_value()) {
+    check_cpu_contig(*prior_out, "prior_out");
+    check_cpu_contig(*prior_lse, "prior_lse");
+    check_dtype(*prior_out, torch::kFloat32, "prior_out");
+    check_dtype(*prior_lse, torch::kFloat32, "prior_lse");
+    TORCH_CHECK(prior_out->sizes() == q.sizes() && prior_lse->dim() == 2 && prior_lse->size(0) == B &&
+                    prior_lse->size(1) == H,
+                "prior_out must be (B, H, d) and prior_lse (B, H), as q");
+    a.prior_out = prior_out->data_ptr<float>();
+    a.prior_lse = prior_lse->data_ptr<float>();
+  }
   auto out = torch::empty({B, H, d}, torch::kFloat32);
   auto lse = torch::empty({B, H}, torch::kFloat32);
   magicpig::exact_attend(a, static_cast<int>(isa), out.data_ptr<float>(), lse.data_ptr<float>(),
@@ -305,7 +319,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("build_tables", &build_tables, "kernel 1: (codes, counts, K, threads) -> (offsets, ids)");
   m.def("retrieve", &retrieve, "kernel 2: -> (bits, sampled, entries)");
   m.def("attend", &attend, "kernel 3: -> (out, lse)");
-  m.def("exact_attend", &exact_attend, "kernel 5: (q, k, v, scale, isa, threads) -> (out, lse), exact decode");
+  m.def("exact_attend", &exact_attend, "kernel 5: (q, k, v, scale, isa, threads, prior_out, prior_lse) -> (out, lse), exact decode");
   m.def("linear", &linear, "kernel 4: (x, weight, bias, isa, threads) -> x weight^T + bias (decode rows)");
   m.def("exact_correction", &exact_correction, "-ln(u(cos) + 1e-4), double-precision binomial tail");
   m.def("empty_huge", &empty_huge, "uninitialised tensor on 2 MiB-aligned, huge-page-advised memory");

@@ -184,8 +184,9 @@ void hash_keys(const float* keys, int64_t B, int64_t Hkv, int64_t n, int64_t d, 
   }
   std::memset(codes, 0, sizeof(int32_t) * B * Hkv * m * L);  // padding rows (>= count[b]) stay 0
   const int64_t blocks = (m + HASH_ROWS - 1) / HASH_ROWS, items = B * Hkv * blocks;
-  // a decode step's queries are a few rows: one thread (a parallel region would cost more than them)
-  if (B * Hkv * m < 4 * HASH_ROWS) threads = 1;
+  // a decode step's queries are a few rows per kv-head, but each kv-head reads its own K*L x d projections
+  // (385 KB at K*L = 1500, d = 64): the threads split the kv-heads
+  threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, items)));
 #pragma omp parallel num_threads(threads)
   {
     // buffers sized for the rows an item can have (a decode step hashes a few query rows)

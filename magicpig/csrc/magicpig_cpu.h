@@ -102,20 +102,28 @@ struct ExactArgs {
   int64_t k_stride[3], v_stride[3];
   const float* q;
   float scale;
+  // optional (out (B, H, d), lse (B, H)) of another, disjoint key set to merge into the result (the
+  // system path's sparse CPU part), or null
+  const float* prior_out = nullptr;
+  const float* prior_lse = nullptr;
 };
 using ExactRangeFn = void (*)(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t t1, float* part);
 namespace scalar { void exact_range(const ExactArgs&, int64_t, int64_t, int64_t, int64_t, float*); }
 namespace avx2 { void exact_range(const ExactArgs&, int64_t, int64_t, int64_t, int64_t, float*); }
 namespace avx512 { void exact_range(const ExactArgs&, int64_t, int64_t, int64_t, int64_t, float*); }
 
-// Kernel 5 driver: out (B, H, d) float32, lse (B, H) float32 (natural log; -inf and out = 0 when n = 0;
-// NaN for a head whose query holds a NaN or inf). Token ranges of a group are split over the threads.
+// Kernel 5 driver: out (B, H, d) float32, lse (B, H) float32 (natural log; -inf and out = 0 when n = 0
+// and there is no prior; NaN for a head whose query holds a NaN or inf), merged with the prior result
+// when one is given. Token ranges of a group are split over the threads.
 void exact_attend(const ExactArgs& a, int isa, float* out, float* lse, int threads);
 
 // Merge the partial softmax states of the splits of query head bh (parts laid out as kernel 3 / 5 leave
-// them: item (group * splits + s), head g of the group at g * (d + 2)) into out[bh] and lse[bh].
+// them: item (group * splits + s), head g of the group at g * (d + 2)) into out[bh] and lse[bh], with the
+// finished result (prior_out[bh], prior_lse[bh]) of a disjoint key set when prior_out is not null (a
+// result is the partial state max = lse, sum = 1, acc = out).
 void merge_parts(const float* parts, int64_t splits, int64_t G, int64_t d, const float* q, int64_t H,
-                 int64_t Hkv, int64_t bh, float* out, float* lse);
+                 int64_t Hkv, int64_t bh, float* out, float* lse, const float* prior_out = nullptr,
+                 const float* prior_lse = nullptr);
 
 // Kernel 4: the linear layers of a decode step. y (M, O) = x (M, I) W^T + bias for the few input rows
 // of one step (one per sequence), x float32, W (O, I) float32 or bfloat16 row-major, bias (O,) float32 or

@@ -10,7 +10,8 @@ batch of ``B`` sequences at context ``n`` (``StepWork``):
 - exact KV: dense attention reads every layer's keys and values; MagicPIG reads the dense layers' and the
   static tokens' (sinks, local window, generated) exactly;
 - sparse: MagicPIG's CPU part reads, per query head and sparse layer, the sampled keys/values and the ``L``
-  hash buckets it looks up (``n / 2^K`` ids each) — the same byte count as ``magicpig bench kernel``;
+  hash buckets it looks up (``n / 2^K`` ids each) — the same byte count as ``magicpig bench kernel`` —
+  and, once per step and sparse layer, each kv-head's (d, K*L) float32 projections to hash the queries;
 - overhead: a fixed cost per layer, per method.
 
 On this machine (everything on the CPU) these costs add up. ``fit`` finds the few rates by non-negative
@@ -188,8 +189,10 @@ def step_work(model: ModelShape, family: str, context: int, batch: int, sparse: 
     id_bytes = 2 if context <= 65536 else 4
     per_head = (s.sampled_fraction * context * 2 * model.head_dim * (kv_elem or model.bytes_per_param)
                 + s.L * (context / 2 ** s.K) * id_bytes)
+    # the queries' hashing reads each kv-head's (d, K*L) float32 projections once per step, whatever the batch
+    projections = sparse_layers * model.kv_heads * model.head_dim * s.K * s.L * 4
     return StepWork(family, batch, model.layers, weights, flops, batch * exact,
-                    batch * sparse_layers * model.heads * per_head)
+                    batch * sparse_layers * model.heads * per_head + projections)
 
 
 # ---- the fitted model of this machine --------------------------------------------------------------

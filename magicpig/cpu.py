@@ -563,6 +563,32 @@ class OffloadedLayer:
 
         return hash_queries
 
+    def decode_step_fn(self, projections: torch.Tensor, pool: list | None = None):
+        """The whole CPU part of one decode step of this layer on a CPU model, as one call of the module
+        (kernels 0, 2, 3 and 5): a function ``step(q, k_static, v_static, scale, timings)`` -> (out, lse,
+        sampled) that hashes q (B, H, d) contiguous float32 with ``projections`` (padded once here),
+        retrieves and attends the sampled offloaded keys, attends the static keys k_static / v_static
+        (B, H_kv, s, d) exactly and merges the two. ``timings``: the parts' seconds are added to its
+        ``hash``, ``cpu_retrieve``, ``cpu_attend`` (retrieval + attention), ``cpu_wait`` and ``exact``."""
+        padded = shared_padded_projections(projections, pool)
+        kernel = load().decode_step
+        args = (self.kv, self.offsets, self.ids, self.K, padded)
+        plan = (self.table, TABLE_LIMIT, self.L, self.min_collisions)
+        run = (self.isa_code, self.threads, PREFETCH, SPLIT_TOKENS)
+
+        def step(q: torch.Tensor, k_static: torch.Tensor, v_static: torch.Tensor, scale: float,
+                 timings: dict | None = None):
+            out, lse, sampled, seconds = kernel(*args, q, scale, *plan, k_static, v_static, *run)
+            if timings is not None:
+                hash_s, retrieve_s, attend_s, exact_s = seconds.tolist()
+                for key, value in (("hash", hash_s), ("cpu_retrieve", retrieve_s),
+                                   ("cpu_attend", retrieve_s + attend_s), ("cpu_wait", retrieve_s + attend_s),
+                                   ("exact", exact_s)):
+                    timings[key] = timings.get(key, 0.0) + value
+            return out, lse, sampled
+
+        return step
+
     def attend(self, q: torch.Tensor, q_codes: torch.Tensor, min_collisions: int | None = None,
                scale: float | None = None, timings: dict | None = None
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

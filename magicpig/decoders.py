@@ -346,9 +346,13 @@ class OffloadDecoder:
             self._hash_on_cpu = not self.staged  # the CPU layer hashes the queries where it is
             if self._hash_on_cpu:
                 self._hash_queries = self.cpu_layer.query_hasher(self.projections, projection_pool)
-        # CPU model: kernel 5 attends the static part and merges the CPU part's result in the same call
+        # CPU model: kernel 5 attends the static part and merges the CPU part's result in the same call, and
+        # a compiled layer runs the whole step (hash, retrieve, attend, static part) as one call
         self._merge_on_cpu = (self._exact is not None and not self.staged and self.static_valid is None
                               and self.k_static.data.dtype in (torch.float32, torch.bfloat16))
+        self._fused = None
+        if self._merge_on_cpu and self._hash_on_cpu and hasattr(self.cpu_layer, "decode_step_fn"):
+            self._fused = self.cpu_layer.decode_step_fn(self.projections, projection_pool)
         self._host: dict[str, torch.Tensor] = {}
         self._candidates: torch.Tensor | None = None
         self._copied = None  # CUDA event: q and its codes have reached the host buffers
@@ -414,6 +418,10 @@ class OffloadDecoder:
             out, lse = self._static_part(q, scale)
             return AttentionResult(out, lse, torch.zeros(B, H), candidates, 0.0)
         T = self.timings
+        if self._fused is not None:
+            out, lse, sampled = self._fused(q.detach().float().contiguous(), self.k_static.view(),
+                                            self.v_static.view(), float(scale), T)
+            return AttentionResult(out, lse, sampled.to(torch.float32), candidates, 0.0)
         t = time.perf_counter()
         q_host, codes_host = self._query_to_host(q)
         t = _add(T, "hash", t)

@@ -176,14 +176,21 @@ def test_staged_host_path_equals_direct(concurrent):
     cls = offload_layer_class("compiled")
     direct = decoders.OffloadDecoder(method, k, v, layout, 0, cls)
     staged = decoders.OffloadDecoder(method, k, v, layout, 0, cls, concurrent=concurrent, stage_through_host=True)
+    # the direct route of a compiled layer is one module call per step (hash, retrieve, attend, static part);
+    # a third decoder runs the same route call by call, merging in torch
+    unfused = decoders.OffloadDecoder(method, k, v, layout, 0, cls)
+    unfused._fused, unfused._merge_on_cpu = None, False
     assert direct._hash_on_cpu and not staged._hash_on_cpu
+    assert direct._fused is not None and staged._fused is None
     for step in range(3):
-        a, b = direct.attend(q, None), staged.attend(q, None)
+        a, b, c = direct.attend(q, None), staged.attend(q, None), unfused.attend(q, None)
         torch.testing.assert_close(a.output, b.output, atol=1e-6, rtol=1e-6)
-        assert torch.equal(a.used, b.used)
+        torch.testing.assert_close(a.output, c.output, atol=1e-6, rtol=1e-6)
+        assert torch.equal(a.used, b.used) and torch.equal(a.used, c.used)
         kn, vn = torch.randn(2, 2, 1, 32), torch.randn(2, 2, 1, 32)
         direct.append(kn, vn)
         staged.append(kn, vn)
+        unfused.append(kn, vn)
     assert set(staged._host) == {"q", "codes", "out", "lse"}
     assert all(not t.is_pinned() for t in staged._host.values())
     assert decoders.host_buffer((2,), torch.float32, torch.device("cpu")).is_pinned() is False

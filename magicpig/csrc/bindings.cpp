@@ -2,6 +2,8 @@
 // bad argument, then calls the raw-pointer kernels. The only translation unit that includes torch.
 #include <torch/extension.h>
 
+#include <chrono>
+
 #include "magicpig_cpu.h"
 
 namespace {
@@ -161,11 +163,10 @@ std::vector<torch::Tensor> retrieve(torch::Tensor offsets, torch::Tensor ids, in
   return {bits, sampled, entries};
 }
 
-// -> (out (B, H, d) float32, lse (B, H) float32)
-std::vector<torch::Tensor> attend(torch::Tensor kv, torch::Tensor q,
-                                  torch::Tensor bits, double scale, torch::Tensor table, double table_limit,
-                                  int64_t K, int64_t L, int64_t min_collisions, int64_t isa, int64_t threads,
-                                  int64_t prefetch, int64_t split_tokens) {
+// kernel 3's arguments, checked: kv (B, H_kv, n_max, 2, d), q (B, H, d) float32, bits (B, H, W) int64
+AttendArgs attend_args(const torch::Tensor& kv, const torch::Tensor& q, const torch::Tensor& bits, double scale,
+                       const torch::Tensor& table, double table_limit, int64_t K, int64_t L, int64_t min_collisions,
+                       int64_t prefetch, int64_t split_tokens) {
   check_cpu_contig(kv, "kv");
   check_cpu_contig(q, "q");
   check_cpu_contig(bits, "bits");
@@ -202,8 +203,17 @@ std::vector<torch::Tensor> attend(torch::Tensor kv, torch::Tensor q,
   a.min_collisions = static_cast<int>(min_collisions);
   a.prefetch = static_cast<int>(std::max<int64_t>(prefetch, 0));
   a.split_tokens = std::max<int64_t>(split_tokens, 0);
-  auto out = torch::empty({B, H, d}, torch::kFloat32);
-  auto lse = torch::empty({B, H}, torch::kFloat32);
+  return a;
+}
+
+// -> (out (B, H, d) float32, lse (B, H) float32)
+std::vector<torch::Tensor> attend(torch::Tensor kv, torch::Tensor q,
+                                  torch::Tensor bits, double scale, torch::Tensor table, double table_limit,
+                                  int64_t K, int64_t L, int64_t min_collisions, int64_t isa, int64_t threads,
+                                  int64_t prefetch, int64_t split_tokens) {
+  const AttendArgs a = attend_args(kv, q, bits, scale, table, table_limit, K, L, min_collisions, prefetch, split_tokens);
+  auto out = torch::empty({a.B, a.H, a.d}, torch::kFloat32);
+  auto lse = torch::empty({a.B, a.H}, torch::kFloat32);
   magicpig::attend(a, static_cast<int>(isa), out.data_ptr<float>(), lse.data_ptr<float>(), static_cast<int>(threads));
   return {out, lse};
 }
@@ -219,12 +229,9 @@ torch::Tensor exact_correction(torch::Tensor cos, int64_t K, int64_t L, int64_t 
   return out;
 }
 
-// q (B, H, d) float32, k / v (B, H_kv, n, d) float32 or bfloat16 (any strides, last dim contiguous)
-// -> (out (B, H, d) float32, lse (B, H) float32)
-// and optionally (prior_out (B, H, d), prior_lse (B, H)) float32 of a disjoint key set, merged into the result
-std::vector<torch::Tensor> exact_attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale, int64_t isa,
-                                        int64_t threads, c10::optional<torch::Tensor> prior_out,
-                                        c10::optional<torch::Tensor> prior_lse) {
+// kernel 5's arguments, checked: q (B, H, d) float32, k / v (B, H_kv, n, d) float32 or bfloat16 (any
+// strides, last dim contiguous)
+magicpig::ExactArgs exact_args(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale) {
   check_cpu_contig(q, "q");
   check_dtype(q, torch::kFloat32, "q");
   TORCH_CHECK(k.device().is_cpu() && v.device().is_cpu(), "k and v must be CPU tensors");
@@ -238,26 +245,99 @@ std::vector<torch::Tensor> exact_attend(torch::Tensor q, torch::Tensor k, torch:
   const int64_t H = q.size(1);
   TORCH_CHECK(Hkv > 0 && H % Hkv == 0 && H / Hkv <= 64, "H / H_kv must be an integer <= 64, got H = ", H,
               ", H_kv = ", Hkv);
-  magicpig::ExactArgs a{B, H, Hkv, n, d, k.scalar_type() == torch::kBFloat16, k.data_ptr(), v.data_ptr(),
-                        {k.stride(0), k.stride(1), k.stride(2)}, {v.stride(0), v.stride(1), v.stride(2)},
-                        q.data_ptr<float>(), static_cast<float>(scale)};
+  return magicpig::ExactArgs{B, H, Hkv, n, d, k.scalar_type() == torch::kBFloat16, k.data_ptr(), v.data_ptr(),
+                             {k.stride(0), k.stride(1), k.stride(2)}, {v.stride(0), v.stride(1), v.stride(2)},
+                             q.data_ptr<float>(), static_cast<float>(scale)};
+}
+
+// -> (out (B, H, d) float32, lse (B, H) float32); optionally merged with (prior_out (B, H, d), prior_lse
+// (B, H)) float32 of a disjoint key set
+std::vector<torch::Tensor> exact_attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale, int64_t isa,
+                                        int64_t threads, c10::optional<torch::Tensor> prior_out,
+                                        c10::optional<torch::Tensor> prior_lse) {
+  magicpig::ExactArgs a = exact_args(q, k, v, scale);
   TORCH_CHECK(prior_out.has_value() == prior_lse.has_value(), "give both prior_out and prior_lse, or neither");
   if (prior_out.has_value()) {
     check_cpu_contig(*prior_out, "prior_out");
     check_cpu_contig(*prior_lse, "prior_lse");
     check_dtype(*prior_out, torch::kFloat32, "prior_out");
     check_dtype(*prior_lse, torch::kFloat32, "prior_lse");
-    TORCH_CHECK(prior_out->sizes() == q.sizes() && prior_lse->dim() == 2 && prior_lse->size(0) == B &&
-                    prior_lse->size(1) == H,
+    TORCH_CHECK(prior_out->sizes() == q.sizes() && prior_lse->dim() == 2 && prior_lse->size(0) == a.B &&
+                    prior_lse->size(1) == a.H,
                 "prior_out must be (B, H, d) and prior_lse (B, H), as q");
     a.prior_out = prior_out->data_ptr<float>();
     a.prior_lse = prior_lse->data_ptr<float>();
   }
-  auto out = torch::empty({B, H, d}, torch::kFloat32);
-  auto lse = torch::empty({B, H}, torch::kFloat32);
+  auto out = torch::empty({a.B, a.H, a.d}, torch::kFloat32);
+  auto lse = torch::empty({a.B, a.H}, torch::kFloat32);
   magicpig::exact_attend(a, static_cast<int>(isa), out.data_ptr<float>(), lse.data_ptr<float>(),
                          static_cast<int>(threads));
   return {out, lse};
+}
+
+// One decode step of an offloaded layer on a CPU model, kernels 0, 2, 3 and 5 in one call: hash q (B, H, d)
+// float32 with the padded projections proj (S, d, P), retrieve from the tables, attend the sampled offloaded
+// keys, then attend the static keys k_static / v_static (B, H_kv, s, d; s may be 0) exactly and merge.
+// -> (out (B, H, d), lse (B, H) float32, sampled (B, H) int32, seconds (4,) float64 of the four parts:
+// hash, retrieve, attend, exact)
+std::vector<torch::Tensor> decode_step(torch::Tensor kv, torch::Tensor offsets, torch::Tensor ids, int64_t K,
+                                       torch::Tensor proj, torch::Tensor q, double scale, torch::Tensor table,
+                                       double table_limit, int64_t L, int64_t min_collisions, torch::Tensor k_static,
+                                       torch::Tensor v_static, int64_t isa, int64_t threads, int64_t prefetch,
+                                       int64_t split_tokens) {
+  const Tables t = tables_view(offsets, ids, K);
+  check_cpu_contig(proj, "proj");
+  check_dtype(proj, torch::kFloat32, "proj");
+  TORCH_CHECK(t.L == L && min_collisions >= 1 && min_collisions <= std::min<int64_t>(L, 255),
+              "L must match the tables and min_collisions lie in [1, min(L, 255)]");
+  auto timer = std::chrono::steady_clock::now();
+  auto lap = [&timer]() {
+    const auto now = std::chrono::steady_clock::now();
+    const double s = std::chrono::duration<double>(now - timer).count();
+    timer = now;
+    return s;
+  };
+  const int64_t H = q.size(1), G = H / t.Hkv, W = (t.n_max + 63) / 64;
+  auto bits = torch::empty({t.B, H, W}, torch::kInt64);
+  const AttendArgs a = attend_args(kv, q, bits, scale, table, table_limit, K, L, min_collisions, prefetch, split_tokens);
+  TORCH_CHECK(a.B == t.B && a.Hkv == t.Hkv && a.n_max == t.n_max, "kv does not agree with the tables");
+  TORCH_CHECK(proj.dim() == 3 && (proj.size(0) == t.Hkv || proj.size(0) == 1) && proj.size(1) == a.d &&
+                  proj.size(2) >= K * L && proj.size(2) % 32 == 0,
+              "proj must be (H_kv or 1, d, P) with P >= K*L a multiple of 32 (padded)");
+  magicpig::ExactArgs e = exact_args(q, k_static, v_static, scale);
+  TORCH_CHECK(e.Hkv == t.Hkv, "k_static must have the tables' H_kv");
+  const int ti = static_cast<int>(isa), tt = static_cast<int>(threads);
+  auto seconds = torch::empty({4}, torch::kFloat64);
+  double* sec = seconds.data_ptr<double>();
+  // kernel 0 on the queries: (B, H_kv, G, d) rows, no centre
+  auto codes = torch::empty({t.B, H, L}, torch::kInt32);
+  std::vector<float> zero(static_cast<size_t>(t.B * t.Hkv * a.d), 0.f);
+  std::vector<int64_t> lo(static_cast<size_t>(t.B), 0), count(static_cast<size_t>(t.B), G);
+  magicpig::hash_keys(q.data_ptr<float>(), t.B, t.Hkv, G, a.d, zero.data(), proj.data_ptr<float>(), proj.size(0),
+                      proj.size(2), static_cast<int>(K), L, lo.data(), count.data(), G, codes.data_ptr<int32_t>(),
+                      false, ti, tt);
+  sec[0] = lap();
+  auto sampled = torch::empty({t.B, H}, torch::kInt32);
+  auto entries = torch::empty({t.B, H}, torch::kInt64);
+  magicpig::retrieve(t, codes.data_ptr<int32_t>(), H, static_cast<int>(min_collisions),
+                     reinterpret_cast<uint64_t*>(bits.data_ptr<int64_t>()), sampled.data_ptr<int32_t>(),
+                     entries.data_ptr<int64_t>(), tt);
+  sec[1] = lap();
+  auto part_out = torch::empty({t.B, H, a.d}, torch::kFloat32);
+  auto part_lse = torch::empty({t.B, H}, torch::kFloat32);
+  magicpig::attend(a, ti, part_out.data_ptr<float>(), part_lse.data_ptr<float>(), tt);
+  sec[2] = lap();
+  if (e.n == 0) {
+    sec[3] = 0.0;
+    return {part_out, part_lse, sampled, seconds};
+  }
+  e.prior_out = part_out.data_ptr<float>();
+  e.prior_lse = part_lse.data_ptr<float>();
+  auto out = torch::empty({t.B, H, a.d}, torch::kFloat32);
+  auto lse = torch::empty({t.B, H}, torch::kFloat32);
+  magicpig::exact_attend(e, ti, out.data_ptr<float>(), lse.data_ptr<float>(), tt);
+  sec[3] = lap();
+  return {out, lse, sampled, seconds};
 }
 
 // x (M, I) float32, weight (O, I) float32 or bfloat16, bias (O,) float32 or None -> y (M, O) float32
@@ -319,6 +399,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("build_tables", &build_tables, "kernel 1: (codes, counts, K, threads) -> (offsets, ids)");
   m.def("retrieve", &retrieve, "kernel 2: -> (bits, sampled, entries)");
   m.def("attend", &attend, "kernel 3: -> (out, lse)");
+  m.def("decode_step", &decode_step, "kernels 0, 2, 3, 5: one decode step of an offloaded layer -> "
+        "(out, lse, sampled, seconds)");
   m.def("exact_attend", &exact_attend, "kernel 5: (q, k, v, scale, isa, threads, prior_out, prior_lse) -> (out, lse), exact decode");
   m.def("linear", &linear, "kernel 4: (x, weight, bias, isa, threads) -> x weight^T + bias (decode rows)");
   m.def("exact_correction", &exact_correction, "-ln(u(cos) + 1e-4), double-precision binomial tail");

@@ -52,7 +52,9 @@ def test_step_work_by_hand():
     assert step_work(llama, "dense", 1024, 1).weight_bytes == pytest.approx((8.03e9 - 128256 * 4096) * 2)
     p = step_work(SMOL, "magicpig", 32768, 1, SparseSetting(10, 150, 0.02, 2, 132))
     assert p.exact_kv_bytes == (2 * 32768 + 28 * 132) * 1536
-    assert p.sparse_bytes == pytest.approx(28 * 9 * (0.02 * 32768 * 2 * 64 * 4 + 150 * 32 * 2))
+    # per query head: sampled rows + bucket ids; per kv-head: the (d, K*L) float32 projections of the hashing
+    assert p.sparse_bytes == pytest.approx(28 * 9 * (0.02 * 32768 * 2 * 64 * 4 + 150 * 32 * 2)
+                                           + 28 * 3 * 64 * 1500 * 4)
     with pytest.raises(ValueError, match="family must be one of"):
         step_work(SMOL, "quest", 1024, 1)
 

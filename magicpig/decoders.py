@@ -18,7 +18,10 @@ given a ``DecoderContext``):
   ``magicpig.cpu_torch.TorchOffloadedLayer``); the two partial results merge by log-sum-exp. On a GPU
   the query and its codes go to pinned host buffers with non-blocking copies, the static part is queued
   on the GPU before the CPU part runs (so the two overlap; a CUDA event, not a device synchronize, tells
-  the CPU part when its inputs have arrived), and the CPU results come back the same way.
+  the CPU part when its inputs have arrived), and the CPU results come back the same way. On a CPU model
+  with the compiled layer, a step of the layer is one call of the CPU module (``decode_step``: query
+  hashing, retrieval, sampled attention, the static part by kernel 5 and the merge); the exact dense
+  layers use kernel 5 as well (``decode_exact``'s ``kernel``).
 
 Timings: every decoder adds seconds to a shared ``timings`` dict (keys ``TIMING_KEYS``, see
 ``MagicPIGCache``), read by ``Engine.decode`` into ``GenerationResult.timings``.

@@ -59,6 +59,18 @@ def test_step_work_by_hand():
         step_work(SMOL, "quest", 1024, 1)
 
 
+def test_stock_cache_faults_fresh_pages_above_the_mmap_threshold():
+    """DynamicCache's per-step concatenation allocates each layer's keys and values anew; above glibc's 32 MiB
+    mmap threshold those pages come fresh from the OS every step (a CPU run only)."""
+    per_layer_keys = 32768 * 3 * 64 * 4  # 25 MB at batch 1: below the threshold
+    assert per_layer_keys < 32 * 2**20 < 2 * per_layer_keys
+    assert step_work(SMOL, "dense@stock", 32768, 1, host_alloc=True).fresh_bytes == 0
+    two = step_work(SMOL, "dense@stock", 32768, 2, host_alloc=True)
+    assert two.fresh_bytes == two.exact_kv_bytes > 0
+    assert step_work(SMOL, "dense@stock", 32768, 2).fresh_bytes == 0  # a GPU run: the caching allocator
+    assert step_work(SMOL, "dense", 32768, 8, host_alloc=True).fresh_bytes == 0  # our decoders grow in place
+
+
 def test_method_family():
     assert method_family("dense", "stock") == method_family("dense@stock") == "dense@stock"
     assert method_family("dense", "reference") == "dense"

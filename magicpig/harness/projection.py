@@ -151,6 +151,7 @@ class StepWork:
     flops: float
     exact_kv_bytes: float
     sparse_bytes: float = 0.0
+    fresh_bytes: float = 0.0  # memory the step allocates anew from the OS (host_alloc; see step_work)
 
 
 @dataclass(frozen=True)
@@ -172,17 +173,29 @@ def sparse_setting(spec: str, layers: int, sampled_fraction: float | None = None
     return SparseSetting(m.K, m.L, frac, len(m.dense_layer_set(layers)), m.sinks + m.local + generated)
 
 
+MMAP_THRESHOLD_MAX = 32 * 2**20  # glibc's largest dynamic mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
+
+
 def step_work(model: ModelShape, family: str, context: int, batch: int, sparse: SparseSetting | None = None,
-              kv_elem: int | None = None) -> StepWork:
+              kv_elem: int | None = None, host_alloc: bool = False) -> StepWork:
     """The bytes and FLOPs of one decode step (module docstring); ``kv_elem``: bytes per key/value element
-    (default: the weights' element size)."""
+    (default: the weights' element size).
+
+    host_alloc (a CPU run): stock transformers' DynamicCache concatenates every layer's keys and values with
+    the new token at each step, into new tensors. glibc serves an allocation above its mmap threshold (at
+    most 32 MiB) with fresh pages from the OS and returns them when freed, so once one layer's key tensor
+    exceeds 32 MiB every step faults in all of the cache's pages again: ``fresh_bytes``, a cost the
+    kernels' bandwidth does not describe (it makes stock CPU decoding superlinear in batch x context)."""
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
     kv_tok = model.kv_bytes_per_token_layer(kv_elem)
     weights = model.params_read * model.bytes_per_param
     flops = batch * 2 * model.params_read
     if family != "magicpig":
-        return StepWork(family, batch, model.layers, weights, flops, batch * model.layers * context * kv_tok)
+        kv = batch * model.layers * context * kv_tok
+        tensor = batch * context * kv_tok / 2  # one layer's keys (or values)
+        fresh = kv if host_alloc and family == "dense@stock" and tensor > MMAP_THRESHOLD_MAX else 0.0
+        return StepWork(family, batch, model.layers, weights, flops, kv, fresh_bytes=fresh)
     s = sparse or SparseSetting()
     sparse_layers = model.layers - s.dense_layers
     exact = s.dense_layers * context * kv_tok + sparse_layers * min(s.static_tokens, context) * kv_tok
@@ -196,19 +209,23 @@ def step_work(model: ModelShape, family: str, context: int, batch: int, sparse: 
 
 
 # ---- the fitted model of this machine --------------------------------------------------------------
-# coefficient names: seconds per FLOP, per exact-KV byte (by attention code), per sparse byte, per layer
-def _kv_code(family: str) -> str:
-    return "dense@stock" if family == "dense@stock" else "dense"  # MagicPIG's exact part is our dense code
-
-
+# coefficient names: seconds per FLOP, per exact-KV byte (by attention code: stock SDPA, our torch reference),
+# per sparse byte, per freshly allocated byte, per layer. MagicPIG's exact part (its dense layers and static
+# keys) is read by a fused exact kernel (the CPU module's kernel 5, flash attention on a GPU) and charged,
+# like the weights, at the streaming bandwidth: its bytes grow with the context as the sparse part's do, so
+# a fit could not tell the two rates apart.
 def features(w: StepWork) -> dict[str, float]:
-    f = {"flops": w.flops, f"kv:{_kv_code(w.family)}": w.exact_kv_bytes, f"layer:{w.family}": float(w.layers)}
+    f = {"flops": w.flops, f"layer:{w.family}": float(w.layers)}
+    if w.family != "magicpig":
+        f[f"kv:{w.family}"] = w.exact_kv_bytes
     if w.family == "magicpig":
         f["sparse"] = w.sparse_bytes
+    if w.fresh_bytes:
+        f["fresh"] = w.fresh_bytes
     return f
 
 
-COEFFICIENTS = ("flops", "kv:dense@stock", "kv:dense", "sparse", "layer:dense@stock", "layer:dense",
+COEFFICIENTS = ("flops", "kv:dense@stock", "kv:dense", "sparse", "fresh", "layer:dense@stock", "layer:dense",
                 "layer:magicpig")
 
 
@@ -226,9 +243,11 @@ class Fit:
         return sum(self.breakdown_s(w).values())
 
     def breakdown_s(self, w: StepWork) -> dict[str, float]:
-        """Predicted seconds of one step by part: weights, flops, exact_kv, sparse, overhead."""
-        parts = {"weights": w.weight_bytes / (self.stream_gbps * GB), "flops": 0.0, "exact_kv": 0.0,
-                 "sparse": 0.0, "overhead": 0.0}
+        """Predicted seconds of one step by part: weights, flops, exact_kv, sparse, fresh, overhead."""
+        streamed = w.weight_bytes + (w.exact_kv_bytes if w.family == "magicpig" else 0.0)
+        parts = {"weights": w.weight_bytes / (self.stream_gbps * GB), "flops": 0.0,
+                 "exact_kv": (streamed - w.weight_bytes) / (self.stream_gbps * GB), "sparse": 0.0, "fresh": 0.0,
+                 "overhead": 0.0}
         for k, v in features(w).items():
             part = {"kv": "exact_kv", "layer": "overhead"}.get(k.split(":")[0], k)
             parts[part] += self.coef.get(k, 0.0) * v
@@ -246,6 +265,7 @@ class Fit:
         for fam in ("dense@stock", "dense"):
             out[f"exact_kv_gbps[{fam}]"] = inv(f"kv:{fam}", 1e-9)
         out["sparse_gbps[magicpig]"] = inv("sparse", 1e-9)
+        out["fresh_page_gbps[dense@stock]"] = inv("fresh", 1e-9)
         out["sparse_efficiency (of stream)"] = out["sparse_gbps[magicpig]"] / self.stream_gbps
         for fam in FAMILIES:
             k = f"layer:{fam}"
@@ -291,7 +311,8 @@ def fit(works: list[StepWork], measured_s: list[float], stream_gbps: float) -> F
     names = [k for k in COEFFICIENTS if any(f.get(k, 0) > 0 for f in feats)]
     y = np.asarray(measured_s, float)
     A = np.array([[f.get(k, 0.0) for k in names] for f in feats]) / y[:, None]
-    b = (y - np.array([w.weight_bytes for w in works]) / (stream_gbps * GB)) / y
+    streamed = [w.weight_bytes + (w.exact_kv_bytes if w.family == "magicpig" else 0.0) for w in works]
+    b = (y - np.array(streamed) / (stream_gbps * GB)) / y
     scale = np.linalg.norm(A, axis=0)
     x = nnls(A / scale, b) / scale
     return Fit(stream_gbps, {k: float(v) for k, v in zip(names, x)}, len(works), tuple(names))

@@ -169,7 +169,7 @@ def decode_items(paths, sampled_default: float = 0.02) -> list[dict]:
             sparse = sparse_setting(str(r["method"]), shape.layers, _num(r, "sampled_fraction",
                                                                         default=sampled_default), generated)
         item.update(shape=shape.with_dtype(elem), family=family, context=context, batch=batch, sparse=sparse)
-        item["work"] = step_work(item["shape"], family, context, batch, sparse)
+        item["work"] = step_work(item["shape"], family, context, batch, sparse, host_alloc=not gpu)
         loaded = under_load(r)
         if _flag(r.get("fits")) is False or math.isnan(item["measured_s"]):
             item["role"] = "not measured (does not fit)"

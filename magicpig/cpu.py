@@ -23,6 +23,11 @@ The decoder's set-up (``magicpig.decoders.OffloadDecoder``) uses ``OffloadedLaye
 (``hash_keys``) hashes the centred prefill keys without materialising their projections, writes the codes
 table-major, and the tables are built from that layout, one table per work item. ``self_check`` runs that
 decoder against the torch reference (``magicpig build``).
+
+Kernels (``csrc/magicpig_cpu.h``): 0 hash_keys, 1 build_tables, 2 retrieve, 3 attend (sampled keys), 4 linear
+(a decode step's linear layers, ``magicpig.decode_linear``), 5 exact_attend (exact decode attention:
+``exact_kernel``); on a CPU model a decode step of an offloaded layer is one call, ``decode_step``
+(0, 2, 3, then 5 for the static keys and the merge; ``OffloadedLayer.decode_step_fn``).
 """
 from __future__ import annotations
 

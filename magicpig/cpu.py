@@ -54,9 +54,8 @@ DEFAULT_BUILD_TIMEOUT = 1800.0  # seconds to wait for another process's build of
 CFLAGS = ["-O3", "-fopenmp", "-fno-math-errno"]
 LDFLAGS = ["-fopenmp"]
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = ["bindings.cpp", "build_tables.cpp", "retrieve.cpp", "attend.cpp", "attend_scalar.cpp",
-           "attend_avx2.cpp", "attend_avx512.cpp", "exact.cpp", "linear.cpp", "linear_scalar.cpp",
-           "linear_avx2.cpp", "linear_avx512.cpp"]
+SOURCES = ["bindings.cpp", "build_tables.cpp", "retrieve.cpp", "attend.cpp", "exact.cpp", "linear.cpp",
+           "isa_scalar.cpp", "isa_avx2.cpp", "isa_avx512.cpp"]
 HEADERS = ["magicpig_cpu.h", "attend_impl.h", "linear_impl.h"]
 TABLE_INTERVALS = 8192  # correction -ln(u + 1e-4) is interpolated on this many intervals of the cosine...
 TABLE_LIMIT = 1.0 - 1.0 / 32  # ...for |cos| <= TABLE_LIMIT (interpolation error < 1e-5); exact beyond
@@ -644,8 +643,9 @@ def exact_kernel(threads: int | None = None):
     (B, H, d) contiguous float32, k / v (B, H_kv, n, d) float32 or bfloat16 CPU tensors with a contiguous
     last dim (a narrowed growing buffer is fine); prior: None or (out, lse) float32 of a disjoint key set,
     merged into the result (as ``magicpig.merge.merge_attention`` would). GQA groups read each key / value
-    row once; token ranges are split over the threads. Used by ``magicpig.decoders.decode_exact`` for the system path's exact
-    parts on a CPU model (torch's fused CPU kernel reads at well under the streaming bandwidth there)."""
+    row once; token ranges are split over the threads. Used by ``magicpig.decoders.decode_exact`` for the
+    system path's exact parts on a CPU model (torch's fused CPU kernel reads at well under the streaming
+    bandwidth there)."""
     kernel, code, nt = load().exact_attend, ISA_CODES[isa()], _plan_threads(threads, False)
 
     def exact(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, prior=None):

@@ -1,8 +1,8 @@
 // Kernel 3 body: importance-weighted sparse attention for one kv-head group over a list of retrieved
-// tokens (attend_group, at the end). Included by attend_scalar.cpp / attend_avx2.cpp /
-// attend_avx512.cpp inside their own namespace after a `#pragma GCC target`, with exactly one of
-// MP_AVX512 / MP_AVX2 defined (or none for the scalar variant). Uses no library templates, only the
-// vector primitives below.
+// tokens (attend_group), and kernel 5's body (exact_range, at the end). Included by isa_scalar.cpp /
+// isa_avx2.cpp / isa_avx512.cpp inside their own namespace after a `#pragma GCC target`, with exactly
+// one of MP_AVX512 / MP_AVX2 defined (or none for the scalar variant). Uses no library templates, only
+// the vector primitives below (linear_impl.h, included after it, uses them too).
 //
 // Each token's key row is read once and dotted with every query head of the group that sampled it
 // (logit scale*q.k - ln(u + 1e-4), u from the clamped cosine); its value row is read once and

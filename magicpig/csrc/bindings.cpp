@@ -211,7 +211,8 @@ std::vector<torch::Tensor> attend(torch::Tensor kv, torch::Tensor q,
                                   torch::Tensor bits, double scale, torch::Tensor table, double table_limit,
                                   int64_t K, int64_t L, int64_t min_collisions, int64_t isa, int64_t threads,
                                   int64_t prefetch, int64_t split_tokens) {
-  const AttendArgs a = attend_args(kv, q, bits, scale, table, table_limit, K, L, min_collisions, prefetch, split_tokens);
+  const AttendArgs a =
+      attend_args(kv, q, bits, scale, table, table_limit, K, L, min_collisions, prefetch, split_tokens);
   auto out = torch::empty({a.B, a.H, a.d}, torch::kFloat32);
   auto lse = torch::empty({a.B, a.H}, torch::kFloat32);
   magicpig::attend(a, static_cast<int>(isa), out.data_ptr<float>(), lse.data_ptr<float>(), static_cast<int>(threads));
@@ -299,7 +300,8 @@ std::vector<torch::Tensor> decode_step(torch::Tensor kv, torch::Tensor offsets, 
   };
   const int64_t H = q.size(1), G = H / t.Hkv, W = (t.n_max + 63) / 64;
   auto bits = torch::empty({t.B, H, W}, torch::kInt64);
-  const AttendArgs a = attend_args(kv, q, bits, scale, table, table_limit, K, L, min_collisions, prefetch, split_tokens);
+  const AttendArgs a =
+      attend_args(kv, q, bits, scale, table, table_limit, K, L, min_collisions, prefetch, split_tokens);
   TORCH_CHECK(a.B == t.B && a.Hkv == t.Hkv && a.n_max == t.n_max, "kv does not agree with the tables");
   TORCH_CHECK(proj.dim() == 3 && (proj.size(0) == t.Hkv || proj.size(0) == 1) && proj.size(1) == a.d &&
                   proj.size(2) >= K * L && proj.size(2) % 32 == 0,
@@ -401,7 +403,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attend", &attend, "kernel 3: -> (out, lse)");
   m.def("decode_step", &decode_step, "kernels 0, 2, 3, 5: one decode step of an offloaded layer -> "
         "(out, lse, sampled, seconds)");
-  m.def("exact_attend", &exact_attend, "kernel 5: (q, k, v, scale, isa, threads, prior_out, prior_lse) -> (out, lse), exact decode");
+  m.def("exact_attend", &exact_attend,
+        "kernel 5: (q, k, v, scale, isa, threads, prior_out, prior_lse) -> (out, lse), exact decode");
   m.def("linear", &linear, "kernel 4: (x, weight, bias, isa, threads) -> x weight^T + bias (decode rows)");
   m.def("exact_correction", &exact_correction, "-ln(u(cos) + 1e-4), double-precision binomial tail");
   m.def("empty_huge", &empty_huge, "uninitialised tensor on 2 MiB-aligned, huge-page-advised memory");

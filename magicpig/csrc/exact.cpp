@@ -35,8 +35,8 @@ void exact_attend(const ExactArgs& a, int isa, float* out, float* lse, int threa
       fn(a, grp / a.Hkv, grp % a.Hkv, s * a.n / splits, (s + 1) * a.n / splits, parts.data() + it * part_size);
     }
 #pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < a.B * a.H; ++bh) merge_parts(parts.data(), splits, G, d, a.q, a.H, a.Hkv, bh, out, lse, a.prior_out,
-                                                 a.prior_lse);
+    for (int64_t bh = 0; bh < a.B * a.H; ++bh)
+      merge_parts(parts.data(), splits, G, d, a.q, a.H, a.Hkv, bh, out, lse, a.prior_out, a.prior_lse);
   }
 }
 

@@ -349,12 +349,12 @@ class OffloadDecoder:
             self._hash_on_cpu = not self.staged  # the CPU layer hashes the queries where it is
             if self._hash_on_cpu:
                 self._hash_queries = self.cpu_layer.query_hasher(self.projections, projection_pool)
-        # CPU model: kernel 5 attends the static part and merges the CPU part's result in the same call, and
-        # a compiled layer runs the whole step (hash, retrieve, attend, static part) as one call
-        self._merge_on_cpu = (self._exact is not None and not self.staged and self.static_valid is None
-                              and self.k_static.data.dtype in (torch.float32, torch.bfloat16))
+        # CPU model, compiled layer: the whole step (hash, retrieve, attend, the static part by kernel 5 and
+        # the merge) is one call of the module
         self._fused = None
-        if self._merge_on_cpu and self._hash_on_cpu and hasattr(self.cpu_layer, "decode_step_fn"):
+        if (self._exact is not None and self._hash_on_cpu and self.static_valid is None
+                and self.k_static.data.dtype in (torch.float32, torch.bfloat16)
+                and hasattr(self.cpu_layer, "decode_step_fn")):
             self._fused = self.cpu_layer.decode_step_fn(self.projections, projection_pool)
         self._host: dict[str, torch.Tensor] = {}
         self._candidates: torch.Tensor | None = None
@@ -428,8 +428,7 @@ class OffloadDecoder:
         t = time.perf_counter()
         q_host, codes_host = self._query_to_host(q)
         t = _add(T, "hash", t)
-        # queued on a GPU, then overlaps with the CPU part; on a CPU model it runs after it (same thread)
-        static = self._static_part(q, scale) if self.concurrent and not self._merge_on_cpu else None
+        static = self._static_part(q, scale) if self.concurrent else None  # queued on a GPU, then overlaps
         t = time.perf_counter()
         if self._copied is not None:
             self._copied.synchronize()  # waits for the two small copies only, not for the static part
@@ -441,12 +440,6 @@ class OffloadDecoder:
                                                             scale, timings=T)
         _add(T, "cpu_attend", t)
         _add(T, "cpu_wait", t)  # the CPU part runs on this thread: it holds the step for all of its time
-        if static is None and self._merge_on_cpu:  # the static part, merged with the CPU part, in one call
-            t = time.perf_counter()
-            out, lse = self._exact(q.float().contiguous(), self.k_static.view(), self.v_static.view(), scale,
-                                   (o_cpu, lse_cpu))
-            _add(T, "exact", t)
-            return AttentionResult(out, lse, sampled.to(torch.float32), candidates, 0.0)
         if static is None:
             static = self._static_part(q, scale)
         t = time.perf_counter()

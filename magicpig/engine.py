@@ -170,7 +170,7 @@ class Engine:
     offload_impl / concurrent / offload_dtype (``float32``, ``bfloat16`` or None = by the model's dtype):
     the offload backend's settings (``magicpig.decoders.OffloadDecoder``); linear_impl: who computes the
     linear layers of a decode step on the CPU (``magicpig.decode_linear``: ``auto`` = the CPU module's
-    kernel 4 for a CPU model, ``torch``); ``linear`` is the one that ran last.
+    kernel 4 for a CPU model, ``torch``; each result's ``linear`` says which ran).
     """
 
     def __init__(self, model, tokenizer=None, backend: str = DEFAULT_BACKEND, *, prefill_chunk: int = 4096,
@@ -178,7 +178,6 @@ class Engine:
                  offload_dtype: Any = None, linear_impl: str = "auto"):
         check_backend(backend)
         self.linear_impl = check_linear_impl(linear_impl)
-        self.linear = ""
         if offload_impl not in OFFLOAD_IMPLS:
             raise ValueError(f"offload_impl must be one of {', '.join(OFFLOAD_IMPLS)}, got {offload_impl!r}")
         self.offload_dtype = offload_dtype_of(offload_dtype)
@@ -336,7 +335,7 @@ class Engine:
         reason = ["length"] * B
         costs = CostMeter(B)
         step = 0
-        with decode_linears(self.model, self.linear_impl) as self.linear:
+        with decode_linears(self.model, self.linear_impl) as linear:
             try:
                 while True:
                     tokens, active = [], []
@@ -396,7 +395,7 @@ class Engine:
                 stop_reason=reason[b], continuation_tokens=len(forced[b]), decode_steps=int(s),
                 setup_seconds=setup_seconds, step_seconds=list(step_seconds), timings=dict(timings),
                 logits=kept_logits[b] if config.return_logits else None,
-                layer_decoders=list(layer_decoders), linear=self.linear))
+                layer_decoders=list(layer_decoders), linear=linear))
         return results
 
     def generate(self, prompt_ids, method: AttentionMethod | str, config: GenerationConfig | None = None,

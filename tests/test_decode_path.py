@@ -179,7 +179,7 @@ def test_staged_host_path_equals_direct(concurrent):
     # the direct route of a compiled layer is one module call per step (hash, retrieve, attend, static part);
     # a third decoder runs the same route call by call, merging in torch
     unfused = decoders.OffloadDecoder(method, k, v, layout, 0, cls)
-    unfused._fused, unfused._merge_on_cpu = None, False
+    unfused._fused = None
     assert direct._hash_on_cpu and not staged._hash_on_cpu
     assert direct._fused is not None and staged._fused is None
     for step in range(3):

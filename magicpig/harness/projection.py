@@ -153,6 +153,12 @@ class StepWork:
     sparse_bytes: float = 0.0
     fresh_bytes: float = 0.0  # memory the step allocates anew from the OS (host_alloc; see step_work)
 
+    @property
+    def streamed_bytes(self) -> float:
+        """Bytes charged at the streaming bandwidth, not fitted: the weights, and MagicPIG's exact part
+        (read by a fused exact kernel; see ``features``)."""
+        return self.weight_bytes + (self.exact_kv_bytes if self.family == "magicpig" else 0.0)
+
 
 @dataclass(frozen=True)
 class SparseSetting:
@@ -244,10 +250,9 @@ class Fit:
 
     def breakdown_s(self, w: StepWork) -> dict[str, float]:
         """Predicted seconds of one step by part: weights, flops, exact_kv, sparse, fresh, overhead."""
-        streamed = w.weight_bytes + (w.exact_kv_bytes if w.family == "magicpig" else 0.0)
         parts = {"weights": w.weight_bytes / (self.stream_gbps * GB), "flops": 0.0,
-                 "exact_kv": (streamed - w.weight_bytes) / (self.stream_gbps * GB), "sparse": 0.0, "fresh": 0.0,
-                 "overhead": 0.0}
+                 "exact_kv": (w.streamed_bytes - w.weight_bytes) / (self.stream_gbps * GB), "sparse": 0.0,
+                 "fresh": 0.0, "overhead": 0.0}
         for k, v in features(w).items():
             part = {"kv": "exact_kv", "layer": "overhead"}.get(k.split(":")[0], k)
             parts[part] += self.coef.get(k, 0.0) * v
@@ -311,8 +316,7 @@ def fit(works: list[StepWork], measured_s: list[float], stream_gbps: float) -> F
     names = [k for k in COEFFICIENTS if any(f.get(k, 0) > 0 for f in feats)]
     y = np.asarray(measured_s, float)
     A = np.array([[f.get(k, 0.0) for k in names] for f in feats]) / y[:, None]
-    streamed = [w.weight_bytes + (w.exact_kv_bytes if w.family == "magicpig" else 0.0) for w in works]
-    b = (y - np.array(streamed) / (stream_gbps * GB)) / y
+    b = (y - np.array([w.streamed_bytes for w in works]) / (stream_gbps * GB)) / y
     scale = np.linalg.norm(A, axis=0)
     x = nnls(A / scale, b) / scale
     return Fit(stream_gbps, {k: float(v) for k, v in zip(names, x)}, len(works), tuple(names))

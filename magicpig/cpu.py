@@ -25,9 +25,12 @@ table-major, and the tables are built from that layout, one table per work item.
 decoder against the torch reference (``magicpig build``).
 
 Kernels (``csrc/magicpig_cpu.h``): 0 hash_keys, 1 build_tables, 2 retrieve, 3 attend (sampled keys), 4 linear
-(a decode step's linear layers, ``magicpig.decode_linear``), 5 exact_attend (exact decode attention:
-``exact_kernel``); on a CPU model a decode step of an offloaded layer is one call, ``decode_step``
-(0, 2, 3, then 5 for the static keys and the merge; ``OffloadedLayer.decode_step_fn``).
+(a decode step's linear layers, several matrices in one parallel region, optionally added to a residual:
+``magicpig.decode_linear``), 5 exact_attend (exact decode attention: ``exact_kernel``), 6 attention_in /
+mlp_residual (the two halves of a Llama-family layer around its attention: RMSNorm, rotary embedding,
+SiLU MLP, over kernel 4; ``magicpig.decode_forward``); on a CPU model a decode step of an offloaded layer is
+one call, ``decode_step`` (0, 2, 3, then 5 for the static keys and the merge;
+``OffloadedLayer.decode_step_fn``).
 """
 from __future__ import annotations
 
@@ -55,7 +58,7 @@ CFLAGS = ["-O3", "-fopenmp", "-fno-math-errno"]
 LDFLAGS = ["-fopenmp"]
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ["bindings.cpp", "build_tables.cpp", "retrieve.cpp", "attend.cpp", "exact.cpp", "linear.cpp",
-           "isa_scalar.cpp", "isa_avx2.cpp", "isa_avx512.cpp"]
+           "decode_layer.cpp", "isa_scalar.cpp", "isa_avx2.cpp", "isa_avx512.cpp"]
 HEADERS = ["magicpig_cpu.h", "attend_impl.h", "linear_impl.h"]
 TABLE_INTERVALS = 8192  # correction -ln(u + 1e-4) is interpolated on this many intervals of the cosine...
 TABLE_LIMIT = 1.0 - 1.0 / 32  # ...for |cos| <= TABLE_LIMIT (interpolation error < 1e-5); exact beyond

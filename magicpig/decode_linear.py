@@ -60,7 +60,7 @@ def _kernel_forward(module: nn.Linear, original, kernel, isa: int, threads: int)
         rows = x.reshape(-1, I)
         if rows.dtype != torch.float32 or not rows.is_contiguous():
             rows = rows.float().contiguous()
-        y = kernel(rows, weight.detach(), bias, isa, threads)
+        y = kernel(rows, [weight.detach()], [bias], isa, threads)
         return y.view(*x.shape[:-1], O).to(x.dtype)
 
     return forward

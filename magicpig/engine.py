@@ -41,6 +41,7 @@ from magicpig.active_layer import clear_active
 from magicpig.backends import DEFAULT_BACKEND, check_backend
 from magicpig.cache import CostMeter, MagicPIGCache
 from magicpig.cpu_torch import OFFLOAD_IMPLS, offload_layer_class
+from magicpig.decode_forward import DecodeForward, check_forward_impl, unsupported_reason
 from magicpig.decode_linear import check_linear_impl, decode_linears, resolve_linear_impl
 from magicpig.decoders import offload_dtype_of
 from magicpig.methods import AttentionMethod, KeyLayout, parse_method
@@ -91,7 +92,8 @@ class GenerationResult:
     backend). ``layer_decoders``: the decoder each layer of the model used, one name per layer
     (``magicpig.decoders.DECODER_KINDS``: ``reference`` = the method's own attend on the device,
     ``exact`` = fused exact attention, ``offload`` = the device + CPU split), batch-wide. ``linear``: who
-    computed the decode step's linear layers (``magicpig`` = the CPU module's kernel 4, or ``torch``)."""
+    computed the decode step's linear layers (``magicpig`` = the CPU module's kernel 4, or ``torch``);
+    ``forward``: who ran its layer loop (``magicpig`` = ``magicpig.decode_forward``, or ``transformers``)."""
 
     text: str
     token_ids: list[int]
@@ -112,6 +114,7 @@ class GenerationResult:
     logits: list[torch.Tensor] | None = field(default=None, repr=False)
     layer_decoders: list[str] = field(default_factory=list)
     linear: str = ""
+    forward: str = ""
 
     @property
     def total_cost(self) -> float:
@@ -170,14 +173,17 @@ class Engine:
     offload_impl / concurrent / offload_dtype (``float32``, ``bfloat16`` or None = by the model's dtype):
     the offload backend's settings (``magicpig.decoders.OffloadDecoder``); linear_impl: who computes the
     linear layers of a decode step on the CPU (``magicpig.decode_linear``: ``auto`` = the CPU module's
-    kernel 4 for a CPU model, ``torch``; each result's ``linear`` says which ran).
+    kernel 4 for a CPU model, ``torch``; each result's ``linear`` says which ran); decode_forward: who runs
+    a decode step's layer loop (``magicpig.decode_forward``: ``auto`` = our loop where it supports the
+    model and kernel 4 computes the linear layers, ``transformers``; each result's ``forward`` says which).
     """
 
     def __init__(self, model, tokenizer=None, backend: str = DEFAULT_BACKEND, *, prefill_chunk: int = 4096,
                  offload_impl: str = "auto", concurrent: bool = True, allow_long_context: bool = False,
-                 offload_dtype: Any = None, linear_impl: str = "auto"):
+                 offload_dtype: Any = None, linear_impl: str = "auto", decode_forward: str = "auto"):
         check_backend(backend)
         self.linear_impl = check_linear_impl(linear_impl)
+        check_forward_impl(decode_forward)
         if offload_impl not in OFFLOAD_IMPLS:
             raise ValueError(f"offload_impl must be one of {', '.join(OFFLOAD_IMPLS)}, got {offload_impl!r}")
         self.offload_dtype = offload_dtype_of(offload_dtype)
@@ -201,6 +207,20 @@ class Engine:
             from magicpig import cpu
 
             cpu.load()  # built here, not inside the first decode's timing
+        self.step_forward = self._choose_forward(decode_forward)
+
+    def _choose_forward(self, impl: str) -> DecodeForward | None:
+        """Our decode loop (``decode_forward`` ``magicpig`` / ``auto``) or None (transformers' forward)."""
+        if impl == "transformers":
+            return None
+        reason = unsupported_reason(self.model)
+        if reason is None and resolve_linear_impl(self.linear_impl, self.device) != "magicpig":
+            reason = f"linear_impl={self.linear_impl!r} resolves to torch here (the loop runs kernel 4)"
+        if reason is not None:
+            if impl == "magicpig":
+                raise ValueError(f"decode_forward='magicpig' cannot run this model: {reason}")
+            return None
+        return DecodeForward(self.model)
 
     # ---- helpers -------------------------------------------------------------------------------------
     @property
@@ -370,9 +390,11 @@ class Engine:
                         break
                     t_step = time.perf_counter()
                     ids = torch.tensor(tokens, dtype=torch.long, device=self.device)[:, None]
-                    out = self._forward(ids, position[:, None], cache, None)
+                    if self.step_forward is not None:
+                        logits = self.step_forward(ids, position[:, None], cache)
+                    else:
+                        logits = self._forward(ids, position[:, None], cache, None).logits[:, -1].float()
                     position += 1
-                    logits = out.logits[:, -1].float()
                     self._sync()
                     step_seconds.append(time.perf_counter() - t_step)
                     costs.add(cache.pop_step(), torch.tensor(active, dtype=torch.bool))
@@ -395,7 +417,8 @@ class Engine:
                 stop_reason=reason[b], continuation_tokens=len(forced[b]), decode_steps=int(s),
                 setup_seconds=setup_seconds, step_seconds=list(step_seconds), timings=dict(timings),
                 logits=kept_logits[b] if config.return_logits else None,
-                layer_decoders=list(layer_decoders), linear=linear))
+                layer_decoders=list(layer_decoders), linear=linear,
+                forward="magicpig" if self.step_forward is not None else "transformers"))
         return results
 
     def generate(self, prompt_ids, method: AttentionMethod | str, config: GenerationConfig | None = None,

@@ -24,13 +24,14 @@ def _module():
 @pytest.mark.parametrize("isa", isa_params())
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("M,I,O,bias", [(1, 576, 1536, False), (3, 17, 5, True), (16, 100, 33, True),
-                                        (2, 1, 9, False), (1, 64, 1, True), (5, 129, 0, False)])
+                                        (2, 1, 9, False), (1, 64, 1, True), (5, 129, 0, False),
+                                        (7, 1000, 37, True), (6, 48, 20, False)])
 def test_linear_equals_torch(monkeypatch, isa, dtype, M, I, O, bias):
     use_isa(monkeypatch, isa)
     gen = torch.Generator().manual_seed(I + O)
     x, w = torch.randn(M, I, generator=gen), torch.randn(O, I, generator=gen).to(dtype)
     b = torch.randn(O, generator=gen) if bias else None
-    y = cpu.load().linear(x, w, b, cpu.ISA_CODES[isa], 2)
+    y = cpu.load().linear(x, [w], [b], cpu.ISA_CODES[isa], 2)
     assert y.shape == (M, O) and y.dtype == torch.float32
     torch.testing.assert_close(y, F.linear(x, w.float(), b), rtol=1e-5, atol=1e-4 * I ** 0.5)
 
@@ -38,11 +39,29 @@ def test_linear_equals_torch(monkeypatch, isa, dtype, M, I, O, bias):
 def test_linear_checks_arguments():
     lin = cpu.load().linear
     with pytest.raises(RuntimeError, match="same I"):
-        lin(torch.randn(2, 5), torch.randn(3, 6), None, 0, 1)
+        lin(torch.randn(2, 5), [torch.randn(3, 6)], [None], 0, 1)
     with pytest.raises(RuntimeError, match="weight must be float32 or bfloat16"):
-        lin(torch.randn(2, 5), torch.randn(3, 5).half(), None, 0, 1)
+        lin(torch.randn(2, 5), [torch.randn(3, 5).half()], [None], 0, 1)
     with pytest.raises(RuntimeError, match="bias must be"):
-        lin(torch.randn(2, 5), torch.randn(3, 5), torch.randn(4), 0, 1)
+        lin(torch.randn(2, 5), [torch.randn(3, 5)], [torch.randn(4)], 0, 1)
+    with pytest.raises(RuntimeError, match="same length"):
+        lin(torch.randn(2, 5), [torch.randn(3, 5)], [], 0, 1)
+    with pytest.raises(RuntimeError, match="same I"):
+        lin(torch.randn(2, 5), [torch.randn(3, 5), torch.randn(3, 4)], [None, None], 0, 1)
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_linear_of_several_layers_is_their_outputs_side_by_side(monkeypatch, isa, threads):
+    use_isa(monkeypatch, isa)
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(3, 70, generator=gen)
+    ws = [torch.randn(o, 70, generator=gen) for o in (40, 5, 17)]  # not multiples of the 16-row blocks
+    ws[1] = ws[1].bfloat16()
+    bs = [torch.randn(40, generator=gen), None, torch.randn(17, generator=gen)]
+    y = cpu.load().linear(x, ws, bs, cpu.ISA_CODES[isa], threads)
+    want = torch.cat([F.linear(x, w.float(), b) for w, b in zip(ws, bs)], -1)
+    torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-4 * 70 ** 0.5)
 
 
 def test_decode_linears_routes_small_inputs_and_restores(monkeypatch):

@@ -161,10 +161,11 @@ def test_max_throughput_backs_off_on_a_real_oom(tmp_path, monkeypatch):
 
 
 def test_time_breakdown_columns_come_from_the_decode_result(tmp_path, monkeypatch):
-    def fake(net, tokenizer, pre, spec, backend, steps, warmup, offload_dtype=None, linear="auto"):
+    def fake(net, tokenizer, pre, spec, backend, steps, warmup, offload_dtype=None, linear="auto", forward="auto"):
         return {"step_seconds": [0.01] * (steps + warmup), "setup_seconds": 0.0, "sampled_fraction": 0.02,
                 "timings": {"cpu_attend": 0.004 * steps, "transfer": 0.001 * steps, "setup": 3.0},
-                "linear": "magicpig" if linear == "auto" else linear}
+                "linear": "magicpig" if linear == "auto" else linear,
+                "forward": "magicpig" if forward == "auto" else forward}
 
     monkeypatch.setattr(bench_decode, "time_engine", fake)
     rows = bench_decode.run(TINY, (128,), ["magicpig@offload"], steps=4, warmup=2,
@@ -172,6 +173,7 @@ def test_time_breakdown_columns_come_from_the_decode_result(tmp_path, monkeypatc
     assert rows[0]["cpu_attend_ms"] == pytest.approx(4.0) and rows[0]["transfer_ms"] == pytest.approx(1.0)
     assert rows[0]["hash_ms"] == "" and rows[0]["ms_per_token"] == pytest.approx(10.0)
     assert rows[0]["linear"] == "magicpig"  # who computed the linear layers is recorded per row
+    assert rows[0]["forward"] == "magicpig"  # and who ran the layer loop
     assert "setup_ms" not in rows[0]  # the decoder set-up is once per decode: setup_seconds, not per step
 
 
@@ -185,6 +187,20 @@ def test_offload_dtype_reaches_the_engine_and_the_csv(tmp_path):
     with pytest.raises(ValueError, match="offload_dtype"):
         bench_decode.run(TINY, (128,), ["magicpig@offload"], steps=1, warmup=0, offload_dtype="int8",
                          csv_path=str(tmp_path / "e.csv"), verbose=False)
+
+
+def test_forward_choice_reaches_the_engine_and_the_csv(tmp_path):
+    rows = {}
+    for forward in ("transformers", "magicpig"):
+        out = tmp_path / f"{forward}.csv"
+        rc = main(["bench", "decode", "--model", TINY, "--context", "128", "--method", "dense@stock",
+                   "--method", "magicpig@offload", "--forward", forward, "--steps", "1", "--warmup", "0",
+                   "--csv", str(out)])
+        assert rc == 0
+        rows[forward] = {r["backend"]: r for r in _rows(out)}
+    assert rows["magicpig"]["offload"]["forward"] == "magicpig"
+    assert rows["transformers"]["offload"]["forward"] == "transformers"
+    assert rows["magicpig"]["stock"]["forward"] == "transformers"  # stock is transformers' own decode
 
 
 def test_bytes_limit_counts_weights_kv_and_sampled_rows():

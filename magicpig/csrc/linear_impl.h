@@ -4,9 +4,9 @@
 // none for scalar).
 //
 // y[m, o] = bias[o] + sum_i x[m, i] W[o, i] for the rows o0 .. o0 + on - 1 (on <= kLinearRows) of W and
-// every one of the M input rows. The block's weight rows are read from memory once, for the first input
-// row, and from L1 for the others (a decode step has one to a few input rows, so reading W is all the
-// memory traffic there is). Several output rows at once give independent FMA chains.
+// every one of the M input rows. Each weight row is read from memory once, for the first group of input
+// rows, and from L1 for the others (a decode step has one to a few input rows, so reading W is all the
+// memory traffic there is).
 
 #if defined(MP_AVX512)
 static inline __m512 load_w16(const void* w, int64_t i, bool bf16) {
@@ -24,48 +24,78 @@ static inline float weight_at(const void* w, int64_t i, bool bf16) {
   return bf16 ? bf16_to_f32(static_cast<const uint16_t*>(w)[i]) : static_cast<const float*>(w)[i];
 }
 
-// y[m, o0 .. o0 + R) for one input row m (R fixed, so the accumulators stay in registers).
-template <int R>
-static inline void dot_rows(const LinearArgs& a, const char* W, int64_t o0, int64_t m) {
-  const int64_t I = a.I, stride = I * (a.w_bf16 ? 2 : 4);
-  const float* x = a.x + m * I;
-  float sums[R];
+// y[m0 .. m0 + MR, o] for one weight row w (row o of W) and MR input rows. The weight row is read front
+// to back once (memory order, which the hardware prefetcher follows best: reading several weight rows
+// side by side measured 20-25% slower here); 4 / MR partial sums per input row keep four FMA chains in
+// flight.
+template <int MR>
+static inline void dot_row(const LinearArgs& a, const void* w, int64_t o, int64_t m0) {
+  const int64_t I = a.I;
+  const float* x = a.x + m0 * I;
+  float sums[MR];
   int64_t i = 0;
+#if defined(MP_AVX512) || defined(MP_AVX2)
 #if defined(MP_AVX512)
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (; i + 16 <= I; i += 16) {
-    const __m512 xv = _mm512_loadu_ps(x + i);
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(load_w16(W + r * stride, i, a.w_bf16), xv, acc[r]);
-  }
-  for (int r = 0; r < R; ++r) sums[r] = _mm512_reduce_add_ps(acc[r]);
-#elif defined(MP_AVX2)
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (; i + 8 <= I; i += 8) {
-    const __m256 xv = _mm256_loadu_ps(x + i);
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(load_w8(W + r * stride, i, a.w_bf16), xv, acc[r]);
-  }
-  for (int r = 0; r < R; ++r) sums[r] = hsum8(acc[r]);
+  using vec = __m512;
+  constexpr int64_t W = 16;
+  auto zero = [] { return _mm512_setzero_ps(); };
+  auto loadx = [](const float* p) { return _mm512_loadu_ps(p); };
+  auto loadw = [&](int64_t j) { return load_w16(w, j, a.w_bf16); };
+  auto fma = [](vec p, vec q, vec acc) { return _mm512_fmadd_ps(p, q, acc); };
+  auto add = [](vec p, vec q) { return _mm512_add_ps(p, q); };
+  auto hsum = [](vec v) { return _mm512_reduce_add_ps(v); };
 #else
-  for (int r = 0; r < R; ++r) sums[r] = 0.f;
+  using vec = __m256;
+  constexpr int64_t W = 8;
+  auto zero = [] { return _mm256_setzero_ps(); };
+  auto loadx = [](const float* p) { return _mm256_loadu_ps(p); };
+  auto loadw = [&](int64_t j) { return load_w8(w, j, a.w_bf16); };
+  auto fma = [](vec p, vec q, vec acc) { return _mm256_fmadd_ps(p, q, acc); };
+  auto add = [](vec p, vec q) { return _mm256_add_ps(p, q); };
+  auto hsum = [](vec v) { return hsum8(v); };
 #endif
-  for (int r = 0; r < R; ++r) {
-    const void* w = W + r * stride;
-    float s = sums[r];
-    for (int64_t j = i; j < I; ++j) s += weight_at(w, j, a.w_bf16) * x[j];
-    a.y[m * a.O + o0 + r] = s + (a.bias ? a.bias[o0 + r] : 0.f);
+  constexpr int U = MR >= 4 ? 1 : 4 / MR;  // partial sums per input row
+  vec acc[MR][U];
+  for (int m = 0; m < MR; ++m)
+    for (int u = 0; u < U; ++u) acc[m][u] = zero();
+  for (; i + U * W <= I; i += U * W) {
+    for (int u = 0; u < U; ++u) {
+      const vec wv = loadw(i + u * W);
+      for (int m = 0; m < MR; ++m) acc[m][u] = fma(wv, loadx(x + m * I + i + u * W), acc[m][u]);
+    }
+  }
+  for (; i + W <= I; i += W) {
+    const vec wv = loadw(i);
+    for (int m = 0; m < MR; ++m) acc[m][0] = fma(wv, loadx(x + m * I + i), acc[m][0]);
+  }
+  for (int m = 0; m < MR; ++m) {
+    vec t = acc[m][0];
+    for (int u = 1; u < U; ++u) t = add(t, acc[m][u]);
+    sums[m] = hsum(t);
+  }
+#else
+  for (int m = 0; m < MR; ++m) sums[m] = 0.f;
+#endif
+  const float b = a.bias ? a.bias[o] : 0.f;
+  for (int m = 0; m < MR; ++m) {
+    float s = sums[m];
+    for (int64_t j = i; j < I; ++j) s += weight_at(w, j, a.w_bf16) * x[m * I + j];
+    float& out = a.y[(m0 + m) * a.ldy + o];
+    out = a.accumulate ? out + (s + b) : s + b;
   }
 }
 
 void linear_block(const LinearArgs& a, int64_t o0, int64_t on) {
   const int64_t stride = a.I * (a.w_bf16 ? 2 : 4);
-  const char* W = static_cast<const char*>(a.W) + o0 * stride;
-  for (int64_t m = 0; m < a.M; ++m) {
-    if (on == kLinearRows) {
-      dot_rows<kLinearRows>(a, W, o0, m);
-    } else {
-      for (int64_t r = 0; r < on; ++r) dot_rows<1>(a, W + r * stride, o0 + r, m);
+  const char* W = static_cast<const char*>(a.W);
+  for (int64_t o = o0; o < o0 + on; ++o) {
+    const void* w = W + o * stride;
+    int64_t m = 0;
+    for (; m + 4 <= a.M; m += 4) dot_row<4>(a, w, o, m);  // the row stays in L1 for the later groups
+    if (a.M - m >= 2) {
+      dot_row<2>(a, w, o, m);
+      m += 2;
     }
+    if (m < a.M) dot_row<1>(a, w, o, m);
   }
 }

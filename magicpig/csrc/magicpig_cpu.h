@@ -127,7 +127,9 @@ void merge_parts(const float* parts, int64_t splits, int64_t G, int64_t d, const
 
 // Kernel 4: the linear layers of a decode step. y (M, O) = x (M, I) W^T + bias for the few input rows
 // of one step (one per sequence), x float32, W (O, I) float32 or bfloat16 row-major, bias (O,) float32 or
-// null. Memory-bound: W is read once, the output rows split over the threads in contiguous ranges.
+// null; row m of y starts at y + m * ldy (ldy >= O: several layers that share x, such as q/k/v, write side
+// by side into one output). Memory-bound: W is read once, the output rows split over the threads in
+// contiguous ranges.
 struct LinearArgs {
   int64_t M, I, O;
   const float* x;
@@ -135,12 +137,36 @@ struct LinearArgs {
   bool w_bf16;
   const float* bias;
   float* y;
+  int64_t ldy;
+  bool accumulate = false;  // y += x W^T + bias (a residual connection) instead of y =
 };
-constexpr int64_t kLinearRows = 4;  // output rows computed together (independent FMA chains)
+constexpr int64_t kLinearRows = 16;  // output rows per scheduling unit (a 64-byte line of y per input row)
 namespace scalar { void linear_block(const LinearArgs&, int64_t o0, int64_t on); }
 namespace avx2 { void linear_block(const LinearArgs&, int64_t o0, int64_t on); }
 namespace avx512 { void linear_block(const LinearArgs&, int64_t o0, int64_t on); }
-void linear(const LinearArgs& a, int isa, int threads);
+// parts[0 .. count): layers computed in one parallel region, their rows split over the threads together.
+void linear(const LinearArgs* parts, int64_t count, int isa, int threads);
+
+// Kernel 6: the halves of a Llama-family decoder layer's decode step around its attention, for M rows
+// (one per sequence) of the hidden state h (M, D) float32. norm / eps: the half's RMSNorm weight (D,).
+struct LayerIn {
+  int64_t M, D;
+  const float* h;
+  const float* norm;
+  float eps;
+  // attention_in only: heads, kv_heads, head_dim; cos / sin (M, head_dim): the rotary embedding of
+  // each row's position
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+};
+// qkv[0..2] = q, k, v projections of normed = RMSNorm(h) (M, D) scratch, side by side in one output
+// (ldy = (heads + 2 kv_heads) head_dim), then the rotary embedding of its q and k heads, in place.
+void attention_in(const LayerIn& a, const LinearArgs* qkv, float* normed, int isa, int threads);
+// gate_up[0..1] of normed = RMSNorm(h) side by side; act (M, F) = SiLU(gate) * up; then down, which
+// reads act and usually accumulates into h (the residual).
+void mlp(const LayerIn& a, const LinearArgs* gate_up, LinearArgs& down, float* normed, float* act, int isa,
+         int threads);
 
 // Ask the kernel to back [data, data + nbytes) with transparent huge pages (best effort; call before
 // the memory is first touched). Random row gathers over hundreds of MB otherwise miss the TLB each time.

@@ -33,7 +33,8 @@ the model dtype; table_bytes = the offloaded hash tables; est_host_mb / est_devi
 memory for the row on top of the model and the batch-1 prefill; sampled_fraction = mean sampled / candidate
 keys over sparse layers (1 for dense); fits / reason = whether it ran, and why not; search = "" or
 "max-batch"; linear = who computed the step's linear layers (``torch``, or ``magicpig`` = the CPU
-module's kernel 4: torch's CPU matmul reads a decode step's weights on one thread); ``<key>_ms`` = the
+module's kernel 4: torch's CPU matmul reads a decode step's weights on one thread); forward = who ran the
+step's layer loop (``transformers``, or ``magicpig`` = ``magicpig.decode_forward``); ``<key>_ms`` = the
 decode result's ``timings`` (seconds over the timed steps) per step, empty when the engine does not
 report them; predicted_ms_per_token is left empty for ``magicpig project``.
 
@@ -71,7 +72,7 @@ COLUMNS = ["model", "shape_only", "device", "device_name", "context", "batch", "
            "ms_per_token", "tokens_per_s", "peak_host_mb", "peak_device_mb", "kv_bytes", "table_bytes",
            "est_host_mb", "est_device_mb", "setup_seconds", "sampled_fraction", "fits", "reason", "search",
            "load_before", "load_after", "other_cpu_load", "under_load", "predicted_ms_per_token", "threads",
-           "isa", "cpu_model", "torch_version", "dtype", "offload_dtype", "linear", "bytes_per_step",
+           "isa", "cpu_model", "torch_version", "dtype", "offload_dtype", "linear", "forward", "bytes_per_step",
            "stream_gbps",
            "bytes_limit_ms", "x_bytes_limit", "fill", "prefill_seconds", "steps", "warmup"] \
     + [f"{k}_ms" for k in TIMING_KEYS]
@@ -399,21 +400,21 @@ def time_stock(net, pre, steps: int, warmup: int) -> dict:
         elif previous:
             net.set_attn_implementation(previous)
     return {"step_seconds": step_seconds, "setup_seconds": setup, "sampled_fraction": 1.0, "timings": None,
-            "linear": "torch"}
+            "linear": "torch", "forward": "transformers"}
 
 
 def time_engine(net, tokenizer, pre, spec: str, backend: str, steps: int, warmup: int,
-                offload_dtype: str | None = None, linear: str = "auto") -> dict:
+                offload_dtype: str | None = None, linear: str = "auto", forward: str = "auto") -> dict:
     """Decode ``pre`` with ``Engine`` (backend ``reference`` / ``offload``) for warmup + steps forwards;
-    linear: the engine's ``linear_impl``."""
+    linear / forward: the engine's ``linear_impl`` / ``decode_forward``."""
     from magicpig.engine import Engine, GenerationConfig
 
     engine = Engine(net, tokenizer, backend=backend, allow_long_context=True, offload_dtype=offload_dtype,
-                    linear_impl=linear)
+                    linear_impl=linear, decode_forward=forward)
     # n new tokens take n - 1 decode forwards (the first comes from the prefill's logits)
     res = engine.decode(pre, spec, GenerationConfig(max_new_tokens=warmup + steps + 1, ignore_eos=True))[0]
     return {"step_seconds": res.step_seconds, "setup_seconds": res.setup_seconds, "sampled_fraction": res.cost,
-            "timings": getattr(res, "timings", None), "linear": res.linear}
+            "timings": getattr(res, "timings", None), "linear": res.linear, "forward": res.forward}
 
 
 # ---- the benchmark ---------------------------------------------------------------------------------
@@ -465,11 +466,11 @@ class _Bench:
     """State shared by the rows of one run (model, environment facts, CSV)."""
 
     def __init__(self, model, config, shape_only, device, dtype, steps, warmup, csv_path, verbose,
-                 offload_dtype=None, linear="auto"):
+                 offload_dtype=None, linear="auto", forward="auto"):
         self.model, self.shape_only, self.net, self.tokenizer = model, shape_only, None, None
         self.device, self.dtype, self.steps, self.warmup = device, dtype, steps, warmup
         self.csv_path, self.verbose, self.offload_dtype = csv_path, verbose, offload_dtype
-        self.linear = linear
+        self.linear, self.forward = linear, forward
         self.shape = Shape.of(config, dtype)
         self.stream_gbps = measure_stream_gbps() if device.type == "cpu" else None
         if self.stream_gbps:
@@ -543,7 +544,7 @@ class _Bench:
                     out = time_stock(self.net, pre, steps, warmup)
                 else:
                     out = time_engine(self.net, self.tokenizer, pre, spec, backend, steps, warmup, self.offload_dtype,
-                                      self.linear)
+                                      self.linear, self.forward)
                 del pre
         except Exception as exc:  # noqa: BLE001 - only allocation failures are turned into rows
             if not is_oom(exc):
@@ -559,7 +560,8 @@ class _Bench:
         row.update({"fits": True, "ms_per_token": round(1000 * per_step, 3),
                     "tokens_per_s": round(batch * len(timed) / total, 3) if total > 0 else math.inf,
                     "setup_seconds": round(out["setup_seconds"], 3),
-                    "sampled_fraction": round(float(out["sampled_fraction"]), 5), "linear": out["linear"]})
+                    "sampled_fraction": round(float(out["sampled_fraction"]), 5), "linear": out["linear"],
+                    "forward": out["forward"]})
         if backend != "offload":
             row["table_bytes"] = 0
         row.update(bytes_limit(self.model, row, self.stream_gbps))
@@ -616,7 +618,7 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
         warmup: int = 32, fill: str = "exact", tile_base: int = 8192, device: str | None = None,
         dtype: str | None = None, csv_path: str | None = None, prefill_chunk: int = 2048,
         max_throughput: bool = False, max_batch: int = 256, verbose: bool = True,
-        offload_dtype: str | None = None, linear: str = "auto") -> list[dict]:
+        offload_dtype: str | None = None, linear: str = "auto", forward: str = "auto") -> list[dict]:
     """Time decoding for every (context, batch, method@backend); returns the rows (also written to
     ``csv_path``, rewritten after every row). methods: (spec, backend) pairs or ``SPEC[@BACKEND]`` strings."""
     from magicpig.models import load_model, resolve, shape_config, shape_weight_bytes
@@ -642,6 +644,9 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
     from magicpig.decode_linear import check_linear_impl
 
     check_linear_impl(linear)
+    from magicpig.decode_forward import check_forward_impl
+
+    check_forward_impl(forward)
     methods = [parse_method_arg(m) if isinstance(m, str) else parse_method_arg(f"{m[0]}@{m[1]}") for m in methods]
     if not methods:
         raise ValueError("methods must not be empty")
@@ -656,7 +661,7 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
 
     if src.shape is not None:  # a shape model whose weights cannot fit is refused before it is built
         bench = _Bench(model, shape_config(src.shape), True, dev, torch_dtype, steps, warmup, csv_path, verbose,
-                       offload_dtype, linear)
+                       offload_dtype, linear, forward)
         need = shape_weight_bytes(src.shape, torch_dtype)
         reason = fit_reason({"device": need}, dev)
         if reason:
@@ -670,7 +675,7 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
     torch_dtype = next(net.parameters()).dtype
     if src.shape is None:
         bench = _Bench(model, net.config, False, dev, torch_dtype, steps, warmup, csv_path, verbose, offload_dtype,
-                       linear)
+                       linear, forward)
     bench.net, bench.tokenizer = net, tokenizer
     bench.log(f"model {model}{' (shape-only: random weights)' if bench.shape_only else ''} on {dev} "
               f"({bench.common['device_name']}), {bench.common['dtype']}, {bench.common['threads']} threads")

@@ -79,6 +79,10 @@ def _register_decode(sub) -> None:
     p.add_argument("--linear", choices=["auto", "magicpig", "torch"], default="auto",
                    help="who computes the decode step's linear layers for the engine's backends (auto: the CPU "
                         "module's kernel 4 on a CPU model; stock rows always use torch)")
+    p.add_argument("--forward", choices=["auto", "magicpig", "transformers"], default="auto",
+                   help="who runs the decode step's layer loop for the engine's backends (auto: magicpig's loop for "
+                        "a float32 Llama / Mistral / Qwen2 CPU model with kernel-4 linears; stock rows always run "
+                        "transformers')")
     p.add_argument("--max-throughput", action="store_true",
                    help="also search the largest batch that fits per method and context and measure it")
     p.add_argument("--max-batch", type=int, default=256, help="upper bound of the --max-throughput search")
@@ -107,7 +111,7 @@ def _run_decode(args) -> int:
                             dtype=args.dtype, csv_path=args.csv, prefill_chunk=args.prefill_chunk,
                             max_throughput=args.max_throughput, max_batch=args.max_batch,
                             offload_dtype=None if args.offload_dtype == "auto" else args.offload_dtype,
-                            linear=args.linear)
+                            linear=args.linear, forward=args.forward)
     if not any(r["fits"] is True for r in rows):
         print("magicpig bench decode: no configuration fits in memory: "
               + "; ".join(sorted({r["reason"] for r in rows})), file=sys.stderr)

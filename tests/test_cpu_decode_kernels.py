@@ -192,3 +192,68 @@ def test_exact_attend_merges_a_prior_result_like_merge_attention(n):
     want = merge_attention(*exact(q, k, v, 0.2), prior_out, prior_lse)
     torch.testing.assert_close(lse, want[1], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out, want[0], rtol=1e-5, atol=1e-5)
+
+
+# ---- kernel 6 ----------------------------------------------------------------------------------------
+def _rms(h, w, eps):
+    return w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def _rope(x, cos, sin):  # x (M, heads, d), cos / sin (M, d): transformers' rotate_half convention
+    half = x.shape[-1] // 2
+    return x * cos[:, None] + torch.cat((-x[..., half:], x[..., :half]), -1) * sin[:, None]
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("M,D,H,Hkv,d,bias", [(1, 64, 4, 2, 16, False), (3, 70, 6, 1, 22, True),
+                                              (5, 33, 2, 2, 8, True)])
+def test_attention_in_is_norm_projections_and_rotary(monkeypatch, isa, M, D, H, Hkv, d, bias):
+    use_isa(monkeypatch, isa)
+    gen = torch.Generator().manual_seed(M * D)
+    h, norm = torch.randn(M, D, generator=gen), torch.randn(D, generator=gen)
+    ws = [torch.randn(o * d, D, generator=gen) for o in (H, Hkv, Hkv)]
+    bs = [torch.randn(w.shape[0], generator=gen) if bias else None for w in ws]
+    angle = torch.randn(M, d // 2, generator=gen) * 3
+    cos, sin = torch.cat((angle.cos(), angle.cos()), -1), torch.cat((angle.sin(), angle.sin()), -1)
+    got = cpu.load().attention_in(h, norm, 1e-5, ws, bs, cos, sin, H, Hkv, cpu.ISA_CODES[isa], 2)
+    x = _rms(h, norm, 1e-5)
+    q, k, v = (F.linear(x, w, b) for w, b in zip(ws, bs))
+    want = torch.cat((_rope(q.view(M, H, d), cos, sin).reshape(M, -1), _rope(k.view(M, Hkv, d), cos, sin).reshape(M, -1),
+                      v), -1)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("M,D,ffn,bias", [(1, 64, 128, False), (3, 70, 45, True), (16, 17, 300, False)])
+def test_mlp_residual_adds_the_silu_mlp_in_place(monkeypatch, isa, M, D, ffn, bias):
+    use_isa(monkeypatch, isa)
+    gen = torch.Generator().manual_seed(M + ffn)
+    h, norm = torch.randn(M, D, generator=gen), torch.randn(D, generator=gen)
+    ws = [torch.randn(ffn, D, generator=gen), torch.randn(ffn, D, generator=gen).bfloat16(),
+          torch.randn(D, ffn, generator=gen)]
+    bs = [torch.randn(w.shape[0], generator=gen) if bias else None for w in ws]
+    x = _rms(h, norm, 1e-6)
+    gate, up = F.linear(x, ws[0], bs[0]), F.linear(x, ws[1].float(), bs[1])
+    want = h + F.linear(F.silu(gate) * up, ws[2], bs[2])
+    got = cpu.load().mlp_residual(h, norm, 1e-6, ws, bs, cpu.ISA_CODES[isa], 2)
+    assert got.data_ptr() == h.data_ptr()  # in place
+    torch.testing.assert_close(h, want, rtol=1e-4, atol=1e-4 * ffn ** 0.5)
+
+
+def test_layer_halves_check_arguments():
+    mod = cpu.load()
+    h, norm = torch.randn(2, 8), torch.ones(8)
+    ws = [torch.randn(8, 8), torch.randn(4, 8), torch.randn(4, 8)]
+    cs = torch.ones(2, 4)
+    with pytest.raises(RuntimeError, match="norm must be"):
+        mod.attention_in(h, torch.ones(7), 1e-5, ws, [None] * 3, cs, cs, 2, 1, 0, 1)
+    with pytest.raises(RuntimeError, match="q / k / v weights"):
+        mod.attention_in(h, norm, 1e-5, ws, [None] * 3, cs, cs, 2, 2, 0, 1)
+    with pytest.raises(RuntimeError, match="cos and sin must be"):
+        mod.attention_in(h, norm, 1e-5, ws, [None] * 3, torch.ones(2, 5), cs, 2, 1, 0, 1)
+    with pytest.raises(RuntimeError, match="expected 3 weight matrices"):
+        mod.mlp_residual(h, norm, 1e-5, ws[:2], [None] * 2, 0, 1)
+    with pytest.raises(RuntimeError, match="down's input width"):
+        mod.mlp_residual(h, norm, 1e-5, [torch.randn(6, 8), torch.randn(6, 8), torch.randn(8, 5)], [None] * 3, 0, 1)
+    with pytest.raises(RuntimeError, match="out must be"):
+        mod.linear(h, [torch.randn(3, 8)], [None], 0, 1, torch.zeros(2, 4))

@@ -54,6 +54,27 @@ def test_hash_keys_equals_torch_reference(isa, monkeypatch):
         cpu.hash_keys(k, center, proj, K, L, torch.tensor([0, 100]), torch.tensor([10, 450]), m=450)
 
 
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+@pytest.mark.parametrize("threads", [1, 2, 3, 7])
+def test_hash_keys_of_a_few_rows_splits_tables_over_threads(isa, threads, monkeypatch):
+    """A decode step's queries: fewer kv-heads than twice the threads, so each kv-head's tables are split
+    over work items (boundaries inside a column tile: K*L = 105, K = 5)."""
+    require_module()
+    from magicpig import cpu
+
+    if isa not in cpu.supported_isas():
+        pytest.skip(f"CPU lacks {isa}")
+    gen = torch.Generator().manual_seed(threads)
+    B, Hkv, n, d, K, L = 1, 2, 3, 48, 5, 21
+    q = torch.randn(B, Hkv, n, d, generator=gen)
+    proj = cpu.pad_projections(lsh.make_projections(d, K, L, num_sets=Hkv))
+    ref = lsh.hash_codes(q, proj[..., :K * L], K, L)
+    for table_major in (False, True):
+        got = cpu.hash_keys(q, None, proj, K, L, table_major=table_major, isa_name=isa, threads=threads)
+        got = got.transpose(2, 3) if table_major else got
+        _codes_agree(got[0], ref[0], q[0], proj[..., :K * L], K, L)
+
+
 def test_table_major_build_equals_row_major():
     require_module()
     from magicpig import cpu

@@ -96,15 +96,18 @@ const int64_t HASH_PAD = 32;    // projection columns are padded to a multiple o
 
 // Rows x (rows, d), a multiple of RB, times projections w (d, KLp): a register tile of RB rows by NV
 // vectors of columns accumulates over d; the signs (> 0, as the torch reference's ``proj > 0``) go to
-// sign (RB, KLp) and are packed into codes (rows_valid, L), bit b of table j = column j*K + b.
+// sign (RB, KLp) and are packed into codes (rows_valid, L), bit b of table j = column j*K + b. Only the
+// tables t0 .. t1 - 1 are computed (their columns, rounded out to whole tiles) and written.
 template <typename V, int RB, int NV>
 inline __attribute__((always_inline)) void hash_rows_impl(const float* x, int64_t rows, int64_t rows_valid,
                                                           int64_t d, const float* w, int64_t KLp, int K,
-                                                          int64_t L, uint8_t* sign, int32_t* codes) {
+                                                          int64_t L, int64_t t0, int64_t t1, uint8_t* sign,
+                                                          int32_t* codes) {
   constexpr int VL = sizeof(V) / sizeof(float), JW = VL * NV;
+  const int64_t c0 = t0 * K / JW * JW, c1 = std::min(KLp, (t1 * K + JW - 1) / JW * JW);
   for (int64_t r0 = 0; r0 < rows; r0 += RB) {
     const float* xr = x + r0 * d;
-    for (int64_t j0 = 0; j0 < KLp; j0 += JW) {
+    for (int64_t j0 = c0; j0 < c1; j0 += JW) {
       V acc[RB][NV];
       for (int r = 0; r < RB; ++r)
         for (int v = 0; v < NV; ++v) acc[r][v] = V{};
@@ -123,7 +126,7 @@ inline __attribute__((always_inline)) void hash_rows_impl(const float* x, int64_
     for (int r = 0; r < RB && r0 + r < rows_valid; ++r) {
       const uint8_t* sr = sign + r * KLp;
       int32_t* c = codes + (r0 + r) * L;
-      for (int64_t j = 0; j < L; ++j) {
+      for (int64_t j = t0; j < t1; ++j) {
         int32_t code = 0;
         for (int b = 0; b < K; ++b) code |= static_cast<int32_t>(sr[j * K + b]) << b;
         c[j] = code;
@@ -136,23 +139,24 @@ typedef float v16f __attribute__((vector_size(64)));
 typedef float v8f __attribute__((vector_size(32)));
 typedef float v4f __attribute__((vector_size(16)));
 using HashRowsFn = void (*)(const float*, int64_t, int64_t, int64_t, const float*, int64_t, int, int64_t,
-                            uint8_t*, int32_t*);
+                            int64_t, int64_t, uint8_t*, int32_t*);
 
 #if defined(__x86_64__) || defined(__i386__)
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void hash_rows_avx512(
     const float* x, int64_t rows, int64_t rows_valid, int64_t d, const float* w, int64_t KLp, int K, int64_t L,
-    uint8_t* sign, int32_t* codes) {
-  hash_rows_impl<v16f, 6, 2>(x, rows, rows_valid, d, w, KLp, K, L, sign, codes);
+    int64_t t0, int64_t t1, uint8_t* sign, int32_t* codes) {
+  hash_rows_impl<v16f, 6, 2>(x, rows, rows_valid, d, w, KLp, K, L, t0, t1, sign, codes);
 }
 __attribute__((target("avx2,fma"))) void hash_rows_avx2(const float* x, int64_t rows, int64_t rows_valid,
                                                          int64_t d, const float* w, int64_t KLp, int K,
-                                                         int64_t L, uint8_t* sign, int32_t* codes) {
-  hash_rows_impl<v8f, 6, 2>(x, rows, rows_valid, d, w, KLp, K, L, sign, codes);
+                                                         int64_t L, int64_t t0, int64_t t1, uint8_t* sign,
+                                                         int32_t* codes) {
+  hash_rows_impl<v8f, 6, 2>(x, rows, rows_valid, d, w, KLp, K, L, t0, t1, sign, codes);
 }
 #endif
 void hash_rows_scalar(const float* x, int64_t rows, int64_t rows_valid, int64_t d, const float* w, int64_t KLp,
-                      int K, int64_t L, uint8_t* sign, int32_t* codes) {
-  hash_rows_impl<v4f, 6, 2>(x, rows, rows_valid, d, w, KLp, K, L, sign, codes);
+                      int K, int64_t L, int64_t t0, int64_t t1, uint8_t* sign, int32_t* codes) {
+  hash_rows_impl<v4f, 6, 2>(x, rows, rows_valid, d, w, KLp, K, L, t0, t1, sign, codes);
 }
 
 HashRowsFn select_hash(int isa) {
@@ -183,9 +187,13 @@ void hash_keys(const float* keys, int64_t B, int64_t Hkv, int64_t n, int64_t d, 
     w0 = padded.data();
   }
   std::memset(codes, 0, sizeof(int32_t) * B * Hkv * m * L);  // padding rows (>= count[b]) stay 0
-  const int64_t blocks = (m + HASH_ROWS - 1) / HASH_ROWS, items = B * Hkv * blocks;
+  const int64_t blocks = (m + HASH_ROWS - 1) / HASH_ROWS;
   // a decode step's queries are a few rows per kv-head, but each kv-head reads its own K*L x d projections
-  // (385 KB at K*L = 1500, d = 64): the threads split the kv-heads
+  // (385 KB at K*L = 1500, d = 64): the threads split the kv-heads, and where there are fewer than two per
+  // thread (3 kv-heads on 2 threads would leave one thread idle half the time), each kv-head's tables too
+  const int64_t row_items = B * Hkv * blocks;
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(L, (2 * threads + row_items - 1) / row_items));
+  const int64_t items = row_items * chunks;
   threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, items)));
 #pragma omp parallel num_threads(threads)
   {
@@ -196,7 +204,9 @@ void hash_keys(const float* keys, int64_t B, int64_t Hkv, int64_t n, int64_t d, 
     std::vector<int32_t> block_codes(static_cast<size_t>(cap * L));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
-      const int64_t bh = it / blocks, r0 = (it % blocks) * HASH_ROWS, b = bh / Hkv, h = bh % Hkv;
+      const int64_t row_item = it / chunks, chunk = it % chunks;
+      const int64_t bh = row_item / blocks, r0 = (row_item % blocks) * HASH_ROWS, b = bh / Hkv, h = bh % Hkv;
+      const int64_t t0 = chunk * L / chunks, t1 = (chunk + 1) * L / chunks;
       const int64_t rows = std::min(HASH_ROWS, count[b] - r0);
       if (rows <= 0) continue;
       const float* c = center + bh * d;
@@ -205,14 +215,16 @@ void hash_keys(const float* keys, int64_t B, int64_t Hkv, int64_t n, int64_t d, 
         for (int64_t k = 0; k < d; ++k) x[r * d + k] = src[r * d + k] - c[k];
       const int64_t padded = (rows + HASH_RB - 1) / HASH_RB * HASH_RB;
       std::fill(x.begin() + rows * d, x.begin() + padded * d, 0.f);
-      fn(x.data(), padded, rows, d, w0 + (S == 1 ? 0 : h) * d * KLp, KLp, K, L, sign.data(), block_codes.data());
+      fn(x.data(), padded, rows, d, w0 + (S == 1 ? 0 : h) * d * KLp, KLp, K, L, t0, t1, sign.data(),
+         block_codes.data());
       if (table_major) {  // (B, Hkv, L, m): table j of this block is `rows` consecutive codes
-        for (int64_t j = 0; j < L; ++j) {
+        for (int64_t j = t0; j < t1; ++j) {
           int32_t* dst = codes + (bh * L + j) * m + r0;
           for (int64_t r = 0; r < rows; ++r) dst[r] = block_codes[r * L + j];
         }
       } else {
-        std::memcpy(codes + (bh * m + r0) * L, block_codes.data(), sizeof(int32_t) * rows * L);
+        for (int64_t r = 0; r < rows; ++r)
+          std::memcpy(codes + (bh * m + r0 + r) * L + t0, block_codes.data() + r * L + t0, sizeof(int32_t) * (t1 - t0));
       }
     }
   }

@@ -1,8 +1,9 @@
 """One decode step of a Llama-family model (Llama, Mistral, Qwen2) in one loop of our own, on the CPU.
 
 Why: transformers runs a decode step module by module: per decoder layer about ten module calls and forty
-tensor operations, 6-7 ms of Python per step for SmolLM2-135M's 30 layers on the development machine
-(2 cores), against 44 ms for the whole of a MagicPIG step at 32K. ``DecodeForward`` computes the same
+tensor operations. On the development machine (2 cores), a MagicPIG (10,150) step of SmolLM2-135M's 30
+layers at 32K took 43 ms through transformers' loop and 34 ms through this one, both with kernel 4's
+linear layers, with the same tokens and logits. ``DecodeForward`` computes the same
 step with four calls of the CPU module per layer: kernel 6's ``attention_in`` (RMSNorm, q/k/v as one
 kernel-4 region over the three weight matrices, no copy of the weights, the rotary embedding of q and k),
 the cache's decoder (``MagicPIGCache``: the method decides, exactly as through the attention hook),

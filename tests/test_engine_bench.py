@@ -174,6 +174,7 @@ def test_time_breakdown_columns_come_from_the_decode_result(tmp_path, monkeypatc
     assert rows[0]["hash_ms"] == "" and rows[0]["ms_per_token"] == pytest.approx(10.0)
     assert rows[0]["linear"] == "magicpig"  # who computed the linear layers is recorded per row
     assert rows[0]["forward"] == "magicpig"  # and who ran the layer loop
+    assert rows[0]["stream_gbps_row"] > 0  # the machine's bandwidth around the row
     assert "setup_ms" not in rows[0]  # the decoder set-up is once per decode: setup_seconds, not per step
 
 

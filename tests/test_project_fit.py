@@ -102,6 +102,36 @@ def test_fit_recovers_the_rates_from_exact_rows():
     assert p["layer_overhead_ms[magicpig]"] == pytest.approx(2.4)
 
 
+def test_a_rows_own_bandwidth_scales_its_byte_terms_only():
+    from dataclasses import replace
+
+    truth = Fit(14.0, TRUTH)
+    w = step_work(SMOL, "magicpig", 32768, 2, SparseSetting(sampled_fraction=0.02))
+    base, slow = truth.breakdown_s(w), truth.breakdown_s(replace(w, bandwidth_scale=1.25))
+    for part in ("weights", "exact_kv", "sparse"):  # bytes: 25% longer on a machine 20% slower to stream
+        assert slow[part] == pytest.approx(1.25 * base[part]) and base[part] > 0
+    assert slow["overhead"] == base["overhead"] and slow["flops"] == base["flops"]
+    # a fit to drifted rows, each charged at its own bandwidth, recovers the machine's rates
+    works = [replace(x, bandwidth_scale=s) for x, s in zip(grid(), [0.8, 1.0, 1.3] * 8)]
+    f = fit(works, [truth.predict_s(x) for x in works], 14.0)
+    for k, v in TRUTH.items():
+        assert f.coef[k] == pytest.approx(v, rel=1e-6), k
+
+
+def test_project_charges_a_row_at_the_bandwidth_measured_around_it(tmp_path):
+    df = pd.read_csv(DECODE)
+    quiet = df[~df["under_load"] & df["fits"].astype(bool)].copy()
+    slow_row = quiet.index[0]
+    drifted = quiet.copy()
+    drifted["stream_gbps_row"] = float("nan")
+    drifted.loc[slow_row, "stream_gbps_row"] = 7.0  # half the fixture's 14 GB/s streaming read
+    drifted.to_csv(tmp_path / "d.csv", index=False)
+    items = project.decode_items([tmp_path / "d.csv"])
+    project.fit_machine(items, 14.0)
+    scales = [it["work"].bandwidth_scale for it in items if it["work"] is not None]
+    assert scales.count(2.0) == 1 and scales.count(1.0) == len(scales) - 1
+
+
 def test_undetermined_parameters_are_nan_not_zero():
     works = [w for w in grid() if w.family == "dense"]
     f = fit(works, [Fit(14.0, TRUTH).predict_s(w) for w in works], 14.0)

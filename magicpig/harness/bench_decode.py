@@ -36,7 +36,11 @@ keys over sparse layers (1 for dense); fits / reason = whether it ran, and why n
 module's kernel 4: torch's CPU matmul reads a decode step's weights on one thread); forward = who ran the
 step's layer loop (``transformers``, or ``magicpig`` = ``magicpig.decode_forward``); ``<key>_ms`` = the
 decode result's ``timings`` (seconds over the timed steps) per step, empty when the engine does not
-report them; predicted_ms_per_token is left empty for ``magicpig project``.
+report them; predicted_ms_per_token is left empty for ``magicpig project``. stream_gbps is the streaming
+read measured once at the start of the run (the bytes-limit divides by it); stream_gbps_row the mean of
+the same measurement right before and right after the row (CPU rows that ran): a shared machine's memory
+bandwidth drifts by tens of percent within minutes, and ``magicpig project`` charges each row's bytes at
+its own.
 
 Load: ``load_before`` / ``load_after`` are the 1-minute load averages; ``other_cpu_load`` is the number of
 cores that OTHER processes kept busy during the row (system CPU time minus this process's, over wall
@@ -73,7 +77,7 @@ COLUMNS = ["model", "shape_only", "device", "device_name", "context", "batch", "
            "est_host_mb", "est_device_mb", "setup_seconds", "sampled_fraction", "fits", "reason", "search",
            "load_before", "load_after", "other_cpu_load", "under_load", "predicted_ms_per_token", "threads",
            "isa", "cpu_model", "torch_version", "dtype", "offload_dtype", "linear", "forward", "bytes_per_step",
-           "stream_gbps",
+           "stream_gbps", "stream_gbps_row",
            "bytes_limit_ms", "x_bytes_limit", "fill", "prefill_seconds", "steps", "warmup"] \
     + [f"{k}_ms" for k in TIMING_KEYS]
 NEEDLE = "The secret passkey is {key}. Remember it: the passkey is {key}."
@@ -536,6 +540,7 @@ class _Bench:
             row.update({"fits": False, "reason": "estimate: " + reason})
             return row
         _free_memory()
+        stream_before = measure_stream_gbps() if self.device.type == "cpu" else None
         out = None
         try:
             with RowMonitor(self.device) as mon:
@@ -553,6 +558,8 @@ class _Bench:
         _free_memory()  # after the except clause: its traceback no longer holds the row's tensors
         if out is None:
             return row
+        if stream_before is not None:  # the machine's bandwidth around this row (the same method, after it too)
+            row["stream_gbps_row"] = round((stream_before + measure_stream_gbps()) / 2, 2)
         timed = out["step_seconds"][warmup:]
         total = sum(timed)
         per_step = total / max(1, len(timed))

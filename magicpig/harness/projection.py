@@ -152,6 +152,9 @@ class StepWork:
     exact_kv_bytes: float
     sparse_bytes: float = 0.0
     fresh_bytes: float = 0.0  # memory the step allocates anew from the OS (host_alloc; see step_work)
+    # reference streaming bandwidth / the bandwidth measured around this row (1: not measured). A shared
+    # machine's memory bandwidth drifts; every byte term of the row is scaled by it (``features``, ``fit``)
+    bandwidth_scale: float = 1.0
 
     @property
     def streamed_bytes(self) -> float:
@@ -223,11 +226,11 @@ def step_work(model: ModelShape, family: str, context: int, batch: int, sparse: 
 def features(w: StepWork) -> dict[str, float]:
     f = {"flops": w.flops, f"layer:{w.family}": float(w.layers)}
     if w.family != "magicpig":
-        f[f"kv:{w.family}"] = w.exact_kv_bytes
+        f[f"kv:{w.family}"] = w.exact_kv_bytes * w.bandwidth_scale
     if w.family == "magicpig":
-        f["sparse"] = w.sparse_bytes
+        f["sparse"] = w.sparse_bytes * w.bandwidth_scale
     if w.fresh_bytes:
-        f["fresh"] = w.fresh_bytes
+        f["fresh"] = w.fresh_bytes * w.bandwidth_scale
     return f
 
 
@@ -250,8 +253,9 @@ class Fit:
 
     def breakdown_s(self, w: StepWork) -> dict[str, float]:
         """Predicted seconds of one step by part: weights, flops, exact_kv, sparse, fresh, overhead."""
-        parts = {"weights": w.weight_bytes / (self.stream_gbps * GB), "flops": 0.0,
-                 "exact_kv": (w.streamed_bytes - w.weight_bytes) / (self.stream_gbps * GB), "sparse": 0.0,
+        at_stream = w.bandwidth_scale / (self.stream_gbps * GB)
+        parts = {"weights": w.weight_bytes * at_stream, "flops": 0.0,
+                 "exact_kv": (w.streamed_bytes - w.weight_bytes) * at_stream, "sparse": 0.0,
                  "fresh": 0.0, "overhead": 0.0}
         for k, v in features(w).items():
             part = {"kv": "exact_kv", "layer": "overhead"}.get(k.split(":")[0], k)
@@ -316,7 +320,7 @@ def fit(works: list[StepWork], measured_s: list[float], stream_gbps: float) -> F
     names = [k for k in COEFFICIENTS if any(f.get(k, 0) > 0 for f in feats)]
     y = np.asarray(measured_s, float)
     A = np.array([[f.get(k, 0.0) for k in names] for f in feats]) / y[:, None]
-    b = (y - np.array([w.streamed_bytes for w in works]) / (stream_gbps * GB)) / y
+    b = (y - np.array([w.streamed_bytes * w.bandwidth_scale for w in works]) / (stream_gbps * GB)) / y
     scale = np.linalg.norm(A, axis=0)
     x = nnls(A / scale, b) / scale
     return Fit(stream_gbps, {k: float(v) for k, v in zip(names, x)}, len(works), tuple(names))

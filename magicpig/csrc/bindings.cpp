@@ -343,7 +343,8 @@ std::vector<torch::Tensor> decode_step(torch::Tensor kv, torch::Tensor offsets, 
 }
 
 // Kernel 4's parts for x (M, I) float32 and weights[p] (O_p, I) float32 or bfloat16 with biases[p] (O_p,)
-// float32 or None, writing side by side into y (M, sum O_p) float32 from column `col`; checks every argument.
+// float32 or None, writing side by side into y (M, sum O_p) float32 (added to it with `accumulate`); checks
+// every argument.
 std::vector<magicpig::LinearArgs> linear_parts(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
                                                const std::vector<c10::optional<torch::Tensor>>& biases,
                                                const torch::Tensor& y, bool accumulate) {

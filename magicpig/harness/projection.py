@@ -225,10 +225,10 @@ def step_work(model: ModelShape, family: str, context: int, batch: int, sparse: 
 # a fit could not tell the two rates apart.
 def features(w: StepWork) -> dict[str, float]:
     f = {"flops": w.flops, f"layer:{w.family}": float(w.layers)}
-    if w.family != "magicpig":
-        f[f"kv:{w.family}"] = w.exact_kv_bytes * w.bandwidth_scale
     if w.family == "magicpig":
         f["sparse"] = w.sparse_bytes * w.bandwidth_scale
+    else:
+        f[f"kv:{w.family}"] = w.exact_kv_bytes * w.bandwidth_scale
     if w.fresh_bytes:
         f["fresh"] = w.fresh_bytes * w.bandwidth_scale
     return f

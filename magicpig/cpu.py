@@ -58,7 +58,7 @@ CFLAGS = ["-O3", "-fopenmp", "-fno-math-errno"]
 LDFLAGS = ["-fopenmp"]
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ["bindings.cpp", "build_tables.cpp", "retrieve.cpp", "attend.cpp", "exact.cpp", "linear.cpp",
-           "decode_layer.cpp", "isa_scalar.cpp", "isa_avx2.cpp", "isa_avx512.cpp"]
+           "decode_layer.cpp", "append.cpp", "isa_scalar.cpp", "isa_avx2.cpp", "isa_avx512.cpp"]
 HEADERS = ["magicpig_cpu.h", "attend_impl.h", "linear_impl.h"]
 TABLE_INTERVALS = 8192  # correction -ln(u + 1e-4) is interpolated on this many intervals of the cosine...
 TABLE_LIMIT = 1.0 - 1.0 / 32  # ...for |cos| <= TABLE_LIMIT (interpolation error < 1e-5); exact beyond
@@ -491,6 +491,12 @@ class OffloadedLayer:
         """Kernel 5 for the decoders' exact parts on a CPU model (``magicpig.cpu.exact_kernel``)."""
         return exact_kernel(threads)
 
+    @staticmethod
+    def append_kernel():
+        """Kernel 7 for the decoders' exact buffers on a CPU model: ``append_kv(k_buf, v_buf, n, k, v,
+        center)`` writes k - center and v at rows n.. of the (B, H_kv, cap, d) buffers."""
+        return load().append_kv
+
     def with_threads(self, threads: int) -> "OffloadedLayer":
         """The same layer (shared storage and tables) planned for ``threads`` kernel threads, e.g. a
         single-thread measurement of a layer built for all cores."""
@@ -572,20 +578,25 @@ class OffloadedLayer:
 
     def decode_step_fn(self, projections: torch.Tensor, pool: list | None = None):
         """The whole CPU part of one decode step of this layer on a CPU model, as one call of the module
-        (kernels 0, 2, 3 and 5): a function ``step(q, k_static, v_static, scale, timings)`` -> (out, lse,
-        sampled) that hashes q (B, H, d) contiguous float32 with ``projections`` (padded once here),
-        retrieves and attends the sampled offloaded keys, attends the static keys k_static / v_static
-        (B, H_kv, s, d) exactly and merges the two. ``timings``: the parts' seconds are added to its
-        ``hash``, ``cpu_retrieve``, ``cpu_attend`` (retrieval + attention), ``cpu_wait`` and ``exact``."""
+        (kernels 0, 2, 3 and 5): a function ``step(q, k_static, v_static, n_static, scale, timings, new)`` ->
+        (out, lse, sampled float32) that hashes q (B, H, d) contiguous float32 with ``projections`` (padded
+        once here), retrieves and attends the sampled offloaded keys, attends the first n_static static keys
+        of k_static / v_static (B, H_kv, >= n_static, d) exactly and merges the two. ``new``: None or (k, v,
+        center), this step's keys / values (B, H_kv, m, d) written centred to rows n_static .. n_static + m
+        first (kernel 7; the buffers must have the room) and attended with the others. ``timings``: the
+        parts' seconds are added to its ``hash``, ``cpu_retrieve``, ``cpu_attend`` (retrieval + attention),
+        ``cpu_wait`` and ``exact``."""
         padded = shared_padded_projections(projections, pool)
         kernel = load().decode_step
         args = (self.kv, self.offsets, self.ids, self.K, padded)
         plan = (self.table, TABLE_LIMIT, self.L, self.min_collisions)
         run = (self.isa_code, self.threads, PREFETCH, SPLIT_TOKENS)
 
-        def step(q: torch.Tensor, k_static: torch.Tensor, v_static: torch.Tensor, scale: float,
-                 timings: dict | None = None):
-            out, lse, sampled, seconds = kernel(*args, q, scale, *plan, k_static, v_static, *run)
+        def step(q: torch.Tensor, k_static: torch.Tensor, v_static: torch.Tensor, n_static: int, scale: float,
+                 timings: dict | None = None, new: tuple | None = None):
+            k_new, v_new, center = new if new is not None else (None, None, None)
+            out, lse, sampled, seconds = kernel(*args, q, scale, *plan, k_static, v_static, n_static, k_new, v_new,
+                                                center, *run)
             if timings is not None:
                 hash_s, retrieve_s, attend_s, exact_s = seconds.tolist()
                 for key, value in (("hash", hash_s), ("cpu_retrieve", retrieve_s),

@@ -34,6 +34,7 @@ class TorchOffloadedLayer:
 
     CHUNK = 4096
     exact_kernel = None  # no compiled exact kernel: the decoders' exact parts use torch's
+    append_kernel = None  # nor kernel 7: the decoders append with tensor operations
 
     def __init__(self, keys, values, codes, counts, K, L, min_collisions: int = 2):
         self.keys, self.values, self.codes, self.counts, self.K, self.L = keys, values, codes, counts, K, L

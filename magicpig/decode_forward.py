@@ -4,11 +4,13 @@ Why: transformers runs a decode step module by module: per decoder layer about t
 tensor operations. On the development machine (2 cores), a MagicPIG (10,150) step of SmolLM2-135M's 30
 layers at 32K took 43 ms through transformers' loop and 34 ms through this one, both with kernel 4's
 linear layers, with the same tokens and logits. ``DecodeForward`` computes the same
-step with four calls of the CPU module per layer: kernel 6's ``attention_in`` (RMSNorm, q/k/v as one
-kernel-4 region over the three weight matrices, no copy of the weights, the rotary embedding of q and k),
-the cache's decoder (``MagicPIGCache``: the method decides, exactly as through the attention hook),
-o_proj added to the residual by kernel 4, and kernel 6's ``mlp_residual`` (RMSNorm, gate/up in one region,
-SiLU-and-multiply, down added to the residual). Its logits equal transformers' up to float32 summation
+step with three calls per layer: kernel 6's ``attention_in`` (RMSNorm, q/k/v as one kernel-4 region over
+the three weight matrices, no copy of the weights, the rotary embedding of q and k), the cache's decoder
+(``MagicPIGCache``: the method decides, exactly as through the attention hook; on an offloaded layer one
+call of the CPU module that also appends the step's key and value), and kernel 6's ``mlp_residual`` with
+the attention output (o_proj added to the residual, RMSNorm, gate/up in one region, SiLU-and-multiply,
+down added to the residual). On a decode step's cold caches every call and tensor operation costs tens
+of microseconds, so fewer of them is most of the gain. Its logits equal transformers' up to float32 summation
 order (tests/test_decode_forward.py).
 
 What it supports (``unsupported_reason`` says why not, and ``Engine`` then keeps transformers' forward):
@@ -146,7 +148,7 @@ class DecodeForward:
             v = qkv[:, (H + Hkv) * d:].view(B, Hkv, 1, d)
             cache.layers[i].decoder.append(k, v)
             out = cache.attend(i, qkv[:, :H * d].view(B, H, d), w.scale)  # (B, H, d) float32
-            mod.linear(out.reshape(B, H * d), w.o, w.o_bias, isa, threads, h)  # h += o_proj(out)
-            mod.mlp_residual(h, w.post_norm, w.post_eps, w.mlp, w.mlp_bias, isa, threads)
+            # h += o_proj(out), then h += MLP(RMSNorm(h))
+            mod.mlp_residual(h, w.post_norm, w.post_eps, w.mlp, w.mlp_bias, isa, threads, out, w.o[0], w.o_bias[0])
         x = F.rms_norm(h, h.shape[-1:], self.final_norm, self.final_eps)
         return mod.linear(x, self.head, self.head_bias, isa, threads)

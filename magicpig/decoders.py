@@ -68,19 +68,43 @@ class GrowBuffer:
         self.data = torch.empty(shape, dtype=initial.dtype, device=initial.device)
         self.data.narrow(dim, 0, self.n).copy_(initial)
 
-    def append(self, x: torch.Tensor) -> None:
-        extra = x.shape[self.dim]
+    def reserve(self, extra: int) -> torch.Tensor:
+        """Room for ``extra`` more entries (the storage doubles when it runs out); returns the storage."""
         if self.n + extra > self.data.shape[self.dim]:
             shape = list(self.data.shape)
             shape[self.dim] = max(2 * shape[self.dim], self.n + extra)
             grown = torch.empty(shape, dtype=self.data.dtype, device=self.data.device)
             grown.narrow(self.dim, 0, self.n).copy_(self.view())
             self.data = grown
-        self.data.narrow(self.dim, self.n, extra).copy_(x)
+        return self.data
+
+    def append(self, x: torch.Tensor) -> None:
+        extra = x.shape[self.dim]
+        self.reserve(extra).narrow(self.dim, self.n, extra).copy_(x)
         self.n += extra
 
     def view(self) -> torch.Tensor:
         return self.data.narrow(self.dim, 0, self.n)
+
+
+def append_kv_fn(k_buffer: GrowBuffer, v_buffer: GrowBuffer, valid: GrowBuffer | None, kernel: Callable | None):
+    """``kernel`` (the CPU module's kernel 7, ``append_kv``, or None) appending to ``k_buffer`` /
+    ``v_buffer`` (B, H_kv, cap, d): a function ``append(k, v, center)`` (center (B, H_kv, d) float32 or
+    None) that writes k - center and v in one call; None where it does not apply (no kernel, a device
+    buffer, a dtype it has no path for, a padding mask to extend). A decode step appends one row per
+    kv-head: the tensor operations it replaces cost more than the copy."""
+    data = k_buffer.data
+    if (kernel is None or data.device.type != "cpu" or data.dtype not in (torch.float32, torch.bfloat16)
+            or valid is not None or k_buffer.dim != 2):
+        return None
+
+    def append(k: torch.Tensor, v: torch.Tensor, center: torch.Tensor | None) -> None:
+        m = k.shape[2]
+        kernel(k_buffer.reserve(m), v_buffer.reserve(m), k_buffer.n, k, v, center)
+        k_buffer.n += m
+        v_buffer.n += m
+
+    return append
 
 
 def _compact(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -246,13 +270,13 @@ class ExactDecoder:
 
     k, v: (B, H_kv, n0, d) prefill keys/values (not modified); layout: their KeyLayout. Padding rows are
     zeroed in the decoder's copy (they may hold NaN, which a zero probability would not cancel). kernel:
-    see ``decode_exact``.
+    see ``decode_exact``; append_kernel: the CPU module's kernel 7 (``append_kv_fn``), or None.
     """
 
     kind: ClassVar[str] = "exact"
 
     def __init__(self, k: torch.Tensor, v: torch.Tensor, layout: KeyLayout, layer_idx: int,
-                 timings: dict | None = None, kernel: Callable | None = None):
+                 timings: dict | None = None, kernel: Callable | None = None, append_kernel: Callable | None = None):
         self.layer_idx = layer_idx
         self.kernel = kernel  # decode_exact's CPU kernel, or None
         self.timings = timings if timings is not None else {}
@@ -264,12 +288,17 @@ class ExactDecoder:
         self.v = GrowBuffer(v, 2)
         self.valid = GrowBuffer(layout.valid(), 1) if padded else None
         self.n_total = layout.n
+        self._append = append_kv_fn(self.k, self.v, self.valid, append_kernel)
 
     @property
     def n(self) -> int:
         return self.n_total
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        if self._append is not None and k.dtype == self.k.data.dtype:
+            self._append(k, v, None)
+            self.n_total += k.shape[2]
+            return
         self.k.append(k)
         self.v.append(v)
         if self.valid is not None:
@@ -322,6 +351,8 @@ class OffloadDecoder:
         self.staged = k.device.type != "cpu" if stage_through_host is None else bool(stage_through_host)
         maker = getattr(layer_class, "exact_kernel", None) if k.device.type == "cpu" else None
         self._exact = maker() if maker is not None else None  # decode_exact's CPU kernel for the static part
+        maker = getattr(layer_class, "append_kernel", None) if k.device.type == "cpu" else None
+        append_kernel = maker() if maker is not None else None
         static, offloaded = split_static_offloaded(layout, method.sinks, method.local)
         self.center = offload_center(k, layout, offloaded, method.centering)  # (B, H_kv, d) float32
         self.projections = method.projections(layer_idx, k.shape[1], k.shape[3], device=k.device)
@@ -356,6 +387,8 @@ class OffloadDecoder:
                 and self.k_static.data.dtype in (torch.float32, torch.bfloat16)
                 and hasattr(self.cpu_layer, "decode_step_fn")):
             self._fused = self.cpu_layer.decode_step_fn(self.projections, projection_pool)
+        self._append = append_kv_fn(self.k_static, self.v_static, self.static_valid, append_kernel)
+        self._pending: tuple[torch.Tensor, torch.Tensor] | None = None  # appended, written by the next step
         self._host: dict[str, torch.Tensor] = {}
         self._candidates: torch.Tensor | None = None
         self._copied = None  # CUDA event: q and its codes have reached the host buffers
@@ -365,12 +398,27 @@ class OffloadDecoder:
         return self.n_total
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
-        """New keys join the exact (device) part, centred with the prefill centre."""
+        """New keys join the exact (device) part, centred with the prefill centre. Where the whole step is one
+        call of the CPU module, that call writes them (kernel 7) before it attends: the next ``attend``."""
+        self._write_pending()
+        if self._append is not None and v.dtype == self.v_static.data.dtype:
+            if self._fused is not None:
+                self._pending = (k, v)
+            else:
+                self._append(k, v, self.center)
+            self.n_total += k.shape[2]
+            return
         self.k_static.append((k.float() - self.center[:, :, None]).to(self.k_static.data.dtype))
         self.v_static.append(v)
         if self.static_valid is not None:
             self.static_valid.append(torch.ones(k.shape[0], k.shape[2], dtype=torch.bool, device=k.device))
         self.n_total += k.shape[2]
+
+    def _write_pending(self) -> None:
+        if self._pending is not None:
+            k, v = self._pending
+            self._pending = None
+            self._append(k, v, self.center)
 
     def _buffer(self, name: str, shape, dtype: torch.dtype) -> torch.Tensor:
         """A reusable host buffer (pinned beside a GPU). Reusing it one step later is safe: every step
@@ -422,9 +470,20 @@ class OffloadDecoder:
             return AttentionResult(out, lse, torch.zeros(B, H), candidates, 0.0)
         T = self.timings
         if self._fused is not None:
-            out, lse, sampled = self._fused(q.detach().float().contiguous(), self.k_static.view(),
-                                            self.v_static.view(), float(scale), T)
-            return AttentionResult(out, lse, sampled.to(torch.float32), candidates, 0.0)
+            new, n = self._pending, self.k_static.n
+            self._pending = None
+            if new is not None:  # this step's key and value: the call writes them (room made here)
+                m = new[0].shape[2]
+                new = (*new, self.center)
+                self.k_static.reserve(m)
+                self.v_static.reserve(m)
+                self.k_static.n += m
+                self.v_static.n += m
+            qf = q if q.dtype == torch.float32 and q.is_contiguous() and not q.requires_grad else \
+                q.detach().float().contiguous()
+            out, lse, sampled = self._fused(qf, self.k_static.data, self.v_static.data, n, float(scale), T, new)
+            return AttentionResult(out, lse, sampled, candidates, 0.0)
+        self._write_pending()
         t = time.perf_counter()
         q_host, codes_host = self._query_to_host(q)
         t = _add(T, "hash", t)
@@ -455,6 +514,7 @@ class OffloadDecoder:
         return AttentionResult(out, lse, sampled.to(torch.float32), candidates, 0.0)
 
     def nbytes(self) -> dict[str, int]:
+        self._write_pending()
         dev = sum(b.view().numel() * b.data.element_size() for b in (self.k_static, self.v_static))
         cpu = int(self.cpu_layer.nbytes["total"]) if self.cpu_layer is not None else 0
         return {"device": dev, "cpu": cpu}
@@ -496,11 +556,12 @@ class DecoderContext:
 
     def exact(self, k, v, layout: KeyLayout, layer_idx: int) -> ExactDecoder:
         """Fused exact attention in the model's dtype (the system path's dense layers)."""
-        kernel = None
+        kernels = [None, None]
         if k.device.type == "cpu" and self.offload_layer is not None:
-            maker = getattr(self.offload_layer(), "exact_kernel", None)
-            kernel = maker() if maker is not None else None
-        return ExactDecoder(k, v, layout, layer_idx, self.timings, kernel)
+            for i, name in enumerate(("exact_kernel", "append_kernel")):
+                maker = getattr(self.offload_layer(), name, None)
+                kernels[i] = maker() if maker is not None else None
+        return ExactDecoder(k, v, layout, layer_idx, self.timings, *kernels)
 
     def offload(self, method: MagicPIG, k, v, layout: KeyLayout, layer_idx: int) -> OffloadDecoder:
         """The heterogeneous device + CPU split of a MagicPIG sparse layer."""

@@ -33,7 +33,7 @@ import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -321,8 +321,10 @@ class Engine:
 
     @torch.no_grad()
     def decode(self, pre: Prefill, method: AttentionMethod | str, config: GenerationConfig | None = None,
-               continuation_ids=None) -> list[GenerationResult]:
-        """Decode every row of ``pre`` with ``method`` (see the module docstring); ``pre`` is not changed."""
+               continuation_ids=None, after_step: Callable[[int], None] | None = None) -> list[GenerationResult]:
+        """Decode every row of ``pre`` with ``method`` (see the module docstring); ``pre`` is not changed.
+        after_step(i): called after decode forward i (0-based) has been timed, outside its time (the decode
+        benchmark measures the machine's bandwidth there)."""
         method = parse_method(method)
         config = config or GenerationConfig()
         B = pre.batch
@@ -401,6 +403,8 @@ class Engine:
                     self._sync()
                     step_seconds.append(time.perf_counter() - t_step)
                     costs.add(cache.pop_step(), torch.tensor(active, dtype=torch.bool))
+                    if after_step is not None:
+                        after_step(step)
                     step += 1
             finally:
                 clear_active()

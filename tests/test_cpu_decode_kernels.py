@@ -238,6 +238,14 @@ def test_mlp_residual_adds_the_silu_mlp_in_place(monkeypatch, isa, M, D, ffn, bi
     got = cpu.load().mlp_residual(h, norm, 1e-6, ws, bs, cpu.ISA_CODES[isa], 2)
     assert got.data_ptr() == h.data_ptr()  # in place
     torch.testing.assert_close(h, want, rtol=1e-4, atol=1e-4 * ffn ** 0.5)
+    # with the attention output (M, heads, head_dim) and o_proj: h += o(attn) first, then the MLP of that
+    attn, o = torch.randn(M, 3, 7, generator=gen), torch.randn(D, 21, generator=gen)
+    o_b = torch.randn(D, generator=gen) if bias else None
+    mid = h + F.linear(attn.reshape(M, 21), o, o_b)
+    x = _rms(mid, norm, 1e-6)
+    want = mid + F.linear(F.silu(F.linear(x, ws[0], bs[0])) * F.linear(x, ws[1].float(), bs[1]), ws[2], bs[2])
+    cpu.load().mlp_residual(h, norm, 1e-6, ws, bs, cpu.ISA_CODES[isa], 2, attn, o, o_b)
+    torch.testing.assert_close(h, want, rtol=1e-4, atol=1e-4 * ffn ** 0.5)
 
 
 def test_layer_halves_check_arguments():
@@ -255,5 +263,51 @@ def test_layer_halves_check_arguments():
         mod.mlp_residual(h, norm, 1e-5, ws[:2], [None] * 2, 0, 1)
     with pytest.raises(RuntimeError, match="down's input width"):
         mod.mlp_residual(h, norm, 1e-5, [torch.randn(6, 8), torch.randn(6, 8), torch.randn(8, 5)], [None] * 3, 0, 1)
+    with pytest.raises(RuntimeError, match="give both attn and o"):
+        mod.mlp_residual(h, norm, 1e-5, [torch.randn(6, 8), torch.randn(6, 8), torch.randn(8, 6)], [None] * 3, 0, 1,
+                         torch.randn(2, 4))
+    with pytest.raises(RuntimeError, match="attn must hold"):
+        mod.mlp_residual(h, norm, 1e-5, [torch.randn(6, 8), torch.randn(6, 8), torch.randn(8, 6)], [None] * 3, 0, 1,
+                         torch.randn(3), torch.randn(8, 1))
     with pytest.raises(RuntimeError, match="out must be"):
         mod.linear(h, [torch.randn(3, 8)], [None], 0, 1, torch.zeros(2, 4))
+
+
+# ---- kernel 7 ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("src,buf", [(torch.float32, torch.float32), (torch.float32, torch.bfloat16),
+                                     (torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32)])
+@pytest.mark.parametrize("B,Hkv,m,d,centred", [(1, 3, 1, 64, True), (2, 2, 3, 24, False), (3, 1, 2, 17, True)])
+def test_append_kv_writes_centred_rows_like_torch(src, buf, B, Hkv, m, d, centred):
+    gen = torch.Generator().manual_seed(B * 100 + d)
+    cap, n = 11, 5
+    # k and v as decode_forward passes them: strided views of one (B, (H + 2 H_kv) d) projection row
+    qkv = torch.randn(B, m, (4 + 2) * Hkv * d, generator=gen).to(src)
+    k = qkv[:, :, 4 * Hkv * d:5 * Hkv * d].reshape(B, m, Hkv, d).transpose(1, 2)
+    v = qkv[:, :, 5 * Hkv * d:].reshape(B, m, Hkv, d).transpose(1, 2)
+    k_buf, v_buf = torch.randn(B, Hkv, cap, d, generator=gen).to(buf), torch.randn(B, Hkv, cap, d).to(buf)
+    k_old, v_old = k_buf.clone(), v_buf.clone()
+    center = torch.randn(B, Hkv, d, generator=gen) if centred else None
+    cpu.load().append_kv(k_buf, v_buf, n, k, v, center)
+    want_k = (k.float() - (center[:, :, None] if centred else 0)).to(buf)
+    assert torch.equal(k_buf[:, :, n:n + m], want_k) and torch.equal(v_buf[:, :, n:n + m], v.to(buf))
+    for new, old in ((k_buf, k_old), (v_buf, v_old)):  # the other rows are untouched
+        assert torch.equal(new[:, :, :n], old[:, :, :n]) and torch.equal(new[:, :, n + m:], old[:, :, n + m:])
+
+
+def test_append_kv_keeps_nan_and_checks_arguments():
+    app = cpu.load().append_kv
+    k_buf, v_buf = torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 4, 8)
+    k = torch.full((1, 2, 1, 8), float("nan"))
+    app(k_buf, v_buf, 3, k, torch.ones(1, 2, 1, 8), None)
+    assert k_buf[:, :, 3].isnan().all() and k_buf[:, :, :3].eq(0).all() and v_buf[:, :, 3].eq(1).all()
+    k16, v16 = torch.zeros(1, 2, 4, 8, dtype=torch.bfloat16), torch.zeros(1, 2, 4, 8, dtype=torch.bfloat16)
+    app(k16, v16, 0, k, k, None)
+    assert k16[:, :, 0].isnan().all()  # NaN survives the rounding to bfloat16 too
+    with pytest.raises(RuntimeError, match="do not fit"):
+        app(k_buf, v_buf, 4, k, k, None)
+    with pytest.raises(RuntimeError, match="k and v must be CPU"):
+        app(k_buf, v_buf, 0, torch.zeros(1, 3, 1, 8), torch.zeros(1, 3, 1, 8), None)
+    with pytest.raises(RuntimeError, match="center must be"):
+        app(k_buf, v_buf, 0, k, k, torch.zeros(1, 2, 7))
+    with pytest.raises(RuntimeError, match="float32 or bfloat16"):
+        app(k_buf.half(), v_buf.half(), 0, k, k, None)

@@ -318,3 +318,31 @@ def test_offload_decoder_steps_read_no_environment(monkeypatch):
     monkeypatch.setenv(cpu.THREADS_ENV, "two")
     got = dec.attend(q, None)
     assert torch.equal(got.output, want.output) and torch.equal(got.used, want.used)
+
+
+def test_appended_rows_reach_the_fused_step_however_the_calls_interleave():
+    """A compiled layer's decoder leaves the step's new key / value to the fused step call (kernel 7 inside
+    it); two appends in a row, a memory query between, or the torch twin's tensor appends give the same
+    attention. The static buffers also grow past their slack."""
+    require_module()
+    k, v, layout = _state()
+    method = MagicPIG(K=5, L=20, sinks=4, local=16)
+    gen = torch.Generator().manual_seed(5)
+    fused = decoders.OffloadDecoder(method, k, v, layout, 0, offload_layer_class("compiled"))
+    twin = decoders.OffloadDecoder(method, k, v, layout, 0, offload_layer_class("torch"))
+    assert fused._fused is not None and fused._append is not None and twin._append is None
+    capacity = fused.k_static.data.shape[2]
+    slack = capacity - fused.k_static.n
+    for step in range(slack + 3):
+        for _ in range(1 + step % 3):  # 1 to 3 appends before the next attention
+            kn, vn = torch.randn(2, 2, 1, 32, generator=gen), torch.randn(2, 2, 1, 32, generator=gen)
+            fused.append(kn, vn)
+            twin.append(kn, vn)
+        if step % 4 == 1:
+            assert fused.nbytes()["device"] == twin.nbytes()["device"]  # writes what is pending first
+        q = torch.randn(2, 4, 32, generator=gen)
+        a, b = fused.attend(q, None), twin.attend(q, None)
+        assert fused.n == twin.n and fused.k_static.n == twin.k_static.n
+        torch.testing.assert_close(a.output, b.output, atol=1e-5, rtol=1e-5)
+    assert fused.k_static.data.shape[2] > capacity  # grew
+    torch.testing.assert_close(fused.k_static.view(), twin.k_static.view(), atol=0, rtol=0)

@@ -1,4 +1,6 @@
 """The engine: reference vs offload backends, fork, batching, setups A/B, stopping, cost accounting."""
+import time
+
 import pytest
 import torch
 
@@ -55,6 +57,22 @@ def test_offload_sequential_equals_concurrent(llama):
     b = Engine(llama, None, backend="offload", offload_impl="torch", concurrent=False).decode(pre, METHOD, cfg)[0]
     assert a.token_ids == b.token_ids
     _close_logits(a, b, atol=1e-6)
+
+
+def test_after_step_runs_between_the_timed_steps(llama):
+    """after_step(i) follows decode forward i, outside its time, and does not change the decode."""
+    cfg = GenerationConfig(max_new_tokens=5, ignore_eos=True)
+    engine = Engine(llama, None)
+    pre = engine.prefill(random_prompt(100, seed=3))
+    seen = []
+
+    def slow_hook(i):
+        seen.append(i)
+        time.sleep(0.25)
+
+    res = engine.decode(pre, METHOD, cfg, after_step=slow_hook)[0]
+    assert seen == list(range(len(res.step_seconds))) == [0, 1, 2, 3]  # 5 tokens: 4 forwards
+    assert max(res.step_seconds) < 0.25 and res.token_ids == engine.decode(pre, METHOD, cfg)[0].token_ids
 
 
 @pytest.mark.parametrize("backend", ["reference", "offload"])

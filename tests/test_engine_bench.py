@@ -147,10 +147,10 @@ def test_max_throughput_finds_the_largest_batch_the_memory_allows(tmp_path, monk
 def test_max_throughput_backs_off_on_a_real_oom(tmp_path, monkeypatch):
     real = bench_decode.time_stock
 
-    def flaky(net, pre, steps, warmup):
+    def flaky(net, pre, steps, warmup, after_step=None):
         if pre.batch > 2:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
-        return real(net, pre, steps, warmup)
+        return real(net, pre, steps, warmup, after_step)
 
     monkeypatch.setattr(bench_decode, "time_stock", flaky)
     rows = bench_decode.run(TINY, (128,), ["dense@stock"], batches=(4,), steps=1, warmup=1,
@@ -161,20 +161,25 @@ def test_max_throughput_backs_off_on_a_real_oom(tmp_path, monkeypatch):
 
 
 def test_time_breakdown_columns_come_from_the_decode_result(tmp_path, monkeypatch):
-    def fake(net, tokenizer, pre, spec, backend, steps, warmup, offload_dtype=None, linear="auto", forward="auto"):
+    def fake(net, tokenizer, pre, spec, backend, steps, warmup, offload_dtype=None, linear="auto", forward="auto",
+             after_step=None):
+        for i in range(steps + warmup):
+            after_step(i)
         return {"step_seconds": [0.01] * (steps + warmup), "setup_seconds": 0.0, "sampled_fraction": 0.02,
                 "timings": {"cpu_attend": 0.004 * steps, "transfer": 0.001 * steps, "setup": 3.0},
                 "linear": "magicpig" if linear == "auto" else linear,
                 "forward": "magicpig" if forward == "auto" else forward}
 
     monkeypatch.setattr(bench_decode, "time_engine", fake)
-    rows = bench_decode.run(TINY, (128,), ["magicpig@offload"], steps=4, warmup=2,
+    rows = bench_decode.run(TINY, (128,), ["magicpig@offload"], steps=6, warmup=2,
                             csv_path=str(tmp_path / "d.csv"), verbose=False)
     assert rows[0]["cpu_attend_ms"] == pytest.approx(4.0) and rows[0]["transfer_ms"] == pytest.approx(1.0)
     assert rows[0]["hash_ms"] == "" and rows[0]["ms_per_token"] == pytest.approx(10.0)
     assert rows[0]["linear"] == "magicpig"  # who computed the linear layers is recorded per row
     assert rows[0]["forward"] == "magicpig"  # and who ran the layer loop
-    assert rows[0]["stream_gbps_row"] > 0  # the machine's bandwidth around the row
+    # the machine's bandwidth during the row: a read after timed steps 0 and 4 of 6 (every 4th)
+    assert rows[0]["stream_gbps_steps"] > 0 and rows[0]["stream_samples"] == 2
+    assert rows[0]["x_after_read"] == pytest.approx(1.0)  # equal fake steps: the reads change nothing
     assert "setup_ms" not in rows[0]  # the decoder set-up is once per decode: setup_seconds, not per step
 
 
@@ -204,6 +209,20 @@ def test_forward_choice_reaches_the_engine_and_the_csv(tmp_path):
     assert rows["magicpig"]["stock"]["forward"] == "transformers"  # stock is transformers' own decode
 
 
+def test_step_bandwidth_reads_after_every_nth_timed_step_and_checks_the_next_step():
+    buf = torch.ones(1 << 16, dtype=torch.int64)
+    sampler = bench_decode.StepBandwidth(buf, 1, warmup=2, every=3)
+    for i in range(10):
+        sampler(i)
+    assert len(sampler.seconds) == 3 and sampler.followed == {3, 6, 9}  # after steps 2, 5 and 8
+    assert sampler.gbps() == pytest.approx(3 * buf.numel() * 8 / sum(sampler.seconds) / 1e9)
+    steps = [1.0] * 10
+    for i in (3, 6, 9):
+        steps[i] = 2.0
+    assert sampler.after_read(steps) == pytest.approx(2.0)  # a read that slowed the next step shows
+    assert bench_decode.StepBandwidth(buf, 1, warmup=5).gbps() is None  # no read yet: no figure
+
+
 def test_bytes_limit_counts_weights_kv_and_sampled_rows():
     from magicpig.harness import projection as hardware
 
@@ -221,6 +240,11 @@ def test_bytes_limit_counts_weights_kv_and_sampled_rows():
     projections = 28 * 3 * 64 * 10 * 150 * 4  # the queries' hashing reads each kv-head's (d, K*L) float32
     # 2 of 30 layers dense + 3% of the rest, and the projections
     assert weights + projections < sparse["bytes_per_step"] < weights + 0.2 * kv + projections
+    # a row that measured its own bandwidth is held to it; the run-start figure stays beside it
+    during = bench_decode.bytes_limit("smollm2", dict(row, stream_gbps_steps=20.0), stream_gbps=10.0)
+    assert during["bytes_limit_ms"] == pytest.approx(got["bytes_limit_ms"] / 2, rel=1e-3)
+    assert during["x_bytes_limit"] == pytest.approx(2 * got["x_bytes_limit"], rel=1e-3)
+    assert during["x_bytes_limit_start"] == got["x_bytes_limit_start"] == got["x_bytes_limit"]
     assert bench_decode.bytes_limit("smollm2", dict(row, method="quest"), 10.0) == {}  # not modelled
     assert bench_decode.bytes_limit("smollm2", row, None) == {}  # not a CPU run: no bandwidth measured
 

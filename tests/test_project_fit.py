@@ -118,18 +118,20 @@ def test_a_rows_own_bandwidth_scales_its_byte_terms_only():
         assert f.coef[k] == pytest.approx(v, rel=1e-6), k
 
 
-def test_project_charges_a_row_at_the_bandwidth_measured_around_it(tmp_path):
+def test_project_charges_a_row_at_the_bandwidth_measured_during_it(tmp_path):
     df = pd.read_csv(DECODE)
     quiet = df[~df["under_load"] & df["fits"].astype(bool)].copy()
-    slow_row = quiet.index[0]
+    slow_row, old_row = quiet.index[0], quiet.index[1]
     drifted = quiet.copy()
-    drifted["stream_gbps_row"] = float("nan")
-    drifted.loc[slow_row, "stream_gbps_row"] = 7.0  # half the fixture's 14 GB/s streaming read
+    drifted["stream_gbps_steps"] = drifted["stream_gbps_row"] = float("nan")
+    drifted.loc[slow_row, "stream_gbps_steps"] = 7.0  # half the fixture's 14 GB/s streaming read
+    drifted.loc[slow_row, "stream_gbps_row"] = 28.0  # the reads between the steps win over those around the row
+    drifted.loc[old_row, "stream_gbps_row"] = 28.0  # an older CSV's reads around the row still count
     drifted.to_csv(tmp_path / "d.csv", index=False)
     items = project.decode_items([tmp_path / "d.csv"])
     project.fit_machine(items, 14.0)
     scales = [it["work"].bandwidth_scale for it in items if it["work"] is not None]
-    assert scales.count(2.0) == 1 and scales.count(1.0) == len(scales) - 1
+    assert scales.count(2.0) == 1 and scales.count(0.5) == 1 and scales.count(1.0) == len(scales) - 2
 
 
 def test_undetermined_parameters_are_nan_not_zero():

@@ -276,16 +276,68 @@ std::vector<torch::Tensor> exact_attend(torch::Tensor q, torch::Tensor k, torch:
   return {out, lse};
 }
 
+// Kernel 7, for both buffers of a decoder: k - center (center: None for none) and v written to rows n ..
+// n + m of k_buf / v_buf (B, H_kv, cap, d) contiguous float32 or bfloat16; k, v (B, H_kv, m, d) float32 or
+// bfloat16 with a contiguous last dim.
+void append_kv(torch::Tensor k_buf, torch::Tensor v_buf, int64_t n, torch::Tensor k, torch::Tensor v,
+               c10::optional<torch::Tensor> center) {
+  for (const auto* t : {&k_buf, &v_buf}) {
+    check_cpu_contig(*t, "k_buf / v_buf");
+    TORCH_CHECK(t->dim() == 4 && (t->scalar_type() == torch::kFloat32 || t->scalar_type() == torch::kBFloat16),
+                "k_buf and v_buf must be (B, H_kv, cap, d) float32 or bfloat16, got ", t->sizes(), " ",
+                c10::toString(t->scalar_type()));
+  }
+  TORCH_CHECK(v_buf.sizes() == k_buf.sizes(), "k_buf and v_buf must have the same shape");
+  const int64_t B = k_buf.size(0), Hkv = k_buf.size(1), cap = k_buf.size(2), d = k_buf.size(3);
+  for (const auto* t : {&k, &v}) {
+    TORCH_CHECK(t->device().is_cpu() && t->dim() == 4 && t->size(0) == B && t->size(1) == Hkv && t->size(3) == d &&
+                    t->stride(3) == 1 && t->sizes() == k.sizes(),
+                "k and v must be CPU (B, H_kv, m, d) = (", B, ", ", Hkv, ", m, ", d,
+                ") with a contiguous last dim, got ", t->sizes());
+    TORCH_CHECK(t->scalar_type() == torch::kFloat32 || t->scalar_type() == torch::kBFloat16,
+                "k and v must be float32 or bfloat16");
+  }
+  const int64_t m = k.size(2);
+  TORCH_CHECK(n >= 0 && n + m <= cap, "rows ", n, " .. ", n + m, " do not fit in a buffer of ", cap);
+  const float* c = nullptr;
+  if (center.has_value()) {
+    check_cpu_contig(*center, "center");
+    check_dtype(*center, torch::kFloat32, "center");
+    TORCH_CHECK(center->dim() == 3 && center->size(0) == B && center->size(1) == Hkv && center->size(2) == d,
+                "center must be (B, H_kv, d)");
+    c = center->data_ptr<float>();
+  }
+  const torch::Tensor* src[2] = {&k, &v};
+  torch::Tensor* dst[2] = {&k_buf, &v_buf};
+  for (int p = 0; p < 2; ++p) {
+    const auto& x = *src[p];
+    magicpig::append_rows(magicpig::AppendArgs{B, Hkv, m, d, cap, n, x.data_ptr(), {x.stride(0), x.stride(1), x.stride(2)},
+                                               x.scalar_type() == torch::kBFloat16, p == 0 ? c : nullptr,
+                                               dst[p]->data_ptr(), dst[p]->scalar_type() == torch::kBFloat16});
+  }
+}
+
 // One decode step of an offloaded layer on a CPU model, kernels 0, 2, 3 and 5 in one call: hash q (B, H, d)
 // float32 with the padded projections proj (S, d, P), retrieve from the tables, attend the sampled offloaded
-// keys, then attend the static keys k_static / v_static (B, H_kv, s, d; s may be 0) exactly and merge.
-// -> (out (B, H, d), lse (B, H) float32, sampled (B, H) int32, seconds (4,) float64 of the four parts:
+// keys, then attend the static keys k_static / v_static (B, H_kv, s, d; s may be 0; only the first
+// n_static of them when n_static >= 0: a growing buffer passed whole) exactly and merge. With k_new /
+// v_new (B, H_kv, m, d), kernel 7 first writes k_new - center and v_new at rows n_static .. n_static + m
+// of the static buffers, and those rows are attended too (the step's own key, appended in the same call).
+// -> (out (B, H, d), lse (B, H) float32, sampled (B, H) float32, seconds (4,) float64 of the four parts:
 // hash, retrieve, attend, exact)
 std::vector<torch::Tensor> decode_step(torch::Tensor kv, torch::Tensor offsets, torch::Tensor ids, int64_t K,
                                        torch::Tensor proj, torch::Tensor q, double scale, torch::Tensor table,
                                        double table_limit, int64_t L, int64_t min_collisions, torch::Tensor k_static,
-                                       torch::Tensor v_static, int64_t isa, int64_t threads, int64_t prefetch,
-                                       int64_t split_tokens) {
+                                       torch::Tensor v_static, int64_t n_static,
+                                       c10::optional<torch::Tensor> k_new, c10::optional<torch::Tensor> v_new,
+                                       c10::optional<torch::Tensor> center, int64_t isa, int64_t threads,
+                                       int64_t prefetch, int64_t split_tokens) {
+  TORCH_CHECK(k_new.has_value() == v_new.has_value(), "give both k_new and v_new, or neither");
+  if (k_new.has_value()) {
+    TORCH_CHECK(n_static >= 0, "k_new needs n_static, the buffers' filled rows");
+    append_kv(k_static, v_static, n_static, *k_new, *v_new, center);
+    n_static += k_new->size(2);
+  }
   const Tables t = tables_view(offsets, ids, K);
   check_cpu_contig(proj, "proj");
   check_dtype(proj, torch::kFloat32, "proj");
@@ -308,6 +360,8 @@ std::vector<torch::Tensor> decode_step(torch::Tensor kv, torch::Tensor offsets, 
               "proj must be (H_kv or 1, d, P) with P >= K*L a multiple of 32 (padded)");
   magicpig::ExactArgs e = exact_args(q, k_static, v_static, scale);
   TORCH_CHECK(e.Hkv == t.Hkv, "k_static must have the tables' H_kv");
+  TORCH_CHECK(n_static <= e.n, "n_static = ", n_static, " but k_static holds ", e.n, " rows");
+  if (n_static >= 0) e.n = n_static;  // the first n_static rows of a growing buffer
   const int ti = static_cast<int>(isa), tt = static_cast<int>(threads);
   auto seconds = torch::empty({4}, torch::kFloat64);
   double* sec = seconds.data_ptr<double>();
@@ -329,9 +383,10 @@ std::vector<torch::Tensor> decode_step(torch::Tensor kv, torch::Tensor offsets, 
   auto part_lse = torch::empty({t.B, H}, torch::kFloat32);
   magicpig::attend(a, ti, part_out.data_ptr<float>(), part_lse.data_ptr<float>(), tt);
   sec[2] = lap();
+  auto sampled_f = sampled.to(torch::kFloat32);
   if (e.n == 0) {
     sec[3] = 0.0;
-    return {part_out, part_lse, sampled, seconds};
+    return {part_out, part_lse, sampled_f, seconds};
   }
   e.prior_out = part_out.data_ptr<float>();
   e.prior_lse = part_lse.data_ptr<float>();
@@ -339,7 +394,7 @@ std::vector<torch::Tensor> decode_step(torch::Tensor kv, torch::Tensor offsets, 
   auto lse = torch::empty({t.B, H}, torch::kFloat32);
   magicpig::exact_attend(e, ti, out.data_ptr<float>(), lse.data_ptr<float>(), tt);
   sec[3] = lap();
-  return {out, lse, sampled, seconds};
+  return {out, lse, sampled_f, seconds};
 }
 
 // Kernel 4's parts for x (M, I) float32 and weights[p] (O_p, I) float32 or bfloat16 with biases[p] (O_p,)
@@ -440,10 +495,22 @@ torch::Tensor attention_in(torch::Tensor h, torch::Tensor norm, double eps, std:
 }
 
 // kernel 6, after the attention: h (M, D) += down(SiLU(gate(n)) * up(n)), n = RMSNorm(h) with norm (D,);
-// weights / biases: gate, up, down. Returns h (updated in place).
+// weights / biases: gate, up, down. With attn (the attention output, M rows of O's input width, contiguous)
+// and its output projection o (D, I) / o_bias, first h += attn o^T + o_bias: the whole layer after its
+// attention in one call. Returns h (updated in place).
 torch::Tensor mlp_residual(torch::Tensor h, torch::Tensor norm, double eps, std::vector<torch::Tensor> weights,
-                           std::vector<c10::optional<torch::Tensor>> biases, int64_t isa, int64_t threads) {
+                           std::vector<c10::optional<torch::Tensor>> biases, int64_t isa, int64_t threads,
+                           c10::optional<torch::Tensor> attn, c10::optional<torch::Tensor> o,
+                           c10::optional<torch::Tensor> o_bias) {
   check_layer_in(h, norm, weights.size(), 3);
+  TORCH_CHECK(attn.has_value() == o.has_value(), "give both attn and o (its output projection), or neither");
+  if (attn.has_value()) {
+    check_cpu_contig(*attn, "attn");
+    TORCH_CHECK(attn->numel() % std::max<int64_t>(h.size(0), 1) == 0, "attn must hold M = ", h.size(0), " rows");
+    const auto x = attn->view({h.size(0), h.size(0) ? attn->numel() / h.size(0) : 0});
+    auto parts = linear_parts(x, {*o}, {o_bias}, h, true);
+    magicpig::linear(parts.data(), 1, static_cast<int>(isa), static_cast<int>(threads));
+  }
   TORCH_CHECK(biases.size() == 3, "expected 3 biases (None for none), got ", biases.size());
   TORCH_CHECK(weights[0].dim() == 2 && weights[2].dim() == 2 && weights[2].size(1) == weights[0].size(0),
               "down's input width must equal gate's rows");
@@ -503,8 +570,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("isa"), py::arg("threads"), py::arg("into") = py::none());
   m.def("attention_in", &attention_in, "kernel 6: (h, norm, eps, [Wq, Wk, Wv], biases, cos, sin, heads, kv_heads, "
         "isa, threads) -> qkv with q and k rotated");
-  m.def("mlp_residual", &mlp_residual, "kernel 6: (h, norm, eps, [Wgate, Wup, Wdown], biases, isa, threads) -> h "
-        "+= MLP(RMSNorm(h)), in place");
+  m.def("mlp_residual", &mlp_residual, "kernel 6: (h, norm, eps, [Wgate, Wup, Wdown], biases, isa, threads, attn=None, "
+        "o=None, o_bias=None) -> h (+= attn o^T + o_bias) += MLP(RMSNorm(h)), in place", py::arg("h"), py::arg("norm"),
+        py::arg("eps"), py::arg("weights"), py::arg("biases"), py::arg("isa"), py::arg("threads"),
+        py::arg("attn") = py::none(), py::arg("o") = py::none(), py::arg("o_bias") = py::none());
+  m.def("append_kv", &append_kv, "kernel 7: (k_buf, v_buf, n, k, v, center) writes k - center and v at rows n.. "
+        "of the buffers");
   m.def("exact_correction", &exact_correction, "-ln(u(cos) + 1e-4), double-precision binomial tail");
   m.def("empty_huge", &empty_huge, "uninitialised tensor on 2 MiB-aligned, huge-page-advised memory");
   m.def("stream_read", &stream_read, "read a tensor with all threads (bandwidth probe)");

@@ -168,6 +168,20 @@ void attention_in(const LayerIn& a, const LinearArgs* qkv, float* normed, int is
 void mlp(const LayerIn& a, const LinearArgs* gate_up, LinearArgs& down, float* normed, float* act, int isa,
          int threads);
 
+// Kernel 7: rows x[b, h, j] - center[b, h] (j < m) written to rows n + j of buf (B, H_kv, cap, d),
+// contiguous; x has a contiguous last dim and strides x_stride (elements) for its first three. x and buf
+// are float32 or bfloat16 (buf converted with round-to-nearest-even); center (B, H_kv, d) float32 or null.
+struct AppendArgs {
+  int64_t B, Hkv, m, d, cap, n;
+  const void* x;
+  int64_t x_stride[3];
+  bool x_bf16;
+  const float* center;
+  void* buf;
+  bool buf_bf16;
+};
+void append_rows(const AppendArgs& a);
+
 // Ask the kernel to back [data, data + nbytes) with transparent huge pages (best effort; call before
 // the memory is first touched). Random row gathers over hundreds of MB otherwise miss the TLB each time.
 void advise_huge_pages(void* data, int64_t nbytes);

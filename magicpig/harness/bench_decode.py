@@ -36,11 +36,19 @@ keys over sparse layers (1 for dense); fits / reason = whether it ran, and why n
 module's kernel 4: torch's CPU matmul reads a decode step's weights on one thread); forward = who ran the
 step's layer loop (``transformers``, or ``magicpig`` = ``magicpig.decode_forward``); ``<key>_ms`` = the
 decode result's ``timings`` (seconds over the timed steps) per step, empty when the engine does not
-report them; predicted_ms_per_token is left empty for ``magicpig project``. stream_gbps is the streaming
-read measured once at the start of the run (the bytes-limit divides by it); stream_gbps_row the mean of
-the same measurement right before and right after the row (CPU rows that ran): a shared machine's memory
-bandwidth drifts by tens of percent within minutes, and ``magicpig project`` charges each row's bytes at
-its own.
+report them; predicted_ms_per_token is left empty for ``magicpig project``.
+
+Bandwidth (CPU runs): a shared machine's memory bandwidth drifts by tens of percent within seconds, so a
+row measures its own. stream_gbps is the streaming read measured once at the start of the run (``bench
+kernel``'s method); stream_gbps_steps is measured during the row: after every ``STREAM_EVERY``-th timed
+step (outside its time) one timed read of the same buffer, with the step's threads; stream_gbps_steps =
+bytes read / seconds summed over those reads (the harmonic mean of the samples, which is what a mean step
+time compares with), stream_samples = how many. bytes_limit_ms = bytes_per_step at stream_gbps_steps (the
+run-start figure where a row has no samples), x_bytes_limit = ms_per_token / bytes_limit_ms, and
+x_bytes_limit_start the same ratio at the run-start figure. A decode step reads far more than the
+last-level cache, so a read between steps should leave the next step's time alone; x_after_read checks
+it: the mean time of the steps right after a read over that of the other timed steps. ``magicpig
+project`` charges each row's bytes at its stream_gbps_steps.
 
 Load: ``load_before`` / ``load_after`` are the 1-minute load averages; ``other_cpu_load`` is the number of
 cores that OTHER processes kept busy during the row (system CPU time minus this process's, over wall
@@ -72,13 +80,14 @@ BACKENDS = BENCH_BACKENDS  # stock transformers + the engine's (magicpig.backend
 FILLS = ("exact", "tile")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 MEMORY_MARGIN = 0.9  # a row may use at most this share of the available memory
+STREAM_EVERY = 4  # one timed step in this many is followed by a streaming read (the row's own bandwidth)
 COLUMNS = ["model", "shape_only", "device", "device_name", "context", "batch", "method", "backend",
            "ms_per_token", "tokens_per_s", "peak_host_mb", "peak_device_mb", "kv_bytes", "table_bytes",
            "est_host_mb", "est_device_mb", "setup_seconds", "sampled_fraction", "fits", "reason", "search",
            "load_before", "load_after", "other_cpu_load", "under_load", "predicted_ms_per_token", "threads",
            "isa", "cpu_model", "torch_version", "dtype", "offload_dtype", "linear", "forward", "bytes_per_step",
-           "stream_gbps", "stream_gbps_row",
-           "bytes_limit_ms", "x_bytes_limit", "fill", "prefill_seconds", "steps", "warmup"] \
+           "stream_gbps", "stream_gbps_steps", "stream_samples", "x_after_read",
+           "bytes_limit_ms", "x_bytes_limit", "x_bytes_limit_start", "fill", "prefill_seconds", "steps", "warmup"] \
     + [f"{k}_ms" for k in TIMING_KEYS]
 NEEDLE = "The secret passkey is {key}. Remember it: the passkey is {key}."
 QUESTION = "What is the secret passkey mentioned in the text above? Answer with the number only."
@@ -366,9 +375,10 @@ def _sync(device: torch.device) -> None:
 
 
 @torch.no_grad()
-def time_stock(net, pre, steps: int, warmup: int) -> dict:
+def time_stock(net, pre, steps: int, warmup: int, after_step=None) -> dict:
     """Stock transformers decode (SDPA + DynamicCache holding ``pre``'s context): per step the forward of
-    one token per sequence, the greedy pick and the mask update, as ``model.generate`` does them."""
+    one token per sequence, the greedy pick and the mask update, as ``model.generate`` does them.
+    after_step(i): called after step i (0-based) is timed, outside its time."""
     from transformers import DynamicCache
 
     from magicpig import attention as _attention
@@ -397,6 +407,8 @@ def time_stock(net, pre, steps: int, warmup: int) -> dict:
             tokens = out.logits[:, -1].argmax(-1)[:, None]
             _sync(device)
             step_seconds.append(time.perf_counter() - t_step)
+            if after_step is not None:
+                after_step(t)
         del cache, out
     finally:
         if previous == _attention.NAME:
@@ -408,15 +420,17 @@ def time_stock(net, pre, steps: int, warmup: int) -> dict:
 
 
 def time_engine(net, tokenizer, pre, spec: str, backend: str, steps: int, warmup: int,
-                offload_dtype: str | None = None, linear: str = "auto", forward: str = "auto") -> dict:
+                offload_dtype: str | None = None, linear: str = "auto", forward: str = "auto",
+                after_step=None) -> dict:
     """Decode ``pre`` with ``Engine`` (backend ``reference`` / ``offload``) for warmup + steps forwards;
-    linear / forward: the engine's ``linear_impl`` / ``decode_forward``."""
+    linear / forward: the engine's ``linear_impl`` / ``decode_forward``; after_step: ``Engine.decode``'s."""
     from magicpig.engine import Engine, GenerationConfig
 
     engine = Engine(net, tokenizer, backend=backend, allow_long_context=True, offload_dtype=offload_dtype,
                     linear_impl=linear, decode_forward=forward)
     # n new tokens take n - 1 decode forwards (the first comes from the prefill's logits)
-    res = engine.decode(pre, spec, GenerationConfig(max_new_tokens=warmup + steps + 1, ignore_eos=True))[0]
+    res = engine.decode(pre, spec, GenerationConfig(max_new_tokens=warmup + steps + 1, ignore_eos=True),
+                        after_step=after_step)[0]
     return {"step_seconds": res.step_seconds, "setup_seconds": res.setup_seconds, "sampled_fraction": res.cost,
             "timings": getattr(res, "timings", None), "linear": res.linear, "forward": res.forward}
 
@@ -440,9 +454,45 @@ def measure_stream_gbps() -> float:
         bench_kernel.llc_bytes()[0]))
 
 
+class StepBandwidth:
+    """``after_step`` for a row: after every ``every``-th timed step (the first included) one timed
+    streaming read of ``buffer`` (larger than the last-level cache; read once before, so its pages exist)
+    with ``threads`` threads. ``gbps()``: bytes over the summed seconds of the reads; ``after_read(steps)``:
+    the mean time of the steps right after a read over that of the other timed steps."""
+
+    def __init__(self, buffer: torch.Tensor, threads: int, warmup: int, every: int = STREAM_EVERY):
+        from magicpig import cpu
+
+        self.read = cpu.load().stream_read
+        self.buffer, self.threads, self.warmup, self.every = buffer, threads, warmup, every
+        self.seconds: list[float] = []
+        self.followed: set[int] = set()  # steps that came right after a read
+
+    def __call__(self, step: int) -> None:
+        if step < self.warmup or (step - self.warmup) % self.every:
+            return
+        t0 = time.perf_counter()
+        self.read(self.buffer, self.threads)
+        self.seconds.append(max(time.perf_counter() - t0, 1e-9))
+        self.followed.add(step + 1)
+
+    def gbps(self) -> float | None:
+        nbytes = self.buffer.numel() * self.buffer.element_size()
+        return nbytes * len(self.seconds) / sum(self.seconds) / 1e9 if self.seconds else None
+
+    def after_read(self, step_seconds: list[float]) -> float | None:
+        timed = range(self.warmup, len(step_seconds))
+        after = [step_seconds[i] for i in timed if i in self.followed]
+        other = [step_seconds[i] for i in timed if i not in self.followed]
+        if not after or not other:
+            return None
+        return (sum(after) / len(after)) / (sum(other) / len(other))
+
+
 def bytes_limit(model: str, row: dict, stream_gbps: float | None) -> dict:
     """The bytes one decode step of ``row`` must read (weights, the KV read exactly, the sampled rows and
-    bucket ids: ``projection.step_work``) and the time they take at the measured streaming bandwidth: the
+    bucket ids: ``projection.step_work``) and the time they take at the streaming bandwidth measured during
+    the row (``stream_gbps_steps``; ``stream_gbps``, the run-start figure, where the row has none): the
     step's memory limit on this machine. Empty for models or methods the hardware model does not know."""
     from magicpig.harness import projection
 
@@ -461,9 +511,12 @@ def bytes_limit(model: str, row: dict, stream_gbps: float | None) -> dict:
             kv_elem = projection.dtype_bytes(row["offload_dtype"])
     w = projection.step_work(shape, family, int(row["context"]), int(row["batch"]), sparse, kv_elem)
     nbytes = w.weight_bytes + w.exact_kv_bytes + w.sparse_bytes
-    limit_ms = 1000 * nbytes / (stream_gbps * 1e9)
-    return {"bytes_per_step": int(nbytes), "stream_gbps": round(stream_gbps, 2),
-            "bytes_limit_ms": round(limit_ms, 3), "x_bytes_limit": round(float(row["ms_per_token"]) / limit_ms, 3)}
+    ms = float(row["ms_per_token"])
+    start_ms = 1000 * nbytes / (stream_gbps * 1e9)
+    in_row = row.get("stream_gbps_steps")
+    limit_ms = 1000 * nbytes / (float(in_row) * 1e9) if in_row not in (None, "") else start_ms
+    return {"bytes_per_step": int(nbytes), "stream_gbps": round(stream_gbps, 2), "bytes_limit_ms": round(limit_ms, 3),
+            "x_bytes_limit": round(ms / limit_ms, 3), "x_bytes_limit_start": round(ms / start_ms, 3)}
 
 
 class _Bench:
@@ -477,9 +530,17 @@ class _Bench:
         self.linear, self.forward = linear, forward
         self.shape = Shape.of(config, dtype)
         self.stream_gbps = measure_stream_gbps() if device.type == "cpu" else None
+        self.stream_buffer = None  # read between a CPU row's timed steps (StepBandwidth)
         if self.stream_gbps:
-            self.log(f"streaming read {self.stream_gbps:.1f} GB/s (bench kernel's method): the bytes-limit of a row "
-                     "is its bytes per step at this bandwidth")
+            from magicpig import cpu
+            from magicpig.harness import bench_kernel
+
+            nbytes = bench_kernel.stream_bytes_for(bench_kernel.llc_bytes()[0])
+            self.stream_buffer = torch.ones(nbytes // 8, dtype=torch.int64)
+            cpu.load().stream_read(self.stream_buffer, torch.get_num_threads())
+            self.log(f"streaming read {self.stream_gbps:.1f} GB/s (bench kernel's method) at the start; each row "
+                     f"reads the same {nbytes / 2**20:.0f} MiB after one timed step in {STREAM_EVERY}, and its "
+                     "bytes-limit is its bytes per step at the bandwidth of those reads")
         self.rows: list[dict] = []
         machine = machine_record(str(device), load_cpu_module=True)
         self.common = {"model": model, "shape_only": shape_only, "device": str(device),
@@ -540,16 +601,17 @@ class _Bench:
             row.update({"fits": False, "reason": "estimate: " + reason})
             return row
         _free_memory()
-        stream_before = measure_stream_gbps() if self.device.type == "cpu" else None
+        sampler = (StepBandwidth(self.stream_buffer, torch.get_num_threads(), warmup)
+                   if self.stream_buffer is not None else None)
         out = None
         try:
             with RowMonitor(self.device) as mon:
                 pre = repeat_batch(pre1, batch)
                 if backend == "stock":
-                    out = time_stock(self.net, pre, steps, warmup)
+                    out = time_stock(self.net, pre, steps, warmup, sampler)
                 else:
                     out = time_engine(self.net, self.tokenizer, pre, spec, backend, steps, warmup, self.offload_dtype,
-                                      self.linear, self.forward)
+                                      self.linear, self.forward, sampler)
                 del pre
         except Exception as exc:  # noqa: BLE001 - only allocation failures are turned into rows
             if not is_oom(exc):
@@ -558,8 +620,10 @@ class _Bench:
         _free_memory()  # after the except clause: its traceback no longer holds the row's tensors
         if out is None:
             return row
-        if stream_before is not None:  # the machine's bandwidth around this row (the same method, after it too)
-            row["stream_gbps_row"] = round((stream_before + measure_stream_gbps()) / 2, 2)
+        if sampler is not None and sampler.seconds:  # the machine's bandwidth during this row
+            after = sampler.after_read(out["step_seconds"])
+            row.update({"stream_gbps_steps": round(sampler.gbps(), 2), "stream_samples": len(sampler.seconds),
+                        "x_after_read": round(after, 3) if after is not None else ""})
         timed = out["step_seconds"][warmup:]
         total = sum(timed)
         per_step = total / max(1, len(timed))

@@ -198,8 +198,8 @@ def fit_machine(items: list[dict], stream_gbps: float):
     if len(machines) > 1:
         raise ValueError(f"decode-csv: CPU rows of {len(machines)} machines {sorted(machines)}: the model is "
                          "fitted to one machine, pass that machine's CSVs only")
-    for it in items:  # a row that measured the machine's bandwidth around itself is charged at that bandwidth
-        row_gbps = _num(it["row"], "stream_gbps_row")
+    for it in items:  # a row that measured the machine's bandwidth during itself is charged at that bandwidth
+        row_gbps = _num(it["row"], "stream_gbps_steps", "stream_gbps_row")  # _row: older CSVs, reads around the row
         if it["work"] is not None and not it["device"].startswith("cuda") and row_gbps > 0:
             it["work"] = replace(it["work"], bandwidth_scale=stream_gbps / row_gbps)
     works, ys = [it["work"] for it in used], [it["measured_s"] for it in used]

@@ -41,7 +41,8 @@ report them; predicted_ms_per_token is left empty for ``magicpig project``.
 Bandwidth (CPU runs): a shared machine's memory bandwidth drifts by tens of percent within seconds, so a
 row measures its own. stream_gbps is the streaming read measured once at the start of the run (``bench
 kernel``'s method); stream_gbps_steps is measured during the row: after every ``STREAM_EVERY``-th timed
-step (outside its time) one timed read of the same buffer, with the step's threads; stream_gbps_steps =
+step (outside its time) one timed read of a buffer of 4x the last-level cache (``IN_ROW_STREAM_MIN`` at
+least), with the step's threads; stream_gbps_steps =
 bytes read / seconds summed over those reads (the harmonic mean of the samples, which is what a mean step
 time compares with), stream_samples = how many. bytes_limit_ms = bytes_per_step at stream_gbps_steps (the
 run-start figure where a row has no samples), x_bytes_limit = ms_per_token / bytes_limit_ms, and
@@ -81,6 +82,8 @@ FILLS = ("exact", "tile")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 MEMORY_MARGIN = 0.9  # a row may use at most this share of the available memory
 STREAM_EVERY = 4  # one timed step in this many is followed by a streaming read (the row's own bandwidth)
+IN_ROW_STREAM_MIN = 64 << 20  # that read's buffer: 4x the last-level cache, at least this (held by the run,
+# so it is kept small: the memory estimate of a row, and so --max-throughput, sees it as used)
 COLUMNS = ["model", "shape_only", "device", "device_name", "context", "batch", "method", "backend",
            "ms_per_token", "tokens_per_s", "peak_host_mb", "peak_device_mb", "kv_bytes", "table_bytes",
            "est_host_mb", "est_device_mb", "setup_seconds", "sampled_fraction", "fits", "reason", "search",
@@ -535,11 +538,11 @@ class _Bench:
             from magicpig import cpu
             from magicpig.harness import bench_kernel
 
-            nbytes = bench_kernel.stream_bytes_for(bench_kernel.llc_bytes()[0])
+            nbytes = max(IN_ROW_STREAM_MIN, 4 * bench_kernel.llc_bytes()[0]) // 8 * 8
             self.stream_buffer = torch.ones(nbytes // 8, dtype=torch.int64)
             cpu.load().stream_read(self.stream_buffer, torch.get_num_threads())
             self.log(f"streaming read {self.stream_gbps:.1f} GB/s (bench kernel's method) at the start; each row "
-                     f"reads the same {nbytes / 2**20:.0f} MiB after one timed step in {STREAM_EVERY}, and its "
+                     f"reads {nbytes / 2**20:.0f} MiB after one timed step in {STREAM_EVERY}, and its "
                      "bytes-limit is its bytes per step at the bandwidth of those reads")
         self.rows: list[dict] = []
         machine = machine_record(str(device), load_cpu_module=True)

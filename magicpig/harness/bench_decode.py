@@ -49,7 +49,8 @@ run-start figure where a row has no samples), x_bytes_limit = ms_per_token / byt
 x_bytes_limit_start the same ratio at the run-start figure. A decode step reads far more than the
 last-level cache, so a read between steps should leave the next step's time alone; x_after_read checks
 it: the mean time of the steps right after a read over that of the other timed steps. ``magicpig
-project`` charges each row's bytes at its stream_gbps_steps.
+project`` charges a MagicPIG row's bytes at its stream_gbps_steps (not a dense row's: stock's and the torch
+reference's steps allocate and free hundreds of MB, and a read right after one measures that churn).
 
 Load: ``load_before`` / ``load_after`` are the 1-minute load averages; ``other_cpu_load`` is the number of
 cores that OTHER processes kept busy during the row (system CPU time minus this process's, over wall

@@ -198,14 +198,15 @@ def fit_machine(items: list[dict], stream_gbps: float):
     if len(machines) > 1:
         raise ValueError(f"decode-csv: CPU rows of {len(machines)} machines {sorted(machines)}: the model is "
                          "fitted to one machine, pass that machine's CSVs only")
-    # a row that measured the machine's bandwidth during itself is charged at that bandwidth (_row: older CSVs,
-    # reads around the row). Not a row whose steps fault in fresh pages (stock's per-step cache copies over
-    # glibc's mmap threshold): the OS returns and zeroes gigabytes after each of its steps, and a read right
-    # after one measures that work, not the machine (7-16 GB/s against 23-32 beside the other rows)
+    # a MagicPIG row that measured the machine's bandwidth during itself is charged at that bandwidth (_row:
+    # older CSVs, reads around the row). Not the dense rows: stock transformers and the torch reference
+    # allocate and free hundreds of MB per step (stock's cache copies fault in fresh pages), and a read right
+    # after such a step measures that churn, not the machine (2.8-16 GB/s after stock steps, 5.7-8.6 after
+    # some reference rows, against 21-42 after MagicPIG's, whose steps allocate almost nothing)
     for it in items:
         row_gbps = _num(it["row"], "stream_gbps_steps", "stream_gbps_row")
         if (it["work"] is not None and not it["device"].startswith("cuda") and row_gbps > 0
-                and not it["work"].fresh_bytes):
+                and it["work"].family == "magicpig"):
             it["work"] = replace(it["work"], bandwidth_scale=stream_gbps / row_gbps)
     works, ys = [it["work"] for it in used], [it["measured_s"] for it in used]
     f = fit(works, ys, stream_gbps)

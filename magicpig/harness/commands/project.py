@@ -201,8 +201,9 @@ def fit_machine(items: list[dict], stream_gbps: float):
     # a MagicPIG row that measured the machine's bandwidth during itself is charged at that bandwidth (_row:
     # older CSVs, reads around the row). Not the dense rows: stock transformers and the torch reference
     # allocate and free hundreds of MB per step (stock's cache copies fault in fresh pages), and a read right
-    # after such a step measures that churn, not the machine (2.8-16 GB/s after stock steps, 5.7-8.6 after
-    # some reference rows, against 21-42 after MagicPIG's, whose steps allocate almost nothing)
+    # after such a step measures that churn, not the machine (2.8-16 GB/s after stock steps with caches over
+    # 32 MB per layer, 5.7-8.6 after some reference rows, against 21-42 after MagicPIG's, whose steps
+    # allocate almost nothing)
     for it in items:
         row_gbps = _num(it["row"], "stream_gbps_steps", "stream_gbps_row")
         if (it["work"] is not None and not it["device"].startswith("cuda") and row_gbps > 0

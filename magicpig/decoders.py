@@ -470,18 +470,18 @@ class OffloadDecoder:
             return AttentionResult(out, lse, torch.zeros(B, H), candidates, 0.0)
         T = self.timings
         if self._fused is not None:
-            new, n = self._pending, self.k_static.n
+            new, n, m = self._pending, self.k_static.n, 0
             self._pending = None
             if new is not None:  # this step's key and value: the call writes them (room made here)
                 m = new[0].shape[2]
                 new = (*new, self.center)
                 self.k_static.reserve(m)
                 self.v_static.reserve(m)
-                self.k_static.n += m
-                self.v_static.n += m
             qf = q if q.dtype == torch.float32 and q.is_contiguous() and not q.requires_grad else \
                 q.detach().float().contiguous()
             out, lse, sampled = self._fused(qf, self.k_static.data, self.v_static.data, n, float(scale), T, new)
+            self.k_static.n += m  # counted once the call has written them
+            self.v_static.n += m
             return AttentionResult(out, lse, sampled, candidates, 0.0)
         self._write_pending()
         t = time.perf_counter()

@@ -152,7 +152,7 @@ class StepWork:
     exact_kv_bytes: float
     sparse_bytes: float = 0.0
     fresh_bytes: float = 0.0  # memory the step allocates anew from the OS (host_alloc; see step_work)
-    # reference streaming bandwidth / the bandwidth measured around this row (1: not measured). A shared
+    # reference streaming bandwidth / the bandwidth measured during this row (1: not measured). A shared
     # machine's memory bandwidth drifts; every byte term of the row is scaled by it (``features``, ``fit``)
     bandwidth_scale: float = 1.0
 

@@ -195,6 +195,25 @@ def test_offload_dtype_reaches_the_engine_and_the_csv(tmp_path):
                          csv_path=str(tmp_path / "e.csv"), verbose=False)
 
 
+def test_allocator_policy_is_applied_recorded_and_trims_before_each_row(tmp_path, monkeypatch):
+    from magicpig.harness import allocator
+
+    applied, trims = [], []
+    monkeypatch.setattr(allocator, "apply", lambda policy: applied.append(policy) or policy)
+    monkeypatch.setattr(allocator, "release", lambda: trims.append(1))
+    for policy, trimmed in (("converged", True), ("default", False)):
+        trims.clear()
+        out = tmp_path / f"{policy}.csv"
+        rc = main(["bench", "decode", "--model", TINY, "--context", "128", "--method", "dense@stock",
+                   "--method", "magicpig@offload", "--malloc", policy, "--steps", "1", "--warmup", "0",
+                   "--csv", str(out)])
+        assert rc == 0 and applied[-1] == policy
+        assert [r["malloc_policy"] for r in _rows(out)] == [policy, policy]
+        assert (len(trims) >= 2) == trimmed  # before and after each of the two rows
+    with pytest.raises(SystemExit):
+        main(["bench", "decode", "--model", TINY, "--malloc", "jemalloc"])
+
+
 def test_forward_choice_reaches_the_engine_and_the_csv(tmp_path):
     rows = {}
     for forward in ("transformers", "magicpig"):

@@ -140,6 +140,23 @@ def test_project_charges_a_magicpig_row_at_the_bandwidth_measured_during_it(tmp_
                and it["work"].family != "magicpig")
 
 
+def test_dense_rows_use_their_own_bandwidth_only_under_the_converged_allocator_policy(tmp_path):
+    df = pd.read_csv(DECODE)
+    quiet = df[~df["under_load"] & df["fits"].astype(bool)].copy()
+    quiet["stream_gbps_row"] = float("nan")
+    quiet["stream_gbps_steps"] = 7.0
+    dense = quiet.index[quiet["backend"] != "offload"]
+    quiet["malloc_policy"] = "default"
+    quiet.loc[dense[0], "malloc_policy"] = "converged"
+    quiet.to_csv(tmp_path / "d.csv", index=False)
+    items = project.decode_items([tmp_path / "d.csv"])
+    project.fit_machine(items, 14.0)
+    by_policy = {(it["row"]["malloc_policy"], it["work"].family == "magicpig"): it["work"].bandwidth_scale
+                 for it in items if it["work"] is not None}
+    assert by_policy[("converged", False)] == 2.0 and by_policy[("default", True)] == 2.0
+    assert by_policy[("default", False)] == 1.0
+
+
 def test_undetermined_parameters_are_nan_not_zero():
     works = [w for w in grid() if w.family == "dense"]
     f = fit(works, [Fit(14.0, TRUTH).predict_s(w) for w in works], 14.0)

@@ -49,8 +49,14 @@ run-start figure where a row has no samples), x_bytes_limit = ms_per_token / byt
 x_bytes_limit_start the same ratio at the run-start figure. A decode step reads far more than the
 last-level cache, so a read between steps should leave the next step's time alone; x_after_read checks
 it: the mean time of the steps right after a read over that of the other timed steps. ``magicpig
-project`` charges a MagicPIG row's bytes at its stream_gbps_steps (not a dense row's: stock's and the torch
-reference's steps allocate and free hundreds of MB, and a read right after one measures that churn).
+project`` charges a row's bytes at its stream_gbps_steps: a MagicPIG row's always, a dense row's only under
+malloc_policy ``converged`` (stock's and the torch reference's steps allocate and free hundreds of MB, and
+under glibc's adaptive thresholds a read right after one measured that churn).
+
+Allocator (``--malloc``, ``magicpig.harness.allocator``): ``converged`` (default) fixes glibc's mmap and
+trim thresholds where its adaptive rule settles (32 / 64 MiB) and trims the heap before each row, so that
+a row meets the same allocator whatever ran before it in the process; ``default`` leaves glibc adaptive.
+The row's malloc_policy records which.
 
 Load: ``load_before`` / ``load_after`` are the 1-minute load averages; ``other_cpu_load`` is the number of
 cores that OTHER processes kept busy during the row (system CPU time minus this process's, over wall
@@ -73,6 +79,7 @@ import torch
 
 from magicpig.backends import BENCH_BACKENDS, system_backend
 from magicpig.decoders import TIMING_KEYS  # the parts of a decode step the engine times
+from magicpig.harness import allocator
 from magicpig.harness.machine import device_name, machine_record
 
 CONTEXTS = (8192, 32768)
@@ -89,8 +96,8 @@ COLUMNS = ["model", "shape_only", "device", "device_name", "context", "batch", "
            "ms_per_token", "tokens_per_s", "peak_host_mb", "peak_device_mb", "kv_bytes", "table_bytes",
            "est_host_mb", "est_device_mb", "setup_seconds", "sampled_fraction", "fits", "reason", "search",
            "load_before", "load_after", "other_cpu_load", "under_load", "predicted_ms_per_token", "threads",
-           "isa", "cpu_model", "torch_version", "dtype", "offload_dtype", "linear", "forward", "bytes_per_step",
-           "stream_gbps", "stream_gbps_steps", "stream_samples", "x_after_read",
+           "isa", "cpu_model", "torch_version", "malloc_policy", "dtype", "offload_dtype", "linear", "forward",
+           "bytes_per_step", "stream_gbps", "stream_gbps_steps", "stream_samples", "x_after_read",
            "bytes_limit_ms", "x_bytes_limit", "x_bytes_limit_start", "fill", "prefill_seconds", "steps", "warmup"] \
     + [f"{k}_ms" for k in TIMING_KEYS]
 NEEDLE = "The secret passkey is {key}. Remember it: the passkey is {key}."
@@ -311,8 +318,11 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
 
 
-def _free_memory() -> None:
+def _free_memory(trim: bool = False) -> None:
+    """Collect garbage (and, with ``trim``, return the free heap to the OS: ``allocator.release``)."""
     gc.collect()
+    if trim:
+        allocator.release()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
@@ -527,11 +537,12 @@ class _Bench:
     """State shared by the rows of one run (model, environment facts, CSV)."""
 
     def __init__(self, model, config, shape_only, device, dtype, steps, warmup, csv_path, verbose,
-                 offload_dtype=None, linear="auto", forward="auto"):
+                 offload_dtype=None, linear="auto", forward="auto", malloc_policy="default"):
         self.model, self.shape_only, self.net, self.tokenizer = model, shape_only, None, None
         self.device, self.dtype, self.steps, self.warmup = device, dtype, steps, warmup
         self.csv_path, self.verbose, self.offload_dtype = csv_path, verbose, offload_dtype
         self.linear, self.forward = linear, forward
+        self.trim = malloc_policy == "converged"  # each row starts from a trimmed heap (allocator docstring)
         self.shape = Shape.of(config, dtype)
         self.stream_gbps = measure_stream_gbps() if device.type == "cpu" else None
         self.stream_buffer = None  # read between a CPU row's timed steps (StepBandwidth)
@@ -550,7 +561,7 @@ class _Bench:
         self.common = {"model": model, "shape_only": shape_only, "device": str(device),
                        "device_name": device_name(device),
                        **{k: machine[k] for k in ("threads", "isa", "cpu_model", "torch_version")},
-                       "dtype": str(dtype).replace("torch.", ""),
+                       "malloc_policy": malloc_policy, "dtype": str(dtype).replace("torch.", ""),
                        "steps": steps, "warmup": warmup, "predicted_ms_per_token": "",
                        "offload_dtype": offload_dtype or "auto"}
 
@@ -604,7 +615,7 @@ class _Bench:
         if reason:
             row.update({"fits": False, "reason": "estimate: " + reason})
             return row
-        _free_memory()
+        _free_memory(self.trim)
         sampler = (StepBandwidth(self.stream_buffer, torch.get_num_threads(), warmup)
                    if self.stream_buffer is not None else None)
         out = None
@@ -621,7 +632,7 @@ class _Bench:
             if not is_oom(exc):
                 raise
             row.update({"fits": False, "reason": f"out of memory: {str(exc).splitlines()[0][:200]}"})
-        _free_memory()  # after the except clause: its traceback no longer holds the row's tensors
+        _free_memory(self.trim)  # after the except clause: its traceback no longer holds the row's tensors
         if out is None:
             return row
         if sampler is not None and sampler.seconds:  # the machine's bandwidth during this row
@@ -693,9 +704,11 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
         warmup: int = 32, fill: str = "exact", tile_base: int = 8192, device: str | None = None,
         dtype: str | None = None, csv_path: str | None = None, prefill_chunk: int = 2048,
         max_throughput: bool = False, max_batch: int = 256, verbose: bool = True,
-        offload_dtype: str | None = None, linear: str = "auto", forward: str = "auto") -> list[dict]:
+        offload_dtype: str | None = None, linear: str = "auto", forward: str = "auto",
+        malloc: str = allocator.DEFAULT_POLICY) -> list[dict]:
     """Time decoding for every (context, batch, method@backend); returns the rows (also written to
-    ``csv_path``, rewritten after every row). methods: (spec, backend) pairs or ``SPEC[@BACKEND]`` strings."""
+    ``csv_path``, rewritten after every row). methods: (spec, backend) pairs or ``SPEC[@BACKEND]`` strings.
+    malloc: the host allocator policy (``allocator``), set for the rest of the process before the model loads."""
     from magicpig.models import load_model, resolve, shape_config, shape_weight_bytes
 
     fill = "exact" if fill == "prefill" else fill  # "prefill": the old name of "exact"
@@ -716,6 +729,7 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
         offload_dtype_of(offload_dtype)  # a clear error before the model is loaded
     if max_batch < 1:
         raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+    allocator.check_policy(malloc)
     from magicpig.decode_linear import check_linear_impl
 
     check_linear_impl(linear)
@@ -734,9 +748,10 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
     if csv_path is None:
         csv_path = os.path.join("results", "bench", f"decode_{time.strftime('%Y%m%d-%H%M%S')}.csv")
 
+    malloc_policy = allocator.apply(malloc)
     if src.shape is not None:  # a shape model whose weights cannot fit is refused before it is built
         bench = _Bench(model, shape_config(src.shape), True, dev, torch_dtype, steps, warmup, csv_path, verbose,
-                       offload_dtype, linear, forward)
+                       offload_dtype, linear, forward, malloc_policy)
         need = shape_weight_bytes(src.shape, torch_dtype)
         reason = fit_reason({"device": need}, dev)
         if reason:
@@ -750,7 +765,7 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
     torch_dtype = next(net.parameters()).dtype
     if src.shape is None:
         bench = _Bench(model, net.config, False, dev, torch_dtype, steps, warmup, csv_path, verbose, offload_dtype,
-                       linear, forward)
+                       linear, forward, malloc_policy)
     bench.net, bench.tokenizer = net, tokenizer
     bench.log(f"model {model}{' (shape-only: random weights)' if bench.shape_only else ''} on {dev} "
               f"({bench.common['device_name']}), {bench.common['dtype']}, {bench.common['threads']} threads")

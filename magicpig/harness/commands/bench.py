@@ -4,6 +4,7 @@ one, add a register function to SUBCOMMANDS; heavy imports stay inside the handl
 from __future__ import annotations
 
 from magicpig.backends import BENCH_BACKENDS
+from magicpig.harness import allocator
 
 
 def _parse_kl(text: str) -> tuple[int, int]:
@@ -83,6 +84,10 @@ def _register_decode(sub) -> None:
                    help="who runs the decode step's layer loop for the engine's backends (auto: magicpig's loop for "
                         "a float32 Llama / Mistral / Qwen2 CPU model with kernel-4 linears; stock rows always run "
                         "transformers')")
+    p.add_argument("--malloc", choices=list(allocator.POLICIES), default=allocator.DEFAULT_POLICY,
+                   help="host allocator policy (glibc): converged = mmap/trim thresholds fixed at 32/64 MiB, where "
+                        "glibc's adaptive rule settles, and a trimmed heap before each row, so a row's time does "
+                        "not depend on the rows before it; default = glibc's adaptive thresholds (default converged)")
     p.add_argument("--max-throughput", action="store_true",
                    help="also search the largest batch that fits per method and context and measure it")
     p.add_argument("--max-batch", type=int, default=256, help="upper bound of the --max-throughput search")
@@ -111,7 +116,7 @@ def _run_decode(args) -> int:
                             dtype=args.dtype, csv_path=args.csv, prefill_chunk=args.prefill_chunk,
                             max_throughput=args.max_throughput, max_batch=args.max_batch,
                             offload_dtype=None if args.offload_dtype == "auto" else args.offload_dtype,
-                            linear=args.linear, forward=args.forward)
+                            linear=args.linear, forward=args.forward, malloc=args.malloc)
     if not any(r["fits"] is True for r in rows):
         print("magicpig bench decode: no configuration fits in memory: "
               + "; ".join(sorted({r["reason"] for r in rows})), file=sys.stderr)

@@ -198,16 +198,19 @@ def fit_machine(items: list[dict], stream_gbps: float):
     if len(machines) > 1:
         raise ValueError(f"decode-csv: CPU rows of {len(machines)} machines {sorted(machines)}: the model is "
                          "fitted to one machine, pass that machine's CSVs only")
-    # a MagicPIG row that measured the machine's bandwidth during itself is charged at that bandwidth (_row:
-    # older CSVs, reads around the row). Not the dense rows: stock transformers and the torch reference
-    # allocate and free hundreds of MB per step (stock's cache copies fault in fresh pages), and a read right
-    # after such a step measures that churn, not the machine (2.8-16 GB/s after stock steps with caches over
-    # 32 MB per layer, 5.7-8.6 after some reference rows, against 21-42 after MagicPIG's, whose steps
-    # allocate almost nothing)
+    # a row that measured the machine's bandwidth during itself is charged at that bandwidth (_row: older
+    # CSVs, reads around the row); a dense row only when it ran under the converged allocator policy
+    # (bench decode --malloc, magicpig.harness.allocator). Under glibc's adaptive thresholds, stock
+    # transformers and the torch reference, which allocate and free hundreds of MB per step, left the read
+    # right after their steps measuring that churn, not the machine (2.8-16 GB/s after stock steps with
+    # caches over 32 MB per layer, 5.7-8.6 after some reference rows, against 21-42 after MagicPIG's, whose
+    # steps allocate almost nothing); with the thresholds fixed and the heap trimmed before each row, the
+    # reads after their steps agreed with MagicPIG's (25-33 GB/s)
     for it in items:
         row_gbps = _num(it["row"], "stream_gbps_steps", "stream_gbps_row")
-        if (it["work"] is not None and not it["device"].startswith("cuda") and row_gbps > 0
-                and it["work"].family == "magicpig"):
+        clean = it["work"] is not None and (it["work"].family == "magicpig"
+                                            or it["row"].get("malloc_policy") == "converged")
+        if clean and not it["device"].startswith("cuda") and row_gbps > 0:
             it["work"] = replace(it["work"], bandwidth_scale=stream_gbps / row_gbps)
     works, ys = [it["work"] for it in used], [it["measured_s"] for it in used]
     f = fit(works, ys, stream_gbps)

@@ -1,0 +1,70 @@
+"""The benchmark's host allocator policy (magicpig.harness.allocator)."""
+import ctypes
+import platform
+
+import pytest
+
+from magicpig.harness import allocator
+
+glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the policy acts on glibc only")
+
+
+def _heap_range():
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            if line.rstrip().endswith("[heap]"):
+                lo, hi = line.split()[0].split("-")
+                return int(lo, 16), int(hi, 16)
+    return None
+
+
+def _from_heap(libc, nbytes: int) -> bool:
+    """Whether the main thread's malloc(nbytes) is served from the brk heap (else: a fresh mapping)."""
+    libc.malloc.restype = ctypes.c_void_p
+    ptr = libc.malloc(ctypes.c_size_t(nbytes))
+    assert ptr
+    try:
+        heap = _heap_range()
+        return heap is not None and heap[0] <= ptr < heap[1]
+    finally:
+        libc.free(ctypes.c_void_p(ptr))
+
+
+def test_policy_names_are_checked():
+    with pytest.raises(ValueError, match="--malloc must be one of converged, default"):
+        allocator.check_policy("tcmalloc", "--malloc")
+    with pytest.raises(ValueError, match="malloc"):
+        allocator.apply("fixed")
+
+
+@glibc
+def test_converged_policy_serves_below_32_mib_from_the_heap_and_above_from_fresh_pages():
+    assert allocator.apply("converged") == "converged"
+    libc = allocator._libc()
+    # glibc's start-up threshold is 128 KiB: 24 MiB would be a fresh mapping without the policy (and with
+    # it turned off by an unrelated mallopt)
+    assert _from_heap(libc, 24 * 2**20)
+    assert not _from_heap(libc, 40 * 2**20)
+    allocator.release()  # callable at any time; the next allocation still works
+    assert _from_heap(libc, 1 * 2**20)
+
+
+@glibc
+def test_default_policy_sets_nothing(monkeypatch):
+    calls = []
+    monkeypatch.setattr(allocator, "_libc", lambda: type("L", (), {"mallopt": lambda *a: calls.append(a) or 1})())
+    assert allocator.apply("default") == "default"
+    assert calls == []
+    assert allocator.apply("converged") == "converged" and len(calls) == 2
+
+
+def test_without_glibc_nothing_is_set(monkeypatch):
+    monkeypatch.setattr(allocator, "_libc", lambda: None)
+    assert allocator.apply("converged") == "default (not glibc)"
+    allocator.release()
+
+
+def test_a_refused_threshold_is_an_error(monkeypatch):
+    monkeypatch.setattr(allocator, "_libc", lambda: type("L", (), {"mallopt": lambda *a: 0})())
+    with pytest.raises(RuntimeError, match="mallopt"):
+        allocator.apply("converged")

@@ -199,18 +199,18 @@ def fit_machine(items: list[dict], stream_gbps: float):
         raise ValueError(f"decode-csv: CPU rows of {len(machines)} machines {sorted(machines)}: the model is "
                          "fitted to one machine, pass that machine's CSVs only")
     # a row that measured the machine's bandwidth during itself is charged at that bandwidth (_row: older
-    # CSVs, reads around the row); a dense row only when it ran under the converged allocator policy
-    # (bench decode --malloc, magicpig.harness.allocator) and its steps fault in no fresh pages. Stock
-    # transformers and the torch reference allocate and free hundreds of MB per step: under glibc's adaptive
-    # thresholds the read right after their steps measured that churn, not the machine (2.8-16 GB/s after
-    # stock steps with caches over 32 MB per layer, 5.7-8.6 after some reference rows, against 21-42 after
-    # MagicPIG's, whose steps allocate almost nothing). With the thresholds fixed and the heap trimmed, the
-    # reads after the reference's steps and stock's heap-served ones agreed with MagicPIG's (22-34 GB/s),
-    # but those after a step that returned gigabytes of fresh pages to the OS still measured 3-8 GB/s
+    # CSVs, reads around the row): a MagicPIG row always, a torch-reference row when it ran under the
+    # converged allocator policy (bench decode --malloc, magicpig.harness.allocator), a stock row never.
+    # Both dense backends allocate and free hundreds of MB per step. Under glibc's adaptive thresholds the
+    # read right after their steps measured that churn, not the machine (2.8-16 GB/s after stock steps,
+    # 5.7-8.6 after some reference rows, against 21-42 after MagicPIG's, whose steps allocate almost
+    # nothing). With the thresholds fixed and the heap trimmed, the reads after the reference's steps agreed
+    # with MagicPIG's (22-34 GB/s in sweeps f-h); those after stock's did not, heap-served or not (0.4-18
+    # GB/s: its cache copies of 25-150 MB per layer keep the kernel returning and faulting pages)
     for it in items:
         w, row_gbps = it["work"], _num(it["row"], "stream_gbps_steps", "stream_gbps_row")
         clean = w is not None and (w.family == "magicpig"
-                                   or (it["row"].get("malloc_policy") == "converged" and not w.fresh_bytes))
+                                   or (w.family == "dense" and it["row"].get("malloc_policy") == "converged"))
         if clean and not it["device"].startswith("cuda") and row_gbps > 0:
             it["work"] = replace(w, bandwidth_scale=stream_gbps / row_gbps)
     works, ys = [it["work"] for it in used], [it["measured_s"] for it in used]

@@ -49,9 +49,10 @@ run-start figure where a row has no samples), x_bytes_limit = ms_per_token / byt
 x_bytes_limit_start the same ratio at the run-start figure. A decode step reads far more than the
 last-level cache, so a read between steps should leave the next step's time alone; x_after_read checks
 it: the mean time of the steps right after a read over that of the other timed steps. ``magicpig
-project`` charges a row's bytes at its stream_gbps_steps: a MagicPIG row's always, a dense row's only under
-malloc_policy ``converged`` (stock's and the torch reference's steps allocate and free hundreds of MB, and
-under glibc's adaptive thresholds a read right after one measured that churn).
+project`` charges a row's bytes at its stream_gbps_steps: a MagicPIG row's always, a torch-reference row's
+under malloc_policy ``converged``, a stock row's never (both dense backends allocate and free hundreds of MB
+per step, and a read right after a stock step, or after a reference step under glibc's adaptive
+thresholds, measured that churn).
 
 Allocator (``--malloc``, ``magicpig.harness.allocator``): ``converged`` (default) fixes glibc's mmap and
 trim thresholds where its adaptive rule settles (32 / 64 MiB) and trims the heap before each row, so that

@@ -205,8 +205,9 @@ def fit_machine(items: list[dict], stream_gbps: float):
     # read right after their steps measured that churn, not the machine (2.8-16 GB/s after stock steps,
     # 5.7-8.6 after some reference rows, against 21-42 after MagicPIG's, whose steps allocate almost
     # nothing). With the thresholds fixed and the heap trimmed, the reads after the reference's steps agreed
-    # with MagicPIG's (22-34 GB/s in sweeps f-h); those after stock's did not, heap-served or not (0.4-18
-    # GB/s: its cache copies of 25-150 MB per layer keep the kernel returning and faulting pages)
+    # with MagicPIG's (22-34 GB/s in sweeps f-h); those after stock's did not, heap-served or not (0.4-37
+    # GB/s, 12 of 30 under 20: its cache copies of 25-150 MB per layer keep the kernel returning and
+    # faulting in pages)
     for it in items:
         w, row_gbps = it["work"], _num(it["row"], "stream_gbps_steps", "stream_gbps_row")
         clean = w is not None and (w.family == "magicpig"

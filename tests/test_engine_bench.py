@@ -228,6 +228,27 @@ def test_forward_choice_reaches_the_engine_and_the_csv(tmp_path):
     assert rows["magicpig"]["stock"]["forward"] == "transformers"  # stock is transformers' own decode
 
 
+def test_row_monitor_reports_steal_and_this_process_kernel_share(monkeypatch):
+    import os
+    import time
+
+    def busy(work, seconds=0.5):
+        steal = iter([10.0, 10.25])  # the hypervisor gave 0.25 s of the machine's time elsewhere
+        monkeypatch.setattr(bench_decode.RowMonitor, "_steal", staticmethod(lambda: next(steal)))
+        with bench_decode.RowMonitor(torch.device("cpu")) as mon:
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                work()
+        return mon.fields()
+
+    syscalls = busy(lambda: os.stat("/"))
+    arithmetic = busy(lambda: sum(range(200)))
+    for f in (syscalls, arithmetic):
+        assert 0.25 / 1.0 < f["steal_cpu"] <= 0.25 / 0.5 + 1e-3
+        assert 0.0 <= f["own_sys_share"] <= 1.0
+    assert syscalls["own_sys_share"] > arithmetic["own_sys_share"]
+
+
 def test_step_bandwidth_reads_after_every_nth_timed_step_and_checks_the_next_step():
     buf = torch.ones(1 << 16, dtype=torch.int64)
     sampler = bench_decode.StepBandwidth(buf, 1, warmup=2, every=3)

@@ -61,8 +61,12 @@ The row's malloc_policy records which.
 
 Load: ``load_before`` / ``load_after`` are the 1-minute load averages; ``other_cpu_load`` is the number of
 cores that OTHER processes kept busy during the row (system CPU time minus this process's, over wall
-time). ``under_load`` is true when that exceeds half the cores; the load average alone cannot tell, since
-it counts this benchmark's own threads.
+time; it includes ``steal_cpu``, the cores' worth of time a VM's hypervisor gave to other guests).
+``own_sys_share`` is the share of this process's CPU time spent in the kernel (page faults: stock's
+fresh-page rows spend about 40% there on the development machine, other rows about 1%), so that a row slowed
+by its own faults is told apart from one slowed by another process. ``under_load`` is true when
+other_cpu_load exceeds half the cores; the load average alone cannot tell, since it counts this
+benchmark's own threads.
 """
 from __future__ import annotations
 
@@ -96,7 +100,7 @@ IN_ROW_STREAM_MIN = 64 << 20  # that read's buffer: 4x the last-level cache, at 
 COLUMNS = ["model", "shape_only", "device", "device_name", "context", "batch", "method", "backend",
            "ms_per_token", "tokens_per_s", "peak_host_mb", "peak_device_mb", "kv_bytes", "table_bytes",
            "est_host_mb", "est_device_mb", "setup_seconds", "sampled_fraction", "fits", "reason", "search",
-           "load_before", "load_after", "other_cpu_load", "under_load", "predicted_ms_per_token", "threads",
+           "load_before", "load_after", "other_cpu_load", "steal_cpu", "own_sys_share", "under_load", "predicted_ms_per_token", "threads",
            "isa", "cpu_model", "torch_version", "malloc_policy", "dtype", "offload_dtype", "linear", "forward",
            "bytes_per_step", "stream_gbps", "stream_gbps_steps", "stream_samples", "x_after_read",
            "bytes_limit_ms", "x_bytes_limit", "x_bytes_limit_start", "fill", "prefill_seconds", "steps", "warmup"] \
@@ -352,6 +356,12 @@ class RowMonitor:
         t = self.proc.cpu_times()
         return t.user + t.system
 
+    @staticmethod
+    def _steal() -> float:
+        import psutil
+
+        return getattr(psutil.cpu_times(), "steal", 0.0)  # Linux only: time the hypervisor gave elsewhere
+
     def _sample(self) -> None:
         while not self._stop.is_set():
             self.peak_rss = max(self.peak_rss, self.proc.memory_info().rss)
@@ -363,6 +373,7 @@ class RowMonitor:
             torch.cuda.reset_peak_memory_stats(self.device)
         self.peak_rss = self.proc.memory_info().rss
         self._t0, self._busy0, self._own0 = time.perf_counter(), self._busy(), self._own()
+        self._steal0, self._sys0 = self._steal(), self.proc.cpu_times().system
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
         return self
@@ -371,7 +382,10 @@ class RowMonitor:
         self._stop.set()
         self._thread.join()
         wall = max(1e-9, time.perf_counter() - self._t0)
-        self.other_cpu_load = max(0.0, (self._busy() - self._busy0) - (self._own() - self._own0)) / wall
+        own = self._own() - self._own0
+        self.other_cpu_load = max(0.0, (self._busy() - self._busy0) - own) / wall
+        self.steal_cpu = max(0.0, self._steal() - self._steal0) / wall
+        self.own_sys_share = (self.proc.cpu_times().system - self._sys0) / own if own > 0 else 0.0
         self.load_after = os.getloadavg()[0]
         self.peak_device = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else 0
         return False
@@ -381,7 +395,8 @@ class RowMonitor:
         return {"peak_host_mb": round(self.peak_rss / 2**20, 1),
                 "peak_device_mb": round(self.peak_device / 2**20, 1) if self.device.type == "cuda" else "",
                 "load_before": round(self.load_before, 2), "load_after": round(self.load_after, 2),
-                "other_cpu_load": round(self.other_cpu_load, 2), "under_load": self.other_cpu_load > cores / 2}
+                "other_cpu_load": round(self.other_cpu_load, 2), "steal_cpu": round(self.steal_cpu, 3),
+                "own_sys_share": round(self.own_sys_share, 3), "under_load": self.other_cpu_load > cores / 2}
 
 
 def _sync(device: torch.device) -> None:

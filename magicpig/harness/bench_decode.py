@@ -100,8 +100,8 @@ IN_ROW_STREAM_MIN = 64 << 20  # that read's buffer: 4x the last-level cache, at 
 COLUMNS = ["model", "shape_only", "device", "device_name", "context", "batch", "method", "backend",
            "ms_per_token", "tokens_per_s", "peak_host_mb", "peak_device_mb", "kv_bytes", "table_bytes",
            "est_host_mb", "est_device_mb", "setup_seconds", "sampled_fraction", "fits", "reason", "search",
-           "load_before", "load_after", "other_cpu_load", "steal_cpu", "own_sys_share", "under_load", "predicted_ms_per_token", "threads",
-           "isa", "cpu_model", "torch_version", "malloc_policy", "dtype", "offload_dtype", "linear", "forward",
+           "load_before", "load_after", "other_cpu_load", "steal_cpu", "own_sys_share", "under_load",
+           "predicted_ms_per_token", "threads", "isa", "cpu_model", "torch_version", "malloc_policy", "dtype", "offload_dtype", "linear", "forward",
            "bytes_per_step", "stream_gbps", "stream_gbps_steps", "stream_samples", "x_after_read",
            "bytes_limit_ms", "x_bytes_limit", "x_bytes_limit_start", "fill", "prefill_seconds", "steps", "warmup"] \
     + [f"{k}_ms" for k in TIMING_KEYS]
@@ -352,9 +352,10 @@ class RowMonitor:
         t = psutil.cpu_times()
         return sum(t) - t.idle - getattr(t, "iowait", 0.0)
 
-    def _own(self) -> float:
+    def _own(self) -> tuple[float, float]:
+        """This process's CPU seconds: (user + system, system)."""
         t = self.proc.cpu_times()
-        return t.user + t.system
+        return t.user + t.system, t.system
 
     @staticmethod
     def _steal() -> float:
@@ -373,7 +374,7 @@ class RowMonitor:
             torch.cuda.reset_peak_memory_stats(self.device)
         self.peak_rss = self.proc.memory_info().rss
         self._t0, self._busy0, self._own0 = time.perf_counter(), self._busy(), self._own()
-        self._steal0, self._sys0 = self._steal(), self.proc.cpu_times().system
+        self._steal0 = self._steal()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
         return self
@@ -382,10 +383,10 @@ class RowMonitor:
         self._stop.set()
         self._thread.join()
         wall = max(1e-9, time.perf_counter() - self._t0)
-        own = self._own() - self._own0
+        own, own_sys = (b - a for a, b in zip(self._own0, self._own()))
         self.other_cpu_load = max(0.0, (self._busy() - self._busy0) - own) / wall
         self.steal_cpu = max(0.0, self._steal() - self._steal0) / wall
-        self.own_sys_share = (self.proc.cpu_times().system - self._sys0) / own if own > 0 else 0.0
+        self.own_sys_share = own_sys / own if own > 0 else 0.0
         self.load_after = os.getloadavg()[0]
         self.peak_device = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else 0
         return False
@@ -566,7 +567,7 @@ class _Bench:
             from magicpig import cpu
             from magicpig.harness import bench_kernel
 
-            nbytes = max(IN_ROW_STREAM_MIN, 4 * bench_kernel.llc_bytes()[0]) // 8 * 8
+            nbytes = bench_kernel.stream_bytes_for(bench_kernel.llc_bytes()[0], IN_ROW_STREAM_MIN)
             self.stream_buffer = torch.ones(nbytes // 8, dtype=torch.int64)
             cpu.load().stream_read(self.stream_buffer, torch.get_num_threads())
             self.log(f"streaming read {self.stream_gbps:.1f} GB/s (bench kernel's method) at the start; each row "

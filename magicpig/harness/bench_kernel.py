@@ -163,9 +163,9 @@ def flush_bytes(llc: int | None = None, available: int | None = None) -> int:
     return max(8, min(max(FLUSH_MIN_BYTES, 8 * llc), available // 4) // 8 * 8)
 
 
-def stream_bytes_for(llc: int) -> int:
-    """Streaming buffer: max(512 MiB, 4 x the last-level cache)."""
-    return max(STREAM_MIN_BYTES, 4 * llc) // 8 * 8
+def stream_bytes_for(llc: int, minimum: int = STREAM_MIN_BYTES) -> int:
+    """Streaming buffer: max(``minimum`` (512 MiB), 4 x the last-level cache), a multiple of 8 bytes."""
+    return max(minimum, 4 * llc) // 8 * 8
 
 
 def timed_cold(fn, reps: int, flush: torch.Tensor, clock=time.perf_counter, threads: int | None = None) -> float:

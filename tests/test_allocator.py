@@ -9,23 +9,16 @@ from magicpig.harness import allocator
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the policy acts on glibc only")
 
 
-def _heap_range():
-    with open("/proc/self/maps") as fh:
-        for line in fh:
-            if line.rstrip().endswith("[heap]"):
-                lo, hi = line.split()[0].split("-")
-                return int(lo, 16), int(hi, 16)
-    return None
+IS_MMAPPED = 0x2  # glibc: bit 1 of a chunk's size word, which sits just before the pointer malloc returns
 
 
 def _from_heap(libc, nbytes: int) -> bool:
-    """Whether the main thread's malloc(nbytes) is served from the brk heap (else: a fresh mapping)."""
+    """Whether malloc(nbytes) is served from an arena (else: a chunk of its own, mapped from the OS)."""
     libc.malloc.restype = ctypes.c_void_p
     ptr = libc.malloc(ctypes.c_size_t(nbytes))
     assert ptr
     try:
-        heap = _heap_range()
-        return heap is not None and heap[0] <= ptr < heap[1]
+        return not ctypes.c_size_t.from_address(ptr - ctypes.sizeof(ctypes.c_size_t)).value & IS_MMAPPED
     finally:
         libc.free(ctypes.c_void_p(ptr))
 

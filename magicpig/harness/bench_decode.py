@@ -101,8 +101,9 @@ COLUMNS = ["model", "shape_only", "device", "device_name", "context", "batch", "
            "ms_per_token", "tokens_per_s", "peak_host_mb", "peak_device_mb", "kv_bytes", "table_bytes",
            "est_host_mb", "est_device_mb", "setup_seconds", "sampled_fraction", "fits", "reason", "search",
            "load_before", "load_after", "other_cpu_load", "steal_cpu", "own_sys_share", "under_load",
-           "predicted_ms_per_token", "threads", "isa", "cpu_model", "torch_version", "malloc_policy", "dtype", "offload_dtype", "linear", "forward",
-           "bytes_per_step", "stream_gbps", "stream_gbps_steps", "stream_samples", "x_after_read",
+           "predicted_ms_per_token", "threads", "isa", "cpu_model", "torch_version", "malloc_policy", "dtype",
+           "offload_dtype", "linear", "forward", "bytes_per_step", "stream_gbps", "stream_gbps_steps",
+           "stream_samples", "x_after_read",
            "bytes_limit_ms", "x_bytes_limit", "x_bytes_limit_start", "fill", "prefill_seconds", "steps", "warmup"] \
     + [f"{k}_ms" for k in TIMING_KEYS]
 NEEDLE = "The secret passkey is {key}. Remember it: the passkey is {key}."

@@ -66,7 +66,7 @@ PREFETCH = 16  # tokens ahead whose key/value rows the attention kernel prefetch
 SPLIT_TOKENS = 16384  # token range of one attention work item (several items per group balance the threads)
 MAX_MIN_COLLISIONS = 255  # per-token collision counters are 8-bit
 HASH_BLOCK = 8192  # key rows per block when hashing on a device with torch (bounds rows x K*L floats)
-HASH_PAD = 32  # kernel 0 reads projections with their columns padded to a multiple of this
+HASH_PAD = 32  # kernel 0's column tile: projections are padded to a multiple of it (tile_projections)
 
 
 class InsufficientMemoryError(ValueError, MemoryError):
@@ -288,8 +288,8 @@ def hash_keys(keys: torch.Tensor, center: torch.Tensor | None, projections: torc
     without the (rows, K*L) float projections in memory).
 
     keys: (B, H_kv, n, d) CPU float32; center: (B, H_kv, d) float32 or None (no centering);
-    projections: (S, d, P >= K*L), S = H_kv or 1 (``pad_projections`` makes the layout used without a
-    copy: P a multiple of 32); lo, count: (B,) int64, the rows lo[b] .. lo[b] + count[b]
+    projections: (S, d, P >= K*L), S = H_kv or 1, tiled here, or already tiled by ``tile_projections``
+    (S, P / 32, d, 32); lo, count: (B,) int64, the rows lo[b] .. lo[b] + count[b]
     of sequence b (default: all n rows); m: rows of the result (default max count). Returns int32 codes
     (B, H_kv, m, L), row r of sequence b at [b, :, r], or (B, H_kv, L, m) with ``table_major`` (the layout
     the table build reads fastest); rows >= count[b] are 0. A code can differ from
@@ -307,33 +307,35 @@ def hash_keys(keys: torch.Tensor, center: torch.Tensor | None, projections: torc
     if center is None:
         center = torch.zeros(B, Hkv, d)
     return load().hash_keys(keys.contiguous(), center.to("cpu", torch.float32).contiguous(),
-                            projections.to("cpu", torch.float32).contiguous(), lo, count, int(m), K, L,
+                            projections if projections.dim() == 4 else tile_projections(projections),
+                            lo, count, int(m), K, L,
                             table_major, ISA_CODES[resolve_isa(isa_name) if isa_name else isa()],
                             int(threads) if threads else num_threads(gpu))
 
 
-def pad_projections(projections: torch.Tensor) -> torch.Tensor:
-    """(S, d, K*L) -> (S, d, P) float32 CPU, zero columns up to P = a multiple of 32: the layout kernel 0
-    reads in place (a decoder pads once instead of the kernel at every step)."""
+def tile_projections(projections: torch.Tensor) -> torch.Tensor:
+    """(S, d, K*L) -> (S, P / 32, d, 32) float32 CPU, the layout kernel 0 reads: the columns padded with
+    zeros to P, a multiple of 32, and each tile of 32 columns stored as one contiguous (d, 32) block, so
+    that hashing reads the projections in memory order (a decoder tiles once, not at every step)."""
     S, d, KL = projections.shape
     P = -(-KL // HASH_PAD) * HASH_PAD
     out = torch.zeros(S, d, P)
     out[:, :, :KL] = projections.to("cpu", torch.float32)
-    return out
+    return out.view(S, d, P // HASH_PAD, HASH_PAD).transpose(1, 2).contiguous()
 
 
-def shared_padded_projections(projections: torch.Tensor, pool: list | None = None) -> torch.Tensor:
-    """``pad_projections(projections)``, shared with the earlier layers in ``pool`` (a list of
-    (projections, padded) pairs shared by the layers of one cache) that use equal projections: MagicPIG
-    draws one set per block of 16 layers, so each step then reads one padded copy from the cache instead
+def shared_tiled_projections(projections: torch.Tensor, pool: list | None = None) -> torch.Tensor:
+    """``tile_projections(projections)``, shared with the earlier layers in ``pool`` (a list of
+    (projections, tiled) pairs shared by the layers of one cache) that use equal projections: MagicPIG
+    draws one set per block of 16 layers, so each step then reads one tiled copy from the cache instead
     of one ~1 MB copy per layer from memory."""
-    for proj, padded in pool if pool is not None else ():
+    for proj, tiled in pool if pool is not None else ():
         if proj.shape == projections.shape and torch.equal(proj, projections):
-            return padded
-    padded = pad_projections(projections)
+            return tiled
+    tiled = tile_projections(projections)
     if pool is not None:
-        pool.append((projections, padded))
-    return padded
+        pool.append((projections, tiled))
+    return tiled
 
 
 # ---- one layer's CPU-side state ---------------------------------------------------------------------
@@ -556,9 +558,9 @@ class OffloadedLayer:
     def query_hasher(self, projections: torch.Tensor, pool: list | None = None):
         """A function q (B, H, d) contiguous CPU float32 -> codes (B, H, L) int32 of the queries, by
         kernel 0 with this layer's ISA variant and threads (a few rows per step, but each kv-head reads
-        its own (d, K*L) projections: the threads split the kv-heads). projections: (S, d, K*L), padded
-        once here (``pool``: see ``shared_padded_projections``)."""
-        padded = shared_padded_projections(projections, pool)
+        its own (d, K*L) projections: the threads split the kv-heads). projections: (S, d, K*L), tiled
+        once here (``pool``: see ``shared_tiled_projections``)."""
+        tiled = shared_tiled_projections(projections, pool)
         kernel = load().hash_keys
         B, Hkv, _, d = self.keys.shape
         zero_center, row0 = torch.zeros(B, Hkv, d), torch.zeros(B, dtype=torch.int64)
@@ -571,7 +573,7 @@ class OffloadedLayer:
             count = rows.get(G)
             if count is None:
                 count = rows[G] = torch.full((B,), G, dtype=torch.int64)
-            return kernel(q.view(B, Hkv, G, d), zero_center, padded, row0, count, G, K, L, False, code,
+            return kernel(q.view(B, Hkv, G, d), zero_center, tiled, row0, count, G, K, L, False, code,
                           threads).view(B, H, L)
 
         return hash_queries
@@ -579,16 +581,16 @@ class OffloadedLayer:
     def decode_step_fn(self, projections: torch.Tensor, pool: list | None = None):
         """The whole CPU part of one decode step of this layer on a CPU model, as one call of the module
         (kernels 0, 2, 3 and 5): a function ``step(q, k_static, v_static, n_static, scale, timings, new)`` ->
-        (out, lse, sampled float32) that hashes q (B, H, d) contiguous float32 with ``projections`` (padded
+        (out, lse, sampled float32) that hashes q (B, H, d) contiguous float32 with ``projections`` (tiled
         once here), retrieves and attends the sampled offloaded keys, attends the first n_static static keys
         of k_static / v_static (B, H_kv, >= n_static, d) exactly and merges the two. ``new``: None or (k, v,
         center), this step's keys / values (B, H_kv, m, d) written centred to rows n_static .. n_static + m
         first (kernel 7; the buffers must have the room) and attended with the others. ``timings``: the
         parts' seconds are added to its ``hash``, ``cpu_retrieve``, ``cpu_attend`` (retrieval + attention),
         ``cpu_wait`` and ``exact``."""
-        padded = shared_padded_projections(projections, pool)
+        tiled = shared_tiled_projections(projections, pool)
         kernel = load().decode_step
-        args = (self.kv, self.offsets, self.ids, self.K, padded)
+        args = (self.kv, self.offsets, self.ids, self.K, tiled)
         plan = (self.table, TABLE_LIMIT, self.L, self.min_collisions)
         run = (self.isa_code, self.threads, PREFETCH, SPLIT_TOKENS)
 

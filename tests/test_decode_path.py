@@ -38,8 +38,8 @@ def test_hash_keys_equals_torch_reference(isa, monkeypatch):
     center = torch.randn(B, Hkv, d, generator=gen) * 0.2
     lo, count = torch.tensor([3, 40]), torch.tensor([490, 431])
     for proj in (lsh.make_projections(d, K, L, num_sets=Hkv), lsh.make_projections(d, K, L, num_sets=1)):
-        for padded in (False, True):
-            p = cpu.pad_projections(proj) if padded else proj
+        for tiled in (False, True):
+            p = cpu.tile_projections(proj) if tiled else proj
             codes = cpu.hash_keys(k, center, p, K, L, lo, count, m=495)
             tm = cpu.hash_keys(k, center, p, K, L, lo, count, m=495, table_major=True)
             assert codes.shape == (B, Hkv, 495, L) and tm.shape == (B, Hkv, L, 495)
@@ -67,12 +67,38 @@ def test_hash_keys_of_a_few_rows_splits_tables_over_threads(isa, threads, monkey
     gen = torch.Generator().manual_seed(threads)
     B, Hkv, n, d, K, L = 1, 2, 3, 48, 5, 21
     q = torch.randn(B, Hkv, n, d, generator=gen)
-    proj = cpu.pad_projections(lsh.make_projections(d, K, L, num_sets=Hkv))
-    ref = lsh.hash_codes(q, proj[..., :K * L], K, L)
+    proj = lsh.make_projections(d, K, L, num_sets=Hkv)
+    ref = lsh.hash_codes(q, proj, K, L)
+    tiled = cpu.tile_projections(proj)
     for table_major in (False, True):
-        got = cpu.hash_keys(q, None, proj, K, L, table_major=table_major, isa_name=isa, threads=threads)
+        got = cpu.hash_keys(q, None, tiled, K, L, table_major=table_major, isa_name=isa, threads=threads)
         got = got.transpose(2, 3) if table_major else got
-        _codes_agree(got[0], ref[0], q[0], proj[..., :K * L], K, L)
+        _codes_agree(got[0], ref[0], q[0], proj, K, L)
+
+
+def test_tiled_projections_layout_and_the_kernel_refuses_an_untiled_matrix():
+    """Column tile t of set s is the contiguous (d, 32) block tiled[s, t]; padding columns are 0. Kernel 0
+    reads only that layout, and a row-major (S, d, P) matrix handed to it directly is an error that says
+    how to make the right one (read as tiles, its columns would be other columns: wrong codes, silently)."""
+    require_module()
+    from magicpig import cpu
+
+    S, d, K, L = 2, 48, 5, 21  # K*L = 105 -> P = 128, 4 tiles
+    proj = lsh.make_projections(d, K, L, num_sets=S)
+    tiled = cpu.tile_projections(proj)
+    assert tiled.shape == (S, 4, d, 32) and tiled.is_contiguous()
+    for t in range(4):
+        cols = proj[:, :, t * 32:(t + 1) * 32]
+        assert torch.equal(tiled[:, t, :, :cols.shape[2]], cols)
+        assert not tiled[:, t, :, cols.shape[2]:].any()
+    q = torch.randn(1, S, 3, d)
+    zero, row0, count = torch.zeros(1, S, d), torch.zeros(1, dtype=torch.int64), torch.full((1,), 3, dtype=torch.int64)
+    untiled = torch.zeros(S, d, 128)
+    untiled[:, :, :K * L] = proj
+    with pytest.raises(RuntimeError, match="tile_projections"):
+        cpu.load().hash_keys(q, zero, untiled, row0, count, 3, K, L, False, cpu.ISA_CODES["scalar"], 1)
+    with pytest.raises(RuntimeError, match="tile_projections"):  # too few tiles for K*L columns
+        cpu.load().hash_keys(q, zero, tiled[:, :3].contiguous(), row0, count, 3, K, L, False, cpu.ISA_CODES["scalar"], 1)
 
 
 def test_table_major_build_equals_row_major():

@@ -79,7 +79,16 @@ std::vector<torch::Tensor> build_tables_table_major(torch::Tensor codes, torch::
   return build_tables_impl(codes, counts, K, threads, true);
 }
 
-// keys (B, Hkv, n, d) float32, center (B, Hkv, d) float32, proj (S, d, P >= K*L) float32 (S = Hkv or 1),
+// Kernel 0's projections: (S, P / 32, d, 32) contiguous, S = Hkv or 1, P >= KL (magicpig.cpu.tile_projections)
+static void check_tiled_projections(const torch::Tensor& proj, int64_t Hkv, int64_t d, int64_t KL) {
+  check_cpu_contig(proj, "proj");
+  TORCH_CHECK(proj.dim() == 4 && (proj.size(0) == Hkv || proj.size(0) == 1) && proj.size(2) == d &&
+                  proj.size(3) == 32 && proj.size(1) * 32 >= KL,
+              "proj must be tiled (H_kv or 1, P / 32, d, 32) with P >= K*L: (", Hkv, " or 1, >= ", (KL + 31) / 32,
+              ", ", d, ", 32), got ", proj.sizes(), " (magicpig.cpu.tile_projections makes it)");
+}
+
+// keys (B, Hkv, n, d) float32, center (B, Hkv, d) float32, proj (S, P / 32, d, 32) float32 tiled (S = Hkv or 1),
 // lo / count (B,) int64 row ranges -> codes (B, Hkv, m, L) int32 of the centred rows, or (B, Hkv, L, m)
 // when table_major (kernel 0)
 torch::Tensor hash_keys(torch::Tensor keys, torch::Tensor center, torch::Tensor proj, torch::Tensor lo,
@@ -88,7 +97,6 @@ torch::Tensor hash_keys(torch::Tensor keys, torch::Tensor center, torch::Tensor 
   for (auto* t : {&keys, &center, &proj}) check_dtype(*t, torch::kFloat32, "keys, center and proj");
   check_cpu_contig(keys, "keys");
   check_cpu_contig(center, "center");
-  check_cpu_contig(proj, "proj");
   check_cpu_contig(lo, "lo");
   check_cpu_contig(count, "count");
   check_dtype(lo, torch::kInt64, "lo");
@@ -98,9 +106,7 @@ torch::Tensor hash_keys(torch::Tensor keys, torch::Tensor center, torch::Tensor 
   TORCH_CHECK(K >= 1 && K <= 16 && L >= 1, "K must be in [1, 16] and L >= 1, got K = ", K, ", L = ", L);
   TORCH_CHECK(center.dim() == 3 && center.size(0) == B && center.size(1) == Hkv && center.size(2) == d,
               "center must be (B, H_kv, d) = (", B, ", ", Hkv, ", ", d, ")");
-  TORCH_CHECK(proj.dim() == 3 && (proj.size(0) == Hkv || proj.size(0) == 1) && proj.size(1) == d &&
-                  proj.size(2) >= K * L,
-              "proj must be (H_kv or 1, d, >= K*L) = (", Hkv, ", ", d, ", >= ", K * L, ")");
+  check_tiled_projections(proj, Hkv, d, K * L);
   TORCH_CHECK(lo.dim() == 1 && lo.size(0) == B && count.dim() == 1 && count.size(0) == B,
               "lo and count must be (B,) with B = ", B);
   TORCH_CHECK(m >= 0, "m must be >= 0");
@@ -112,7 +118,7 @@ torch::Tensor hash_keys(torch::Tensor keys, torch::Tensor center, torch::Tensor 
   auto codes = table_major ? torch::empty({B, Hkv, L, m}, torch::kInt32)
                            : torch::empty({B, Hkv, m, L}, torch::kInt32);
   magicpig::hash_keys(keys.data_ptr<float>(), B, Hkv, n, d, center.data_ptr<float>(), proj.data_ptr<float>(),
-                      proj.size(0), proj.size(2), static_cast<int>(K), L, l, c, m, codes.data_ptr<int32_t>(),
+                      proj.size(0), proj.size(1) * proj.size(3), static_cast<int>(K), L, l, c, m, codes.data_ptr<int32_t>(),
                       table_major, static_cast<int>(isa), static_cast<int>(threads));
   return codes;
 }
@@ -318,7 +324,7 @@ void append_kv(torch::Tensor k_buf, torch::Tensor v_buf, int64_t n, torch::Tenso
 }
 
 // One decode step of an offloaded layer on a CPU model, kernels 0, 2, 3 and 5 in one call: hash q (B, H, d)
-// float32 with the padded projections proj (S, d, P), retrieve from the tables, attend the sampled offloaded
+// float32 with the tiled projections proj (S, P / 32, d, 32), retrieve from the tables, attend the sampled offloaded
 // keys, then attend the static keys k_static / v_static (B, H_kv, s, d; s may be 0; only the first
 // n_static of them when n_static >= 0: a growing buffer passed whole) exactly and merge. With k_new /
 // v_new (B, H_kv, m, d), kernel 7 first writes k_new - center and v_new at rows n_static .. n_static + m
@@ -339,7 +345,6 @@ std::vector<torch::Tensor> decode_step(torch::Tensor kv, torch::Tensor offsets, 
     n_static += k_new->size(2);
   }
   const Tables t = tables_view(offsets, ids, K);
-  check_cpu_contig(proj, "proj");
   check_dtype(proj, torch::kFloat32, "proj");
   TORCH_CHECK(t.L == L && min_collisions >= 1 && min_collisions <= std::min<int64_t>(L, 255),
               "L must match the tables and min_collisions lie in [1, min(L, 255)]");
@@ -355,9 +360,7 @@ std::vector<torch::Tensor> decode_step(torch::Tensor kv, torch::Tensor offsets, 
   const AttendArgs a =
       attend_args(kv, q, bits, scale, table, table_limit, K, L, min_collisions, prefetch, split_tokens);
   TORCH_CHECK(a.B == t.B && a.Hkv == t.Hkv && a.n_max == t.n_max, "kv does not agree with the tables");
-  TORCH_CHECK(proj.dim() == 3 && (proj.size(0) == t.Hkv || proj.size(0) == 1) && proj.size(1) == a.d &&
-                  proj.size(2) >= K * L && proj.size(2) % 32 == 0,
-              "proj must be (H_kv or 1, d, P) with P >= K*L a multiple of 32 (padded)");
+  check_tiled_projections(proj, t.Hkv, a.d, K * L);
   magicpig::ExactArgs e = exact_args(q, k_static, v_static, scale);
   TORCH_CHECK(e.Hkv == t.Hkv, "k_static must have the tables' H_kv");
   TORCH_CHECK(n_static <= e.n, "n_static = ", n_static, " but k_static holds ", e.n, " rows");
@@ -370,7 +373,7 @@ std::vector<torch::Tensor> decode_step(torch::Tensor kv, torch::Tensor offsets, 
   std::vector<float> zero(static_cast<size_t>(t.B * t.Hkv * a.d), 0.f);
   std::vector<int64_t> lo(static_cast<size_t>(t.B), 0), count(static_cast<size_t>(t.B), G);
   magicpig::hash_keys(q.data_ptr<float>(), t.B, t.Hkv, G, a.d, zero.data(), proj.data_ptr<float>(), proj.size(0),
-                      proj.size(2), static_cast<int>(K), L, lo.data(), count.data(), G, codes.data_ptr<int32_t>(),
+                      proj.size(1) * proj.size(3), static_cast<int>(K), L, lo.data(), count.data(), G, codes.data_ptr<int32_t>(),
                       false, ti, tt);
   sec[0] = lap();
   auto sampled = torch::empty({t.B, H}, torch::kInt32);

@@ -92,10 +92,13 @@ namespace {
 
 const int64_t HASH_ROWS = 240;  // rows per work item (a multiple of the row tile)
 const int64_t HASH_RB = 6;      // the row tile of every variant
-const int64_t HASH_PAD = 32;    // projection columns are padded to a multiple of the widest column tile
+constexpr int64_t HASH_PAD = 32;  // the projections' column tile: a multiple of every variant's tile
 
-// Rows x (rows, d), a multiple of RB, times projections w (d, KLp): a register tile of RB rows by NV
-// vectors of columns accumulates over d; the signs (> 0, as the torch reference's ``proj > 0``) go to
+// Rows x (rows, d), a multiple of RB, times projections w (KLp / HASH_PAD, d, HASH_PAD), the tiled
+// layout of a (d, KLp) matrix (column tile t is a contiguous d x HASH_PAD block, so a pass over the tiles
+// reads memory in order: the row-major matrix made each tile touch d rows 4 KB or more apart, d interleaved
+// streams that the hardware prefetcher could not follow, and a decode step's hashing ran at a third of
+// the streaming bandwidth): a register tile of RB rows by NV vectors of columns accumulates over d; the signs (> 0, as the torch reference's ``proj > 0``) go to
 // sign (RB, KLp) and are packed into codes (rows_valid, L), bit b of table j = column j*K + b. Only the
 // tables t0 .. t1 - 1 are computed (their columns, rounded out to whole tiles) and written.
 template <typename V, int RB, int NV>
@@ -104,16 +107,18 @@ inline __attribute__((always_inline)) void hash_rows_impl(const float* x, int64_
                                                           int64_t L, int64_t t0, int64_t t1, uint8_t* sign,
                                                           int32_t* codes) {
   constexpr int VL = sizeof(V) / sizeof(float), JW = VL * NV;
+  static_assert(HASH_PAD % JW == 0, "a register tile must not straddle two projection tiles");
   const int64_t c0 = t0 * K / JW * JW, c1 = std::min(KLp, (t1 * K + JW - 1) / JW * JW);
   for (int64_t r0 = 0; r0 < rows; r0 += RB) {
     const float* xr = x + r0 * d;
     for (int64_t j0 = c0; j0 < c1; j0 += JW) {
+      const float* wt = w + (j0 / HASH_PAD) * d * HASH_PAD + j0 % HASH_PAD;  // JW divides HASH_PAD
       V acc[RB][NV];
       for (int r = 0; r < RB; ++r)
         for (int v = 0; v < NV; ++v) acc[r][v] = V{};
       for (int64_t k = 0; k < d; ++k) {
         V wk[NV];
-        for (int v = 0; v < NV; ++v) std::memcpy(&wk[v], w + k * KLp + j0 + v * VL, sizeof(V));
+        for (int v = 0; v < NV; ++v) std::memcpy(&wk[v], wt + k * HASH_PAD + v * VL, sizeof(V));
         for (int r = 0; r < RB; ++r) {
           const float xv = xr[r * d + k];
           for (int v = 0; v < NV; ++v) acc[r][v] += xv * wk[v];
@@ -173,19 +178,8 @@ void hash_keys(const float* keys, int64_t B, int64_t Hkv, int64_t n, int64_t d, 
                const float* proj, int64_t S, int64_t P, int K, int64_t L, const int64_t* lo,
                const int64_t* count, int64_t m, int32_t* codes, bool table_major, int isa, int threads) {
   const HashRowsFn fn = select_hash(isa);
-  const int64_t KL = K * L;
-  // projection columns padded with zeros to the tile width; the caller's (S, d, P) is used as it is when
-  // P already is a multiple of it (a decoder pads once, not at every step)
-  const int64_t KLp = P % HASH_PAD == 0 ? P : (KL + HASH_PAD - 1) / HASH_PAD * HASH_PAD;
-  std::vector<float> padded;
+  const int64_t KLp = P;  // a multiple of HASH_PAD (the caller tiles the projections once)
   const float* w0 = proj;
-  if (KLp != P) {
-    padded.assign(static_cast<size_t>(S * d * KLp), 0.f);
-    for (int64_t s = 0; s < S; ++s)
-      for (int64_t k = 0; k < d; ++k)
-        std::memcpy(padded.data() + (s * d + k) * KLp, proj + (s * d + k) * P, sizeof(float) * KL);
-    w0 = padded.data();
-  }
   std::memset(codes, 0, sizeof(int32_t) * B * Hkv * m * L);  // padding rows (>= count[b]) stay 0
   const int64_t blocks = (m + HASH_ROWS - 1) / HASH_ROWS;
   // a decode step's queries are a few rows per kv-head, but each kv-head reads its own K*L x d projections

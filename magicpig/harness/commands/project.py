@@ -365,8 +365,11 @@ def _print(frames: dict, f, eff: float, eff_source: str) -> None:
         print(frames["fit"].to_string(index=False, float_format=_fmt))
     if len(pred):
         cols = [c for c in ("context", "batch", "method", "backend", "ms_per_token", "predicted_ms_per_token",
-                            "prediction_error", "loo_error", "model_role") if c in pred.columns]
-        print("\nPer-row prediction (error = predicted / measured - 1; loo = by a fit without that row):")
+                            "prediction_error", "loo_error", "other_cpu_load", "steal_cpu", "model_role")
+                if c in pred.columns]
+        print("\nPer-row prediction (error = predicted / measured - 1; loo = by a fit without that row; "
+              "other_cpu_load / steal_cpu: cores' worth of CPU\nthat other processes / the hypervisor's other "
+              "guests took during the row, where the CSV has them):")
         print(pred[cols].to_string(index=False, float_format=_fmt))
         fitted = pred[pred["model_role"] == "fitted"]
         if len(fitted):

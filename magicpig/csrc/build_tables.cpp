@@ -9,6 +9,10 @@
 // pass, without materialising the (rows, K*L) float projections that ``x @ W`` would write and read back
 // (at 32K keys that is 200 MB per kv-head per layer). Each work item centres a block of rows into a
 // small buffer, multiplies it by the projections in register tiles and packs the signs into codes.
+// The projections come tiled: each tile of 32 columns is one contiguous (d, 32) block, so a pass over the
+// tiles reads memory in order. In the row-major (d, K*L) matrix a tile's d rows lay K*L floats apart, d
+// interleaved streams that the hardware prefetcher did not follow: a decode step's query hashing (a few
+// rows, the projections cold) read them at under half the streaming bandwidth.
 #include <omp.h>
 
 #include <algorithm>
@@ -94,11 +98,9 @@ const int64_t HASH_ROWS = 240;  // rows per work item (a multiple of the row til
 const int64_t HASH_RB = 6;      // the row tile of every variant
 constexpr int64_t HASH_PAD = 32;  // the projections' column tile: a multiple of every variant's tile
 
-// Rows x (rows, d), a multiple of RB, times projections w (KLp / HASH_PAD, d, HASH_PAD), the tiled
-// layout of a (d, KLp) matrix (column tile t is a contiguous d x HASH_PAD block, so a pass over the tiles
-// reads memory in order: the row-major matrix made each tile touch d rows 4 KB or more apart, d interleaved
-// streams that the hardware prefetcher could not follow, and a decode step's hashing ran at a third of
-// the streaming bandwidth): a register tile of RB rows by NV vectors of columns accumulates over d; the signs (> 0, as the torch reference's ``proj > 0``) go to
+// Rows x (rows, d), a multiple of RB, times projections w in the tiled layout (KLp / HASH_PAD, d,
+// HASH_PAD) of a (d, KLp) matrix: a register tile of RB rows by NV vectors of columns accumulates over d;
+// the signs (> 0, as the torch reference's ``proj > 0``) go to
 // sign (RB, KLp) and are packed into codes (rows_valid, L), bit b of table j = column j*K + b. Only the
 // tables t0 .. t1 - 1 are computed (their columns, rounded out to whole tiles) and written.
 template <typename V, int RB, int NV>

@@ -98,7 +98,8 @@ def test_tiled_projections_layout_and_the_kernel_refuses_an_untiled_matrix():
     with pytest.raises(RuntimeError, match="tile_projections"):
         cpu.load().hash_keys(q, zero, untiled, row0, count, 3, K, L, False, cpu.ISA_CODES["scalar"], 1)
     with pytest.raises(RuntimeError, match="tile_projections"):  # too few tiles for K*L columns
-        cpu.load().hash_keys(q, zero, tiled[:, :3].contiguous(), row0, count, 3, K, L, False, cpu.ISA_CODES["scalar"], 1)
+        cpu.load().hash_keys(q, zero, tiled[:, :3].contiguous(), row0, count, 3, K, L, False,
+                             cpu.ISA_CODES["scalar"], 1)
 
 
 def test_table_major_build_equals_row_major():

@@ -79,7 +79,7 @@ std::vector<torch::Tensor> build_tables_table_major(torch::Tensor codes, torch::
   return build_tables_impl(codes, counts, K, threads, true);
 }
 
-// Kernel 0's projections: (S, P / 32, d, 32) contiguous, S = Hkv or 1, P >= KL (magicpig.cpu.tile_projections)
+// Kernel 0's projections: (S, P / 32, d, 32) contiguous, S = Hkv or 1, P >= KL (cpu.tile_projections)
 static void check_tiled_projections(const torch::Tensor& proj, int64_t Hkv, int64_t d, int64_t KL) {
   check_cpu_contig(proj, "proj");
   TORCH_CHECK(proj.dim() == 4 && (proj.size(0) == Hkv || proj.size(0) == 1) && proj.size(2) == d &&
@@ -88,7 +88,8 @@ static void check_tiled_projections(const torch::Tensor& proj, int64_t Hkv, int6
               ", ", d, ", 32), got ", proj.sizes(), " (magicpig.cpu.tile_projections makes it)");
 }
 
-// keys (B, Hkv, n, d) float32, center (B, Hkv, d) float32, proj (S, P / 32, d, 32) float32 tiled (S = Hkv or 1),
+// keys (B, Hkv, n, d) float32, center (B, Hkv, d) float32, proj (S, P / 32, d, 32) float32, tiled (S = Hkv
+// or 1),
 // lo / count (B,) int64 row ranges -> codes (B, Hkv, m, L) int32 of the centred rows, or (B, Hkv, L, m)
 // when table_major (kernel 0)
 torch::Tensor hash_keys(torch::Tensor keys, torch::Tensor center, torch::Tensor proj, torch::Tensor lo,
@@ -118,8 +119,8 @@ torch::Tensor hash_keys(torch::Tensor keys, torch::Tensor center, torch::Tensor 
   auto codes = table_major ? torch::empty({B, Hkv, L, m}, torch::kInt32)
                            : torch::empty({B, Hkv, m, L}, torch::kInt32);
   magicpig::hash_keys(keys.data_ptr<float>(), B, Hkv, n, d, center.data_ptr<float>(), proj.data_ptr<float>(),
-                      proj.size(0), proj.size(1) * proj.size(3), static_cast<int>(K), L, l, c, m, codes.data_ptr<int32_t>(),
-                      table_major, static_cast<int>(isa), static_cast<int>(threads));
+                      proj.size(0), proj.size(1) * proj.size(3), static_cast<int>(K), L, l, c, m,
+                      codes.data_ptr<int32_t>(), table_major, static_cast<int>(isa), static_cast<int>(threads));
   return codes;
 }
 
@@ -324,8 +325,8 @@ void append_kv(torch::Tensor k_buf, torch::Tensor v_buf, int64_t n, torch::Tenso
 }
 
 // One decode step of an offloaded layer on a CPU model, kernels 0, 2, 3 and 5 in one call: hash q (B, H, d)
-// float32 with the tiled projections proj (S, P / 32, d, 32), retrieve from the tables, attend the sampled offloaded
-// keys, then attend the static keys k_static / v_static (B, H_kv, s, d; s may be 0; only the first
+// float32 with the tiled projections proj (S, P / 32, d, 32), retrieve from the tables, attend the sampled
+// offloaded keys, then attend the static keys k_static / v_static (B, H_kv, s, d; s may be 0; only the first
 // n_static of them when n_static >= 0: a growing buffer passed whole) exactly and merge. With k_new /
 // v_new (B, H_kv, m, d), kernel 7 first writes k_new - center and v_new at rows n_static .. n_static + m
 // of the static buffers, and those rows are attended too (the step's own key, appended in the same call).
@@ -373,8 +374,8 @@ std::vector<torch::Tensor> decode_step(torch::Tensor kv, torch::Tensor offsets, 
   std::vector<float> zero(static_cast<size_t>(t.B * t.Hkv * a.d), 0.f);
   std::vector<int64_t> lo(static_cast<size_t>(t.B), 0), count(static_cast<size_t>(t.B), G);
   magicpig::hash_keys(q.data_ptr<float>(), t.B, t.Hkv, G, a.d, zero.data(), proj.data_ptr<float>(), proj.size(0),
-                      proj.size(1) * proj.size(3), static_cast<int>(K), L, lo.data(), count.data(), G, codes.data_ptr<int32_t>(),
-                      false, ti, tt);
+                      proj.size(1) * proj.size(3), static_cast<int>(K), L, lo.data(), count.data(), G,
+                      codes.data_ptr<int32_t>(), false, ti, tt);
   sec[0] = lap();
   auto sampled = torch::empty({t.B, H}, torch::kInt32);
   auto entries = torch::empty({t.B, H}, torch::kInt64);

@@ -66,7 +66,7 @@ PREFETCH = 16  # tokens ahead whose key/value rows the attention kernel prefetch
 SPLIT_TOKENS = 16384  # token range of one attention work item (several items per group balance the threads)
 MAX_MIN_COLLISIONS = 255  # per-token collision counters are 8-bit
 HASH_BLOCK = 8192  # key rows per block when hashing on a device with torch (bounds rows x K*L floats)
-HASH_PAD = 32  # kernel 0's column tile: projections are padded to a multiple of it (tile_projections)
+HASH_PAD = 32  # kernel 0's column tile (kHashTile in csrc/magicpig_cpu.h; tile_projections)
 
 
 class InsufficientMemoryError(ValueError, MemoryError):

@@ -79,13 +79,15 @@ std::vector<torch::Tensor> build_tables_table_major(torch::Tensor codes, torch::
   return build_tables_impl(codes, counts, K, threads, true);
 }
 
-// Kernel 0's projections: (S, P / 32, d, 32) contiguous, S = Hkv or 1, P >= KL (cpu.tile_projections)
+// Kernel 0's projections: (S, P / T, d, T) contiguous with T = kHashTile, S = Hkv or 1, P >= KL
+// (cpu.tile_projections)
 static void check_tiled_projections(const torch::Tensor& proj, int64_t Hkv, int64_t d, int64_t KL) {
+  constexpr int64_t T = magicpig::kHashTile;
   check_cpu_contig(proj, "proj");
   TORCH_CHECK(proj.dim() == 4 && (proj.size(0) == Hkv || proj.size(0) == 1) && proj.size(2) == d &&
-                  proj.size(3) == 32 && proj.size(1) * 32 >= KL,
-              "proj must be tiled (H_kv or 1, P / 32, d, 32) with P >= K*L: (", Hkv, " or 1, >= ", (KL + 31) / 32,
-              ", ", d, ", 32), got ", proj.sizes(), " (magicpig.cpu.tile_projections makes it)");
+                  proj.size(3) == T && proj.size(1) * T >= KL,
+              "proj must be tiled (H_kv or 1, P / ", T, ", d, ", T, ") with P >= K*L: (", Hkv, " or 1, >= ",
+              (KL + T - 1) / T, ", ", d, ", ", T, "), got ", proj.sizes(), " (magicpig.cpu.tile_projections makes it)");
 }
 
 // keys (B, Hkv, n, d) float32, center (B, Hkv, d) float32, proj (S, P / 32, d, 32) float32, tiled (S = Hkv

@@ -96,10 +96,9 @@ namespace {
 
 const int64_t HASH_ROWS = 240;  // rows per work item (a multiple of the row tile)
 const int64_t HASH_RB = 6;      // the row tile of every variant
-constexpr int64_t HASH_PAD = 32;  // the projections' column tile: a multiple of every variant's tile
 
-// Rows x (rows, d), a multiple of RB, times projections w in the tiled layout (KLp / HASH_PAD, d,
-// HASH_PAD) of a (d, KLp) matrix: a register tile of RB rows by NV vectors of columns accumulates over d;
+// Rows x (rows, d), a multiple of RB, times projections w in the tiled layout (KLp / kHashTile, d,
+// kHashTile) of a (d, KLp) matrix: a register tile of RB rows by NV vectors of columns accumulates over d;
 // the signs (> 0, as the torch reference's ``proj > 0``) go to
 // sign (RB, KLp) and are packed into codes (rows_valid, L), bit b of table j = column j*K + b. Only the
 // tables t0 .. t1 - 1 are computed (their columns, rounded out to whole tiles) and written.
@@ -109,18 +108,18 @@ inline __attribute__((always_inline)) void hash_rows_impl(const float* x, int64_
                                                           int64_t L, int64_t t0, int64_t t1, uint8_t* sign,
                                                           int32_t* codes) {
   constexpr int VL = sizeof(V) / sizeof(float), JW = VL * NV;
-  static_assert(HASH_PAD % JW == 0, "a register tile must not straddle two projection tiles");
+  static_assert(kHashTile % JW == 0, "a register tile must not straddle two projection tiles");
   const int64_t c0 = t0 * K / JW * JW, c1 = std::min(KLp, (t1 * K + JW - 1) / JW * JW);
   for (int64_t r0 = 0; r0 < rows; r0 += RB) {
     const float* xr = x + r0 * d;
     for (int64_t j0 = c0; j0 < c1; j0 += JW) {
-      const float* wt = w + (j0 / HASH_PAD) * d * HASH_PAD + j0 % HASH_PAD;  // JW divides HASH_PAD
+      const float* wt = w + (j0 / kHashTile) * d * kHashTile + j0 % kHashTile;  // JW divides kHashTile
       V acc[RB][NV];
       for (int r = 0; r < RB; ++r)
         for (int v = 0; v < NV; ++v) acc[r][v] = V{};
       for (int64_t k = 0; k < d; ++k) {
         V wk[NV];
-        for (int v = 0; v < NV; ++v) std::memcpy(&wk[v], wt + k * HASH_PAD + v * VL, sizeof(V));
+        for (int v = 0; v < NV; ++v) std::memcpy(&wk[v], wt + k * kHashTile + v * VL, sizeof(V));
         for (int r = 0; r < RB; ++r) {
           const float xv = xr[r * d + k];
           for (int v = 0; v < NV; ++v) acc[r][v] += xv * wk[v];
@@ -180,7 +179,7 @@ void hash_keys(const float* keys, int64_t B, int64_t Hkv, int64_t n, int64_t d, 
                const float* proj, int64_t S, int64_t P, int K, int64_t L, const int64_t* lo,
                const int64_t* count, int64_t m, int32_t* codes, bool table_major, int isa, int threads) {
   const HashRowsFn fn = select_hash(isa);
-  const int64_t KLp = P;  // a multiple of HASH_PAD (the caller tiles the projections once)
+  const int64_t KLp = P;  // a multiple of kHashTile (the caller tiles the projections once)
   const float* w0 = proj;
   std::memset(codes, 0, sizeof(int32_t) * B * Hkv * m * L);  // padding rows (>= count[b]) stay 0
   const int64_t blocks = (m + HASH_ROWS - 1) / HASH_ROWS;

@@ -38,11 +38,12 @@ bool build_tables(const int32_t* codes, const int64_t* counts, int64_t B, int64_
 
 // Kernel 0: SimHash codes of the decoder's offloaded keys. For sequence b and kv-head h, rows
 // lo[b] .. lo[b] + count[b] of keys (B, Hkv, n, d) float32, centred by center (B, Hkv, d), are hashed
-// with projections proj (S, P / 32, d, 32): the tiled layout of (S, d, P) matrices, P >= K*L a multiple of
-// 32 columns of which the first K*L are used (magicpig.cpu.tile_projections), S = Hkv (head h uses set h)
-// or 1; row r goes to codes[b, h, r]
+// with projections proj (S, P / kHashTile, d, kHashTile): the tiled layout of (S, d, P) matrices, P >= K*L a
+// multiple of kHashTile columns of which the first K*L are used (magicpig.cpu.tile_projections), S = Hkv
+// (head h uses set h) or 1; row r goes to codes[b, h, r]
 // of codes (B, Hkv, m, L) int32, or (B, Hkv, L, m) when table_major (rows >= count[b] are zero). isa:
 // the variant to use (falls back to what the CPU supports).
+constexpr int64_t kHashTile = 32;  // kernel 0's projection tile: columns per contiguous (d, kHashTile) block
 void hash_keys(const float* keys, int64_t B, int64_t Hkv, int64_t n, int64_t d, const float* center,
                const float* proj, int64_t S, int64_t P, int K, int64_t L, const int64_t* lo,
                const int64_t* count, int64_t m, int32_t* codes, bool table_major, int isa, int threads);

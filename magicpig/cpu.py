@@ -59,7 +59,7 @@ LDFLAGS = ["-fopenmp"]
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ["bindings.cpp", "build_tables.cpp", "retrieve.cpp", "attend.cpp", "exact.cpp", "linear.cpp",
            "decode_layer.cpp", "append.cpp", "isa_scalar.cpp", "isa_avx2.cpp", "isa_avx512.cpp"]
-HEADERS = ["magicpig_cpu.h", "attend_impl.h", "linear_impl.h"]
+HEADERS = ["magicpig_cpu.h", "attend_impl.h", "linear_impl.h", "probe_impl.h"]
 TABLE_INTERVALS = 8192  # correction -ln(u + 1e-4) is interpolated on this many intervals of the cosine...
 TABLE_LIMIT = 1.0 - 1.0 / 32  # ...for |cos| <= TABLE_LIMIT (interpolation error < 1e-5); exact beyond
 PREFETCH = 16  # tokens ahead whose key/value rows the attention kernel prefetches

@@ -33,6 +33,19 @@ def test_retrieve_equals_reference(G, min_collisions):
             assert int(entries[b, h]) == int((codes[b, h // G, :c] == q_codes[b, h]).sum())
 
 
+@pytest.mark.parametrize("threads", [1, 3, 5, 40])
+def test_retrieve_every_thread_count(threads):
+    """Any split of the 2 x 10 query heads over the threads (one thread for all, uneven shares, more
+    threads than heads) gives the reference sets, with 16- and 32-bit ids, for both counting paths."""
+    for n, K in ((203, 3), (65536 + 40, 6)):
+        keys, values, codes, counts, q, q_codes = random_layer(2, 2, 5, n, 4, K, 9, counts=[n, n - 17],
+                                                               seed=threads)
+        for m in (2, 3):
+            layer = cpu.OffloadedLayer.build(keys, values, codes, counts, K, 9, m).with_threads(threads)
+            got, want = layer.retrieve(q_codes, m), reference_sets(codes, counts, q_codes, m)
+            assert all(torch.equal(got[b][h], want[b][h]) for b in range(2) for h in range(10)), (n, m)
+
+
 def test_retrieve_32bit_ids_and_repeat_calls():
     n = 65536 + 300
     K, L = 6, 4

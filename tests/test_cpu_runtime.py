@@ -134,19 +134,43 @@ def test_kernel_bench_writes_csv(tmp_path):
         assert float(r["roofline_ms"]) == pytest.approx(2 * 8 * 3000 * 64 * 2 / float(r["read_gb_per_s"]) / 1e6)
 
 
-def test_gather_probe_reads_the_listed_rows():
+def _xor_words(t: torch.Tensor) -> int:
+    want = 0
+    for w in t.reshape(-1).tolist():
+        want ^= w
+    return want
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+def test_gather_probe_reads_the_listed_rows(isa):
+    """Every variant's probe reads exactly the listed rows, whatever the row size: rows of 48 bytes (no
+    whole vector), 200 (a 128-byte vector block, a 64-byte one and 8-byte tails) and 1032 (several
+    256-byte blocks and a tail), misaligned as they follow each other."""
+    require_module()
+    if isa not in cpu.supported_isas():
+        pytest.skip(f"this CPU does not run {isa}")
+    mod = cpu.load()
+    code = cpu.ISA_CODES[isa]
+    for row_bytes in (48, 200, 1032):
+        data = torch.randint(-2**62, 2**62, (50, row_bytes // 8), dtype=torch.int64)
+        rows = torch.tensor([3, 7, 7, 20, 49, 0], dtype=torch.int64)
+        want = _xor_words(data[rows])
+        for threads in (1, 3):
+            for prefetch in (0, 2):
+                assert mod.gather_rows(data, row_bytes, rows, prefetch, threads, code) == want
+        assert mod.gather_rows(data, row_bytes, rows[:0], 2, 2, code) == 0
+    with pytest.raises(RuntimeError, match="rows must lie"):
+        mod.gather_rows(data, 1032, torch.tensor([50]), 2, 1, code)
+
+
+def test_stream_probe_reads_every_word():
+    """The streaming probe's xor is that of every word, whatever the size and the threads."""
     require_module()
     mod = cpu.load()
-    data = torch.randint(-2**62, 2**62, (50, 6), dtype=torch.int64)  # 50 rows of 48 bytes
-    rows = torch.tensor([3, 7, 7, 20, 49], dtype=torch.int64)
-    want = 0
-    for r in rows.tolist():
-        for w in data[r].tolist():
-            want ^= w
-    for threads in (1, 3):
-        assert mod.gather_rows(data, 48, rows, 2, threads) == want
-    with pytest.raises(RuntimeError, match="rows must lie"):
-        mod.gather_rows(data, 48, torch.tensor([50]), 2, 1)
+    for words in (1, 5, 8195):
+        data = torch.randint(-2**62, 2**62, (words,), dtype=torch.int64)
+        for threads in (1, 2, 5):
+            assert mod.stream_read(data, threads) == _xor_words(data)
 
 
 def test_union_rows_are_the_tokens_the_kernel_reads():

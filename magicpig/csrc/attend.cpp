@@ -153,20 +153,12 @@ uint64_t stream_read(const void* data, int64_t nbytes, int threads) {
 }
 
 uint64_t gather_rows(const void* data, int64_t row_bytes, const int64_t* rows, int64_t count, int prefetch,
-                     int threads) {
-  const char* base = static_cast<const char*>(data);
-  const int64_t words = row_bytes / 8;
-  uint64_t result = 0;
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(^ : result)
-  for (int64_t i = 0; i < count; ++i) {
-    if (i + prefetch < count) {
-      const char* next = base + rows[i + prefetch] * row_bytes;
-      for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(next + off, 0, 1);
-    }
-    const uint64_t* p = reinterpret_cast<const uint64_t*>(base + rows[i] * row_bytes);
-    for (int64_t w = 0; w < words; ++w) result ^= p[w];
-  }
-  return result;
+                     int threads, int isa) {
+  if (isa < 0) isa = cpu_supports(kAvx512) ? kAvx512 : (cpu_supports(kAvx2) ? kAvx2 : kScalar);
+  if (isa == kAvx512 && cpu_supports(kAvx512))
+    return avx512::gather_rows(data, row_bytes, rows, count, prefetch, threads);
+  if (isa == kAvx2 && cpu_supports(kAvx2)) return avx2::gather_rows(data, row_bytes, rows, count, prefetch, threads);
+  return scalar::gather_rows(data, row_bytes, rows, count, prefetch, threads);
 }
 
 }  // namespace magicpig

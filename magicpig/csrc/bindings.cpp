@@ -534,7 +534,8 @@ torch::Tensor mlp_residual(torch::Tensor h, torch::Tensor norm, double eps, std:
 
 
 // data viewed as rows of row_bytes; rows (count,) int64 row indices
-int64_t gather_rows(torch::Tensor data, int64_t row_bytes, torch::Tensor rows, int64_t prefetch, int64_t threads) {
+int64_t gather_rows(torch::Tensor data, int64_t row_bytes, torch::Tensor rows, int64_t prefetch, int64_t threads,
+                    int64_t isa) {
   check_cpu_contig(data, "data");
   check_cpu_contig(rows, "rows");
   check_dtype(rows, torch::kInt64, "rows");
@@ -545,7 +546,7 @@ int64_t gather_rows(torch::Tensor data, int64_t row_bytes, torch::Tensor rows, i
     TORCH_CHECK(r[i] >= 0 && r[i] < n_rows, "rows must lie in [0, ", n_rows, ")");
   return static_cast<int64_t>(magicpig::gather_rows(data.data_ptr(), row_bytes, r, rows.numel(),
                                                     static_cast<int>(std::max<int64_t>(prefetch, 0)),
-                                                    static_cast<int>(threads)));
+                                                    static_cast<int>(threads), static_cast<int>(isa)));
 }
 
 int64_t stream_read(torch::Tensor data, int64_t threads) {
@@ -585,5 +586,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("exact_correction", &exact_correction, "-ln(u(cos) + 1e-4), double-precision binomial tail");
   m.def("empty_huge", &empty_huge, "uninitialised tensor on 2 MiB-aligned, huge-page-advised memory");
   m.def("stream_read", &stream_read, "read a tensor with all threads (bandwidth probe)");
-  m.def("gather_rows", &gather_rows, "read listed rows of a tensor with all threads (random-read probe)");
+  m.def("gather_rows", &gather_rows, "read listed rows of a tensor with all threads (random-read probe; isa -1: the "
+        "best variant)", py::arg("data"), py::arg("row_bytes"), py::arg("rows"), py::arg("prefetch"),
+        py::arg("threads"), py::arg("isa") = -1);
 }

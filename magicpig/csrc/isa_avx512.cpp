@@ -1,6 +1,7 @@
-// Kernels 3, 4 and 5, AVX-512 (F + BW) variant: attend_impl.h and linear_impl.h compiled for that instruction
-// set. The drivers only call it when cpu_supports() says this CPU runs it, so the module still runs on
-// older CPUs (the original system died with "Illegal instruction" there).
+// Kernels 3, 4 and 5 and the random-row probe, AVX-512 (F + BW) variant: attend_impl.h, linear_impl.h
+// and probe_impl.h compiled for that instruction set. The drivers only call it when cpu_supports() says
+// this CPU runs it, so the module still runs on older CPUs (the original system died with "Illegal
+// instruction" there).
 #include <cstdint>
 
 #include "magicpig_cpu.h"
@@ -14,6 +15,7 @@ namespace magicpig {
 namespace avx512 {
 #include "attend_impl.h"
 #include "linear_impl.h"
+#include "probe_impl.h"
 }  // namespace avx512
 }  // namespace magicpig
 #pragma GCC pop_options
@@ -28,6 +30,10 @@ void exact_range(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t
   scalar::exact_range(a, b, kvh, t0, t1, part);
 }
 void linear_block(const LinearArgs& a, int64_t o0, int64_t on) { scalar::linear_block(a, o0, on); }
+uint64_t gather_rows(const void* data, int64_t row_bytes, const int64_t* rows, int64_t count, int prefetch,
+                     int threads) {
+  return scalar::gather_rows(data, row_bytes, rows, count, prefetch, threads);
+}
 }  // namespace avx512
 }  // namespace magicpig
 #endif

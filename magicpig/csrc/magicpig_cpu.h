@@ -188,15 +188,21 @@ void append_rows(const AppendArgs& a);
 // the memory is first touched). Random row gathers over hundreds of MB otherwise miss the TLB each time.
 void advise_huge_pages(void* data, int64_t nbytes);
 
-// Streaming read of nbytes (multiple of 8) with all threads; returns an xor of the words (so the
-// compiler cannot drop the reads).
+// The bandwidth probes; each returns the xor of the words it read (so the compiler cannot drop the reads).
+// Streaming read of nbytes (multiple of 8) with all threads, a plain loop of the baseline flags: on AMD
+// EPYC it streamed 10% faster than AVX-512 loads (32.4 against 29.0 GB/s, one process), and the
+// bandwidth every ratio divides by should be the most the machine reads.
 uint64_t stream_read(const void* data, int64_t nbytes, int threads);
 
 // Random-gather read: the rows data + rows[i] * row_bytes (row_bytes a multiple of 8), i in [0, count),
 // split into contiguous chunks over the threads, each row prefetched `prefetch` rows ahead, as the
-// attention kernel fetches them but with no arithmetic; returns an xor of the words. The bandwidth
-// probe of what random row reads can reach on this machine.
+// attention kernel fetches them but with no arithmetic. What random row reads can reach on this machine:
+// read with the widest loads of ISA variant isa (< 0: the best this CPU runs, which the benchmarks use;
+// a variant it lacks falls back as the kernels' do).
 uint64_t gather_rows(const void* data, int64_t row_bytes, const int64_t* rows, int64_t count, int prefetch,
-                     int threads);
+                     int threads, int isa = -1);
+namespace scalar { uint64_t gather_rows(const void*, int64_t, const int64_t*, int64_t, int, int); }
+namespace avx2 { uint64_t gather_rows(const void*, int64_t, const int64_t*, int64_t, int, int); }
+namespace avx512 { uint64_t gather_rows(const void*, int64_t, const int64_t*, int64_t, int, int); }
 
 }  // namespace magicpig

@@ -8,9 +8,9 @@ of torch SDPA and a GQA-grouped matmul-softmax-matmul, same data, dtype and thre
 reference ``MagicPIG.attend``.
 
 Two more measures put these in context: the time to merely read the same rows the step reads, in the same
-random order, with no arithmetic (``gather_ms``: what random row reads reach on this machine, usually far
-below streaming reads), and the exact-attention roofline, all keys and values read at the streaming
-bandwidth (``roofline_ms``: no exact CPU attention can be faster).
+random order, with no arithmetic and the widest vector loads the CPU has (``gather_ms``: what random row
+reads reach on this machine, usually below streaming reads), and the exact-attention roofline, all keys and
+values read at the streaming bandwidth (``roofline_ms``: no exact CPU attention can be faster).
 
 Bytes touched = sum over query heads of (sampled keys x 2 x head_dim x element size + bucket entries read x
 id size). Step, retrieval and gather timings start from cold caches: a buffer of 8x the last-level cache

@@ -356,11 +356,80 @@ void attend_group(const AttendArgs& a, int64_t b, int64_t kvh, const uint32_t* i
   }
 }
 
+// Maximum and sum of the n <= 16 weights of a block (one masked vector on AVX-512; independent partial
+// sums elsewhere, not one chain of dependent scalar additions).
+static inline float max_of(const float* x, int64_t n) {
+#if defined(MP_AVX512)
+  if (n <= 16)
+    return _mm512_reduce_max_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-__builtin_inff()), (__mmask16)((1u << n) - 1), x));
+#endif
+  float m = -__builtin_inff();
+  for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+static inline float sum_of(const float* x, int64_t n) {
+#if defined(MP_AVX512)
+  if (n <= 16) return _mm512_reduce_add_ps(_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), x));
+#endif
+  float s[4] = {0.f, 0.f, 0.f, 0.f};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int k = 0; k < 4; ++k) s[k] += x[i + k];
+  for (; i < n; ++i) s[0] += x[i];
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+#if defined(MP_AVX512)
+// Lane t of the result is the sum of the 16 lanes of v[t]: the 16 horizontal sums of a block's dot
+// products in one tree of 45 shuffles and adds, instead of one reduction (and a scalar store) per dot.
+static inline __m512 sum16(const __m512* v) {
+  __m512 t[8], u[4];
+  for (int k = 0; k < 8; ++k)  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] of a = v[2k], b = v[2k+1]
+    t[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+  for (int k = 0; k < 4; ++k)  // per 128-bit lane: the lane's sums of v[4k] .. v[4k + 3]
+    u[k] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * k], t[2 * k + 1], 0x44),
+                         _mm512_shuffle_ps(t[2 * k], t[2 * k + 1], 0xEE));
+  // 128-bit lanes of x: sums of v[0..3] over lanes 0+1, 2+3, then of v[4..7]; y likewise for v[8..15]
+  const __m512 x = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
+  const __m512 y = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD));
+}
+
+// scale * q . k of the nb (<= 16) key rows of a block for one query head q of C * 16 floats, into w[0..16)
+// (lanes past nb are 0): q held in registers, one FMA per 16 key elements, the 16 sums by sum16.
+template <int C>
+static inline void block_logits(const float* q, const char* K, int64_t k_row, int64_t nb, bool bf16,
+                                float scale, float* w) {
+  __m512 qv[C], dots[16];
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) qv[c] = _mm512_loadu_ps(q + 16 * c);
+  for (int64_t t = 0; t < 16; ++t) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    if (t < nb) {
+      const char* row = K + t * k_row;
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        const __m512 x = bf16 ? load16_bf16(reinterpret_cast<const uint16_t*>(row) + 16 * c)
+                              : _mm512_loadu_ps(reinterpret_cast<const float*>(row) + 16 * c);
+        if (c % 2 == 0) s0 = _mm512_fmadd_ps(qv[c], x, s0);
+        else s1 = _mm512_fmadd_ps(qv[c], x, s1);
+      }
+    }
+    dots[t] = _mm512_add_ps(s0, s1);
+  }
+  _mm512_storeu_ps(w, _mm512_mul_ps(sum16(dots), _mm512_set1_ps(scale)));
+}
+#endif
+
 // Kernel 5 body: exact attention of the G query heads of kv-head kvh of sequence b over the keys
 // [t0, t1) (rows of a.k / a.v at their strides), the partial softmax state per head in part as kernel 3
 // leaves it. Keys are read in order (the hardware prefetcher follows), blocks of kBlock tokens: the
-// logits of every head of the group from one read of each key row, then each head's accumulator over
-// the block's value rows (still in cache).
+// logits of every head of the group (with AVX-512 and d = 64 or 128, head by head over the block's key
+// rows, which stay in L1: block_logits), then each head's accumulator over the block's value rows (still
+// in cache). Single-thread CPU time per (token, head) on warm data, AMD EPYC, before / after
+// block_logits, max_of and sum_of: 9/3 heads, d = 64, float32 6.65 / 5.2-5.4 ns; 14/2, d = 64: 5.9 / 4.8;
+// 32/8, d = 128: 11.3 / 9.2 (bfloat16 7.7 / 6.4, 7.4 / 6.2, 12.5 / 11.1).
 void exact_range(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t t1, float* part) {
   const int64_t d = a.d, G = a.H / a.Hkv, elt = a.bf16 ? 2 : 4;
   const char* K = static_cast<const char*>(a.k) + (b * a.k_stride[0] + kvh * a.k_stride[1]) * elt;
@@ -375,18 +444,33 @@ void exact_range(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t
     p[1] = 0.f;
     for (int64_t i = 0; i < d; ++i) p[2 + i] = 0.f;
   }
+#if defined(MP_AVX512)
+  // head dims of 64 and 128 (most models): each head's logits of a block at once (block_logits)
+  const int chunks = d == 64 ? 4 : (d == 128 ? 8 : 0);
+#else
+  const int chunks = 0;
+#endif
   for (int64_t u0 = t0; u0 < t1; u0 += kBlock) {
     const int64_t nb = t1 - u0 < kBlock ? t1 - u0 : kBlock;
-    for (int64_t t = 0; t < nb; ++t) {
-      const char* krow = K + (u0 + t) * k_row;
-      rows[t] = V + (u0 + t) * v_row;
-      for (int64_t g = 0; g < G; ++g) w[g * kBlock + t] = a.scale * dot_row(q0 + g * d, krow, a.bf16, d);
+    for (int64_t t = 0; t < nb; ++t) rows[t] = V + (u0 + t) * v_row;
+#if defined(MP_AVX512)
+    if (chunks != 0) {
+      for (int64_t g = 0; g < G; ++g) {
+        if (chunks == 4) block_logits<4>(q0 + g * d, K + u0 * k_row, k_row, nb, a.bf16, a.scale, w + g * kBlock);
+        else block_logits<8>(q0 + g * d, K + u0 * k_row, k_row, nb, a.bf16, a.scale, w + g * kBlock);
+      }
+    }
+#endif
+    if (chunks == 0) {
+      for (int64_t t = 0; t < nb; ++t) {
+        const char* krow = K + (u0 + t) * k_row;
+        for (int64_t g = 0; g < G; ++g) w[g * kBlock + t] = a.scale * dot_row(q0 + g * d, krow, a.bf16, d);
+      }
     }
     for (int64_t g = 0; g < G; ++g) {
       float* acc = part + g * (d + 2);
       float* wg = w + g * kBlock;
-      float bm = -__builtin_inff();
-      for (int64_t t = 0; t < nb; ++t) bm = wg[t] > bm ? wg[t] : bm;
+      const float bm = max_of(wg, nb);
       if (bm > acc[0]) {
         if (acc[1] > 0.f) {
           const float c = __builtin_expf(acc[0] - bm);
@@ -397,7 +481,7 @@ void exact_range(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t
       }
       for (int64_t t = 0; t < nb; ++t) wg[t] -= acc[0];
       exp_inplace(wg, nb);
-      for (int64_t t = 0; t < nb; ++t) acc[1] += wg[t];
+      acc[1] += sum_of(wg, nb);
       accumulate_rows(acc + 2, wg, rows, nb, a.bf16, d);
     }
   }

@@ -417,7 +417,8 @@ def format_row(r: Row) -> str:
 
 
 LEGEND = ("# ratio = GB/s / read (streaming); gather = GB/s of reading the same rows in the same random order with "
-          "no arithmetic (the ceiling of random row reads), gat/rd = gather / read; gat/step = gather time / step time;\n# x dense = speedup over the faster measured exact "
+          "no arithmetic and the widest vector loads (the ceiling of random row reads), gat/rd = gather / read; "
+          "gat/step = gather time / step time;\n# x dense = speedup over the faster measured exact "
           "attention (s: SDPA, g: grouped matmul); x roof = over all K/V read at the streaming bandwidth "
           "(no exact attention can beat it)")
 

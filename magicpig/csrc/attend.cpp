@@ -154,7 +154,7 @@ uint64_t stream_read(const void* data, int64_t nbytes, int threads) {
 
 uint64_t gather_rows(const void* data, int64_t row_bytes, const int64_t* rows, int64_t count, int prefetch,
                      int threads, int isa) {
-  if (isa < 0) isa = cpu_supports(kAvx512) ? kAvx512 : (cpu_supports(kAvx2) ? kAvx2 : kScalar);
+  if (isa < 0) isa = kAvx512;  // the best variant: each check below falls back to what the CPU runs
   if (isa == kAvx512 && cpu_supports(kAvx512))
     return avx512::gather_rows(data, row_bytes, rows, count, prefetch, threads);
   if (isa == kAvx2 && cpu_supports(kAvx2)) return avx2::gather_rows(data, row_bytes, rows, count, prefetch, threads);

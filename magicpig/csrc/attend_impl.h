@@ -444,24 +444,20 @@ void exact_range(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t
     p[1] = 0.f;
     for (int64_t i = 0; i < d; ++i) p[2 + i] = 0.f;
   }
-#if defined(MP_AVX512)
-  // head dims of 64 and 128 (most models): each head's logits of a block at once (block_logits)
-  const int chunks = d == 64 ? 4 : (d == 128 ? 8 : 0);
-#else
-  const int chunks = 0;
-#endif
   for (int64_t u0 = t0; u0 < t1; u0 += kBlock) {
     const int64_t nb = t1 - u0 < kBlock ? t1 - u0 : kBlock;
     for (int64_t t = 0; t < nb; ++t) rows[t] = V + (u0 + t) * v_row;
+    bool logits_done = false;
 #if defined(MP_AVX512)
-    if (chunks != 0) {
+    if (d == 64 || d == 128) {  // most models: each head's logits of the block at once
       for (int64_t g = 0; g < G; ++g) {
-        if (chunks == 4) block_logits<4>(q0 + g * d, K + u0 * k_row, k_row, nb, a.bf16, a.scale, w + g * kBlock);
+        if (d == 64) block_logits<4>(q0 + g * d, K + u0 * k_row, k_row, nb, a.bf16, a.scale, w + g * kBlock);
         else block_logits<8>(q0 + g * d, K + u0 * k_row, k_row, nb, a.bf16, a.scale, w + g * kBlock);
       }
+      logits_done = true;
     }
 #endif
-    if (chunks == 0) {
+    if (!logits_done) {
       for (int64_t t = 0; t < nb; ++t) {
         const char* krow = K + (u0 + t) * k_row;
         for (int64_t g = 0; g < G; ++g) w[g * kBlock + t] = a.scale * dot_row(q0 + g * d, krow, a.bf16, d);

@@ -50,10 +50,7 @@ uint64_t gather_rows(const void* data, int64_t row_bytes, const int64_t* rows, i
   uint64_t result = 0;
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(^ : result)
   for (int64_t i = 0; i < count; ++i) {
-    if (i + prefetch < count) {
-      const char* next = base + rows[i + prefetch] * row_bytes;
-      for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(next + off, 0, 1);
-    }
+    if (i + prefetch < count) prefetch_row(base + rows[i + prefetch] * row_bytes, row_bytes);  // attend_impl.h
     result ^= xor_words(base + rows[i] * row_bytes, row_bytes);
   }
   return result;

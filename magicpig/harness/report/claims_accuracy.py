@@ -1,0 +1,240 @@
+"""The accuracy claims' tests: near (within a margin of a baseline), superior (above a family of baselines
+by a gap), centering (the uncentered collapse). Intervals: ``paired`` (per task, then MOVER over tasks).
+
+Each comparison is made per context length on the tasks where both methods have at least ``min_samples``
+scored samples; a task is left out, and named, when it has fewer or when the baseline leaves no room for
+the effect under test (floor: a baseline under ``floor_points`` cannot drop; ceiling: a baseline above
+100 - ``floor_points`` cannot be beaten). Every line names the tasks and n it rests on.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import pandas as pd
+
+from magicpig.harness.report import canvas
+from magicpig.harness.report.bootstrap import Interval
+from magicpig.harness.report.collect import canonical, collect_metrics, run_samples
+from magicpig.harness.report.markdown import fmt
+from magicpig.harness.report.paired import (SCORE_RANGE, TaskInterval, level_interval, methods_used,
+                                            paper_interval, task_average, task_difference)
+from magicpig.harness.report.verdicts import (NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Context, Verdict, combine, decide,
+                                              empty_metrics, family, of_method, testable)
+
+FLOOR, CEILING = "floor", "ceiling"
+
+
+def _short(task: str) -> str:
+    return task.rpartition("/")[2] or task
+
+
+def _signed(iv: Interval) -> str:
+    return f"{iv.value:+.1f} [{iv.lo:+.1f}, {iv.hi:+.1f}]"
+
+
+def paired_tasks(a: pd.DataFrame, b: pd.DataFrame, ctx: Context, guard: str) -> tuple[list[TaskInterval], list[str]]:
+    """Per-task paired differences (A - B) on the tasks both ran, and the notes on the tasks left out."""
+    sa, sb = run_samples(a), run_samples(b)
+    parts, left_out = [], []
+    for task in sorted(set(sa) | set(sb)):
+        xa, xb = sa.get(task, {}), sb.get(task, {})
+        common = sum(1 for i in xa if i in xb) or min(len(xa), len(xb))
+        if min(len(xa), len(xb), common) < ctx.min_samples:
+            left_out.append(f"{_short(task)} (n={min(len(xa), len(xb), common)} < {ctx.min_samples})")
+            continue
+        part = task_difference(task, xa, xb)
+        if guard == FLOOR and part.base < ctx.floor_points:
+            left_out.append(f"{_short(task)} (baseline {part.base:.1f}: at the floor)")
+            continue
+        if guard == CEILING and part.base > SCORE_RANGE - ctx.floor_points:
+            left_out.append(f"{_short(task)} (baseline {part.base:.1f}: at the ceiling)")
+            continue
+        parts.append(part)
+    return parts, left_out
+
+
+def rests_on(parts: list[TaskInterval], left_out: list[str]) -> str:
+    """'on niah_multikey_1 (n=10), cwe (n=10); Newcombe, bootstrap; MOVER over tasks; left out: vt (n=3 < 10)'"""
+    used = ", ".join(f"{_short(p.task)} (n={p.n})" for p in parts)
+    text = f"on {used}; {methods_used(parts)}" if parts else "on no task"
+    return text + (f"; left out: {', '.join(left_out)}" if left_out else "")
+
+
+def compare(label: str, a: pd.DataFrame, b: pd.DataFrame, ctx: Context, guard: str, threshold: float, *,
+            strict: bool) -> tuple[str, Verdict]:
+    """One comparison line and its verdict: the task average of (A - B) above ``threshold``."""
+    parts, left_out = paired_tasks(a, b, ctx, guard)
+    where = rests_on(parts, left_out)
+    if not parts:
+        return f"{label}: {where}", testable(f"{label}: no task with {ctx.min_samples}+ samples per method"
+                                             + (" off the " + guard if guard else "") + f" ({where})")
+    iv = task_average(parts)
+    v = decide(iv, threshold, min_n=ctx.min_samples, above=True, strict=strict)
+    line = f"{label}: {_signed(iv)} points (n={iv.n}) {where}"
+    if v.status == NOT_REPRODUCED:
+        v = Verdict(NOT_REPRODUCED, f"{label}: {_signed(iv)}")
+    elif v.status == NOT_TESTABLE:
+        v = testable(f"{label}: {_signed(iv)} (n={iv.n}) straddles {threshold:+g}")
+    return line, v
+
+
+def power_note(claim: dict, ctx: Context, threshold: float) -> str:
+    """What the paper's own numbers would give at the paper's n (``power:`` of the claim), or ''."""
+    spec = claim.get("power")
+    if not spec:
+        return ""
+    section = ctx.ref.get(spec["section"], {})
+    rows = {canonical(k): v for k, v in section.get(spec.get("model", "llama-3.1-8b-instruct"), {}).items()}
+    pm, pb = rows.get(canonical(spec["method"])), rows.get(canonical(spec["baseline"]))
+    if pm is None or pb is None:
+        return ""
+    i = int(spec.get("index", 0))
+    m, b, n, t = float(pm[i]), float(pb[i]), int(spec["n_per_task"]), int(spec.get("tasks", 1))
+    best = paper_interval(m, b, n, t, agreement=True)
+    indep = paper_interval(m, b, n, t, agreement=False)
+
+    def passes(iv) -> bool:
+        return iv[1] > threshold if claim.get("kind") == "superior" else iv[1] >= threshold
+
+    verdict = ("would pass even if the methods erred independently" if passes(indep) else
+               "would pass only if their errors overlap closely" if passes(best) else
+               "would NOT pass this test even at best: the test is stricter than the paper's own evidence")
+    return (f"power: the paper's {m:g} vs {b:g} at its n ({n} x {t} task{'s' * (t > 1)}, scores as 0/100) "
+            f"give [{best[1]:+.1f}, {best[2]:+.1f}] with all discordant pairs one way, "
+            f"[{indep[1]:+.1f}, {indep[2]:+.1f}] with independent errors: {verdict}")
+
+
+# ---- the tests ----------------------------------------------------------------------------------------------------
+def near(claim: dict, ctx: Context) -> tuple[str, Verdict]:
+    """(method - baseline), task average, above -max_drop at every length both ran; measured cost2 within
+    cost_range. Tasks whose baseline is at the floor are left out (no room to drop)."""
+    df = ctx.runs(claim["benchmark"], claim.get("tasks"))
+    threshold = -float(claim["max_drop"])
+    lines, verdicts = [], []
+    for n, at in df.groupby("length"):
+        a, b = of_method(at, claim["method"]), of_method(at, claim["baseline"])
+        if a.empty or b.empty:
+            continue
+        label = f"{n} tokens, {claim['method']} - {claim['baseline']}"
+        line, v = compare(label, a, b, ctx, FLOOR, threshold, strict=False)
+        cost = a["cost"].mean()
+        lo, hi = claim.get("cost_range") or (0.0, 1.0)
+        if not (cost == cost and lo <= cost <= hi):
+            v = combine([v, Verdict(NOT_REPRODUCED, f"cost2 {fmt(cost, pct=True)} outside "
+                                                    f"[{fmt(lo, pct=True)}, {fmt(hi, pct=True)}]")])
+        lines.append(line + f", cost2 {fmt(cost, pct=True)}")
+        verdicts.append(v)
+    power = power_note(claim, ctx, threshold)
+    if not verdicts:
+        return power or "no run of both settings", testable(
+            f"missing data: no {claim['benchmark']} runs of `{claim['method']}` and "
+            f"`{claim['baseline']}` at one length")
+    return "; ".join(lines + ([power] if power else [])), combine(verdicts)
+
+
+def _cost_rule(claim: dict) -> Callable[[float, float], bool]:
+    """keep(cost of the other run, cost of the method): 'same_or_higher' or 'within_factor' (cost_factor)."""
+    if claim.get("cost_rule", "same_or_higher") == "same_or_higher":
+        return lambda cb, ca: cb >= ca
+    f = float(claim.get("cost_factor", 2))
+    return lambda cb, ca: cb > 0 and ca > 0 and max(cb, ca) / min(cb, ca) <= f
+
+
+def superior(claim: dict, ctx: Context) -> tuple[str, Verdict]:
+    """(method - each run of ``family`` whose cost passes the claim's cost rule), task average, above
+    ``min_gap`` (strictly) at every length. Tasks whose baseline is at the ceiling are left out."""
+    df = ctx.runs(claim["benchmark"], claim.get("tasks"))
+    keep, gap = _cost_rule(claim), float(claim.get("min_gap", 0))
+    lines, verdicts = [], []
+    for n, at in df.groupby("length"):
+        a = of_method(at, claim["method"])
+        if a.empty:
+            continue
+        ca = a["cost"].mean()
+        others = at[(at["method"].map(family) == claim["family"]) & ~at.index.isin(a.index)]
+        for other, b in others.groupby("method"):
+            cb = b["cost"].mean()
+            if not keep(cb, ca):
+                continue
+            label = (f"{n} tokens, {claim['method']} ({fmt(ca, pct=True)}) - {other} "
+                     f"({fmt(cb, pct=True)})")
+            line, v = compare(label, a, b, ctx, CEILING, gap, strict=True)
+            lines.append(line)
+            verdicts.append(v)
+    power = power_note(claim, ctx, gap)
+    if not verdicts:
+        return power or "no comparable runs", testable(
+            f"missing data: no {claim['family']} run at a comparable cost beside "
+            f"`{claim['method']}` on {claim['benchmark']}")
+    return "; ".join(lines + ([power] if power else [])), combine(verdicts)
+
+
+def _levels(runs: pd.DataFrame, ctx: Context) -> tuple[Interval | None, list[TaskInterval], list[str]]:
+    """Task average of the mean score (Clopper-Pearson / bootstrap per task, MOVER over tasks)."""
+    parts, left_out = [], []
+    for task, s in sorted(run_samples(runs).items()):
+        if len(s) < ctx.min_samples:
+            left_out.append(f"{_short(task)} (n={len(s)} < {ctx.min_samples})")
+            continue
+        parts.append(level_interval(task, list(s.values())))
+    return (task_average(parts) if parts else None), parts, left_out
+
+
+def _level_text(label: str, iv: Interval | None, parts, left_out) -> str:
+    head = f"{label} {iv.text()}" if iv is not None else f"{label}: no task with enough samples"
+    return f"{head} {rests_on(parts, left_out)}"
+
+
+def centering(claim: dict, ctx: Context) -> tuple[str, Verdict]:
+    """Uncentered sampled fraction below the paper's bound, and the uncentered NIAH score's interval below
+    ``niah_near_zero_points`` while the centered run's lies above ``centered_min_points`` (otherwise the
+    model fails NIAH anyway and a low uncentered score shows no collapse)."""
+    bound = ctx.ref.get("ablations", {}).get("no_centering", {}).get("sampled_fraction_below", 0.001)
+    abl = ctx.results / "ablations" / "centering"
+    df = collect_metrics(abl) if abl.is_dir() else empty_metrics()
+    ok = df[df["status"] == "ok"]
+    runs = of_method(ok, claim["method"])
+    parts, verdicts = [], []
+    summ = canvas.read(ctx.results / "estimation" / "centering_summary.csv")
+    frac, src = None, ""
+    from magicpig.methods import parse_method
+
+    m = parse_method(claim["method"])
+    if summ is not None:
+        sel = summ[(summ["K"] == m.K) & (summ["L"] == m.L) & ~canvas.truthy(summ["centering"])]
+        if len(sel):
+            frac, src = float(sel["cost2"].mean()), "attention-level, sparse layers"
+    if frac is None and len(runs):
+        frac, src = float(runs["cost"].mean()), "decoding runs"
+    if frac is None:
+        verdicts.append(testable("missing data: no uncentered sampled fraction"))
+    else:
+        parts.append(f"uncentered sampled fraction {fmt(frac, pct=True)} ({src}; paper < {fmt(bound, pct=True)})")
+        verdicts.append(Verdict(REPRODUCED) if frac < bound else
+                        Verdict(NOT_REPRODUCED, f"{fmt(frac, pct=True)} sampled"))
+    niah = runs[runs["task"].fillna("").str.contains("niah")]
+    if niah.empty:
+        verdicts.append(testable(f"missing data: no uncentered NIAH predictions of `{claim['method']}`"))
+        return "; ".join(parts) or "—", combine(verdicts)
+    centered = of_method(ok, claim["centered_method"])
+    centered = centered[centered["task"].isin(set(niah["task"])) & centered["length"].isin(set(niah["length"]))]
+    iv, tasks, left = _levels(niah, ctx)
+    parts.append(_level_text("uncentered NIAH", iv, tasks, left))
+    if iv is None:
+        verdicts.append(testable(f"uncentered NIAH: no task with {ctx.min_samples}+ samples"))
+        return "; ".join(parts), combine(verdicts)
+    v = decide(iv, float(claim["niah_near_zero_points"]), min_n=ctx.min_samples, above=False)
+    if v.status == NOT_TESTABLE:
+        v = testable(f"uncentered NIAH {iv.text()} straddles {claim['niah_near_zero_points']} points")
+    if v.status == REPRODUCED:
+        floor = float(claim["centered_min_points"])
+        civ, ctasks, cleft = _levels(centered, ctx)
+        parts.append(_level_text("centered NIAH", civ, ctasks, cleft))
+        if civ is None:
+            v = testable(f"missing data: no centered NIAH run with {ctx.min_samples}+ samples per task to show "
+                         "the model finds the needle at all")
+        elif civ.lo < floor:
+            v = testable(f"the centered run scores {civ.text()}, not clearly above {floor:g}: the model fails NIAH "
+                         "anyway, so a low uncentered score shows no collapse")
+    verdicts.append(v)
+    return "; ".join(parts), combine(verdicts)

@@ -1,0 +1,228 @@
+"""The attention-level and system claims' tests: error_ratio (TopK vs oracle sampling, prompts as the unit),
+table9 (sampled fractions), speedup (measured GPU throughput against the paper's ratios)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from magicpig.harness.report import canvas
+from magicpig.harness.report.markdown import fmt
+from magicpig.harness.report.paired import log_t_interval
+from magicpig.harness.report.verdicts import NOT_REPRODUCED, REPRODUCED, Context, Verdict, decide, family, testable
+
+ONE_PROMPT = "(one capture)"
+
+
+def _geomean(x: pd.Series) -> float:
+    return float(np.exp(np.log(x.clip(lower=1e-12)).mean()))
+
+
+def _prompts(df: pd.DataFrame) -> pd.Series:
+    """The capture each row belongs to: the ``prompt`` column, or one capture when the file has none."""
+    return df["prompt"].astype(str) if "prompt" in df else pd.Series(ONE_PROMPT, index=df.index)
+
+
+def _decide_over_prompts(per_prompt: pd.Series, claim: dict, unit: str) -> tuple[str, Verdict]:
+    """Interval over prompts of the geometric-mean ratio; fewer than ``min_prompts`` prompts cannot decide
+    (the heads or layers of one prompt share its text and are not independent samples)."""
+    min_prompts = int(claim.get("min_prompts", 3))
+    iv = log_t_interval(per_prompt.to_numpy())
+    text = (f"TopK/oracle error ratio {iv.value:.2f}" + (f" [{iv.lo:.2f}, {iv.hi:.2f}]" if iv.n > 1 else "")
+            + f" (n={iv.n} prompt{'s' * (iv.n != 1)}; per prompt the geometric mean over its long-tailed {unit}; "
+            "Student t interval of the mean log ratio over prompts)")
+    if iv.n < min_prompts:
+        return text, testable(f"n={iv.n} prompt{'s' * (iv.n != 1)}: fewer than {min_prompts} prompts; the {unit} "
+                              "of one prompt are not independent samples")
+    v = decide(iv, 1.0, min_n=min_prompts, strict=True)
+    if v.status not in (REPRODUCED, NOT_REPRODUCED):
+        v = testable(f"ratio interval [{iv.lo:.2f}, {iv.hi:.2f}] over {iv.n} prompts includes 1")
+    return text, v
+
+
+def error_ratio(claim: dict, ctx: Context) -> tuple[str, Verdict]:
+    """Per prompt: the geometric-mean TopK/oracle error ratio over the long-tailed heads of the sparse layers
+    (``error_topk_vs_oracle_heads.csv``; without it, over long-tailed layers); interval over prompts above 1."""
+    est = ctx.results / "estimation"
+    heads = canvas.read(est / "error_topk_vs_oracle_heads.csv")
+    if heads is not None:
+        return _error_ratio_heads(claim, heads)
+    tv, sp = canvas.read(est / "error_topk_vs_oracle.csv"), canvas.read(est / "spread.csv")
+    if tv is None or sp is None:
+        miss = [n for n, d in (("error_topk_vs_oracle.csv", tv), ("spread.csv", sp)) if d is None]
+        return "—", testable("missing data: estimation/" + ", estimation/".join(miss))
+    bound = float(claim["long_tail_top_mass_below"])
+    sp = sp[~canvas.truthy(sp["dense_in_magicpig"])] if "dense_in_magicpig" in sp else sp
+    mass = sp.groupby("layer")["top_mass_without_sink"].mean()
+    tail = set(mass[mass < bound].index)
+    rows = tv[tv["layer"].isin(tail)]
+    if rows.empty:
+        return (f"no long-tailed sparse layer (per-layer top-20% mass without sink: "
+                f"{fmt(mass.min(), digits=3)}-{fmt(mass.max(), digits=3)}; bound {bound:g})",
+                testable("missing data: no long-tailed layer in this capture"))
+    rows = rows.assign(_prompt=_prompts(rows))
+    per_prompt = rows.groupby(["_prompt", "layer"])["topk_over_oracle"].apply(_geomean).groupby("_prompt").apply(
+        _geomean)
+    text, v = _decide_over_prompts(per_prompt, claim, "layers")
+    return f"{len(tail)} long-tailed layers: {text}, max {rows['topk_over_oracle'].max():.2f}", v
+
+
+def _error_ratio_heads(claim: dict, heads: pd.DataFrame) -> tuple[str, Verdict]:
+    bound = float(claim["long_tail_top_mass_below"])
+    sparse = heads[~canvas.truthy(heads["dense_in_magicpig"])] if "dense_in_magicpig" in heads else heads
+    tail = sparse[sparse["top_mass_without_sink"] < bound]
+    if tail.empty:
+        return (f"no long-tailed head in the sparse layers (top-20% mass without sink: "
+                f"{fmt(sparse['top_mass_without_sink'].min(), digits=3)}-"
+                f"{fmt(sparse['top_mass_without_sink'].max(), digits=3)}; bound {bound:g})",
+                testable("missing data: no long-tailed head in this capture"))
+    tail = tail.assign(_prompt=_prompts(tail))
+    per_head = tail.groupby(["_prompt", "layer", "head"])["topk_over_oracle"].apply(_geomean)
+    per_prompt = per_head.groupby("_prompt").apply(_geomean)
+    heads_seen = per_head.reset_index()[["layer", "head"]].drop_duplicates()
+    names = ", ".join(f"L{int(la)}h{int(h)}" for la, h in list(heads_seen.itertuples(index=False, name=None))[:12])
+    names += " ..." if len(heads_seen) > 12 else ""
+    n_heads = sparse.groupby(["layer", "head"]).ngroups
+    text, v = _decide_over_prompts(per_prompt, claim, "heads")
+    return (f"{len(heads_seen)} of {n_heads} sparse-layer heads long-tailed ({names}): {text}, "
+            f"max {tail['topk_over_oracle'].max():.2f}", v)
+
+
+def table9(claim: dict, ctx: Context) -> tuple[str, Verdict]:
+    """Share of Table 9 cells whose measured fraction is within ``within_factor`` of the paper's."""
+    df = canvas.read(ctx.results / "estimation" / "kl_grid_summary.csv")
+    t9 = ctx.ref.get("sampled_fraction_table9", {})
+    if df is None:
+        return "—", testable("missing data: estimation/kl_grid_summary.csv")
+    f = float(claim["within_factor"])
+    cells = []
+    for r in df.itertuples():
+        row = t9.get("K", {}).get(int(r.K))
+        if row is None or int(r.L) not in t9["L"]:
+            continue
+        paper = row[t9["L"].index(int(r.L))]
+        cells.append(max(r.measured / paper, paper / r.measured) if r.measured > 0 else math.inf)
+    if not cells:
+        return "no (K, L) of Table 9 measured", testable("missing data: no Table 9 cell measured")
+    share = sum(c <= f for c in cells) / len(cells)
+    text = (f"{sum(c <= f for c in cells)}/{len(cells)} cells within {f:g}x (median ratio "
+            f"{float(np.median(cells)):.2f}x, worst {max(cells):.2f}x)")
+    return text, Verdict(REPRODUCED) if share >= float(claim["min_share"]) else Verdict(NOT_REPRODUCED)
+
+
+# ---- throughput ---------------------------------------------------------------------------------------------------
+def model_key(name: str) -> str:
+    """'shape:llama-3.1-8b', 'meta-llama/Llama-3.1-8B-Instruct' -> 'llama-3.1-8b' (the paper's model keys)."""
+    key = str(name).removeprefix("shape:").rpartition("/")[2].lower()
+    return key.removesuffix("-instruct")
+
+
+def paper_ratios(ref: dict) -> list[dict]:
+    """The paper's throughput ratios over GPU-only full attention, one per (hardware, model, context): the
+    stated speedups and the max-throughput pair (MagicPIG's tokens/s over dense's at one setting)."""
+    system = ref.get("system", {})
+    out = [{"hardware": e["hardware"], "model": e["model"], "context": int(e["context"]), "ratio": float(e["speedup"]),
+            "source": "speedup"} for e in system.get("throughput_speedup_vs_gpu_full", [])]
+    tput = system.get("max_throughput_tokens_per_s", [])
+    for e in tput:
+        if family(e["method"]) != "magicpig":
+            continue
+        dense = [d for d in tput if family(d["method"]) == "dense" and
+                 (d["hardware"], d["model"], d["context"]) == (e["hardware"], e["model"], e["context"])]
+        if dense:
+            out.append({"hardware": e["hardware"], "model": e["model"], "context": int(e["context"]),
+                        "ratio": float(e["tokens_per_s"]) / float(dense[0]["tokens_per_s"]),
+                        "source": "max throughput"})
+    return out
+
+
+def gpu_rows(ctx: Context) -> tuple[pd.DataFrame, list[str]]:
+    """Every measured GPU decode row: the pipeline's throughput/decode.csv and each ``make gpu-check`` folder's
+    decode.csv under ``ctx.gpu_results``, with the files read."""
+    files = [ctx.results / "throughput" / "decode.csv"] + sorted(Path(ctx.gpu_results).glob("*/decode.csv"))
+    frames, read = [], []
+    for f in files:
+        df = canvas.read(f)
+        if df is None or "device" not in df:
+            continue
+        df = df[df["device"].astype(str).str.startswith("cuda")]
+        if "fits" in df:
+            df = df[canvas.truthy(df["fits"])]
+        if len(df):
+            frames.append(df.assign(_source=str(f), _gpu=df.get("device_name", pd.Series("", index=df.index))))
+            read.append(str(f))
+    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), read
+
+
+def _ratio(g: pd.DataFrame, max_batch: bool) -> tuple[float, str] | None:
+    """MagicPIG's tokens/s over GPU-only full attention's (dense, stock backend first) at batch 1, or each at
+    its largest batch (the max-throughput search's row, else its best measured batch)."""
+    def pick(rows: pd.DataFrame) -> pd.Series | None:
+        if rows.empty:
+            return None
+        if not max_batch:
+            one = rows[rows["batch"] == 1]
+            return None if one.empty else one.loc[one["tokens_per_s"].idxmax()]
+        searched = rows[rows["search"].notna() & (rows["search"].astype(str).str.strip() != "")] \
+            if "search" in rows else rows.iloc[:0]
+        pool = searched if len(searched) else rows
+        return pool.loc[pool["tokens_per_s"].idxmax()]
+
+    dense = g[g["method"].map(family) == "dense"]
+    if "backend" in dense and (dense["backend"] == "stock").any():
+        dense = dense[dense["backend"] == "stock"]
+    mp, dn = pick(g[g["method"].map(family) == "magicpig"]), pick(dense)
+    if mp is None or dn is None or not dn["tokens_per_s"] > 0:
+        return None
+    return float(mp["tokens_per_s"] / dn["tokens_per_s"]), f"batch {int(mp['batch'])} vs {int(dn['batch'])}"
+
+
+def speedup(claim: dict, ctx: Context) -> tuple[str, Verdict]:
+    """Per measured GPU setting (model, context): MagicPIG/dense tokens/s at batch 1 and at the largest batch;
+    the max-batch ratio decides where the paper states a ratio for that model and context: reproduced when it
+    is at least max(1, paper ratio / ``tolerance``). Projections are quoted and never decide."""
+    quoted = _projection_quote(ctx.results / "throughput")
+    rows, read = gpu_rows(ctx)
+    where = f"GPU results read: throughput/decode.csv, {ctx.gpu_results}/*/decode.csv"
+    if rows.empty:
+        return quoted or "—", testable(f"no GPU: no measured GPU rows ({where})")
+    tol = float(claim.get("tolerance", 2.0))
+    paper = paper_ratios(ctx.ref)
+    lines, verdicts = [], []
+    for (gpu, model, context), g in rows.groupby(["_gpu", rows["model"].map(model_key), "context"], sort=True):
+        b1, mx = _ratio(g, max_batch=False), _ratio(g, max_batch=True)
+        if mx is None:
+            continue
+        same = [p for p in paper if p["model"] == model and p["context"] == int(context)]
+        own = [p for p in same if p["hardware"].lower() in str(gpu).lower()]
+        ref = own[0] if own else (min(same, key=lambda p: p["ratio"]) if same else None)
+        line = (f"{gpu or 'GPU'}, {model}, {int(context)} tokens: batch 1 "
+                + (f"{b1[0]:.2f}x" if b1 else "not measured") + f", max batch {mx[0]:.2f}x ({mx[1]})")
+        if ref is None:
+            lines.append(line + " (no paper ratio for this model and context: shown, not decisive)")
+            continue
+        bar = max(1.0, ref["ratio"] / tol)
+        line += f"; paper {ref['ratio']:.2f}x ({ref['hardware']}, {ref['source']}), bar {bar:.2f}x"
+        lines.append(line)
+        verdicts.append(Verdict(REPRODUCED) if mx[0] >= bar else
+                        Verdict(NOT_REPRODUCED, f"{model} {int(context)}: {mx[0]:.2f}x < {bar:.2f}x"))
+    text = "measured on GPU: " + "; ".join(lines) + (f"; {quoted}" if quoted else "")
+    if not verdicts:
+        settings = ", ".join(sorted({f"{p['model']} {p['context']}" for p in paper}))
+        return text, testable(f"no measured GPU setting matches a paper setting ({settings})")
+    bad = [v for v in verdicts if v.status == NOT_REPRODUCED]
+    return text, (Verdict(NOT_REPRODUCED, "; ".join(v.reason for v in bad)) if bad else Verdict(REPRODUCED))
+
+
+def _projection_quote(thr: Path) -> str:
+    proj = canvas.read(thr / "projection_paper_hardware.csv")
+    if proj is None or "speedup" not in proj:
+        return ""
+    kernel = proj["cpu_kernel"] if "cpu_kernel" in proj else pd.Series([""] * len(proj))
+    return "PROJECTION (bandwidth model, not measured): " + "; ".join(
+        f"CPU kernel {k}: " * bool(k) + ", ".join(
+            f"{r.hardware} " + (f"{float(r.speedup):.2f}x" if math.isfinite(float(r.speedup))
+                                else "(full attention does not fit)") for r in g.itertuples())
+        for k, g in proj.assign(_k=kernel.fillna("")).groupby("_k", sort=False))

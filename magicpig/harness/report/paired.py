@@ -1,0 +1,293 @@
+"""Intervals for the claims table that stay honest at small n and at the edges of the score range.
+
+Scores are per sample on [0, ``SCORE_RANGE``] (string match x 100, F1 x 100). Two methods run on the same
+samples, so a comparison is paired by sample id, task by task:
+
+* binary task (every score of both methods is 0 or 100): the difference of the two proportions right, with
+  Newcombe's hybrid score interval for paired proportions (Newcombe 1998, Stat. Med. 17:2635, method 10:
+  the Wilson intervals of the two marginal proportions combined with the estimated correlation phi of the
+  paired outcomes). It is built from the discordant counts and the margins, and keeps a width when no pair
+  disagrees: 20 pairs that all agree give about +-16 points, never [0, 0].
+* graded task: the percentile bootstrap of the mean paired difference (``bootstrap.mean_interval``). When
+  fewer than ``FEW`` differences are non-zero the bootstrap has next to nothing to resample (all zero gives
+  [0, 0]), so the interval is widened to the hull with an exact bound: the mean difference lies in
+  [-R * P(d < 0), +R * P(d > 0)] with R the score range, and each probability is bounded by the one-sided
+  97.5% Clopper-Pearson bound of its count.
+* several tasks (RULER's average of task scores): the per-task intervals are combined with MOVER (Zou &
+  Donner 2008, the method of variance estimates recovery): for the mean of T independent task differences
+  d_t with intervals [l_t, u_t], L = mean d - sqrt(sum (d_t - l_t)^2) / T and U = mean d +
+  sqrt(sum (u_t - d_t)^2) / T. It keeps each task's asymmetry, so a task at the boundary stays honest.
+* a single level (the uncentered NIAH score near 0): Clopper-Pearson for a binary task; for a graded one the
+  bootstrap, hulled with the analogous exact bound around the most frequent value when fewer than ``FEW``
+  samples differ from it; tasks again combined with MOVER.
+* unpaired samples (ids that do not overlap): MOVER of the two levels' intervals (for binary tasks with
+  Wilson intervals this is Newcombe's hybrid score interval for independent proportions).
+* geometric-mean ratios over a handful of units (prompts): Student t interval of the mean log ratio.
+
+Every interval is two-sided at ``LEVEL``; the bootstraps use ``bootstrap``'s fixed seed. Nothing here needs
+scipy: the incomplete beta function is evaluated by its continued fraction and inverted by bisection
+(tests/test_claims_paired.py compares with scipy and statsmodels).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from magicpig.harness.report.bootstrap import LEVEL, Interval, mean_interval
+
+SCORE_RANGE = 100.0
+FEW = 10  # below this many non-zero differences (or samples off the most frequent score) the exact bound joins
+
+
+# ---- special functions --------------------------------------------------------------------------------------
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        m2 = 2 * m
+        for num in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta function I_x(a, b), a, b > 0, 0 <= x <= 1."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def _invert(f, target: float, lo: float, hi: float) -> float:
+    """x in [lo, hi] with f(x) = target for an increasing f (bisection to machine precision)."""
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if f(mid) < target:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-14 * max(1.0, abs(mid)):
+            break
+    return 0.5 * (lo + hi)
+
+
+def beta_ppf(q: float, a: float, b: float) -> float:
+    """Quantile of the Beta(a, b) distribution."""
+    return _invert(lambda x: betainc(a, b, x), q, 0.0, 1.0)
+
+
+def t_ppf(q: float, df: float) -> float:
+    """Quantile of Student's t distribution with ``df`` degrees of freedom, q in (0, 1)."""
+    def cdf(t: float) -> float:
+        tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
+        return 1.0 - tail if t > 0 else tail
+
+    return _invert(cdf, q, -1e6, 1e6)
+
+
+def _z(level: float) -> float:
+    return NormalDist().inv_cdf(0.5 + level / 2.0)
+
+
+# ---- one proportion -------------------------------------------------------------------------------------------
+def clopper_pearson(k: float, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) interval of a proportion from k successes of n."""
+    alpha = 1.0 - level
+    lo = 0.0 if k <= 0 else beta_ppf(alpha / 2.0, k, n - k + 1)
+    hi = 1.0 if k >= n else beta_ppf(1.0 - alpha / 2.0, k + 1, n - k)
+    return lo, hi
+
+
+def wilson(k: float, n: float, level: float = LEVEL) -> tuple[float, float]:
+    """Wilson score interval of a proportion from k successes of n (k may be fractional)."""
+    z = _z(level)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+# ---- paired proportions ---------------------------------------------------------------------------------------
+def newcombe_paired(both: float, first_only: float, second_only: float, neither: float,
+                    level: float = LEVEL) -> tuple[float, float, float]:
+    """(p1 - p2, lower, upper) for paired binary outcomes, Newcombe's method 10.
+
+    ``both`` pairs right under both, ``first_only`` right under the first only (the discordant count b),
+    ``second_only`` right under the second only (c), ``neither``. p1 = (both + b) / n, p2 = (both + c) / n.
+    phi, the correlation of the pair, is (both * neither - b * c) / sqrt(product of the margins), taken as 0
+    when a margin is empty, and reduced by n/2 when positive (Newcombe's correction: 0 up to n/2)."""
+    n = both + first_only + second_only + neither
+    if n <= 0:
+        return float("nan"), float("nan"), float("nan")
+    r1, r2 = both + first_only, both + second_only
+    p1, p2 = r1 / n, r2 / n
+    l1, u1 = wilson(r1, n, level)
+    l2, u2 = wilson(r2, n, level)
+    margins = r1 * (n - r1) * r2 * (n - r2)
+    cross = both * neither - first_only * second_only
+    if margins <= 0:
+        phi = 0.0
+    elif cross > n / 2:
+        phi = (cross - n / 2) / math.sqrt(margins)
+    elif cross >= 0:
+        phi = 0.0
+    else:
+        phi = cross / math.sqrt(margins)
+    d = p1 - p2
+    lower = d - math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    upper = d + math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    return d, max(-1.0, lower), min(1.0, upper)
+
+
+# ---- per task ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TaskInterval:
+    """One task's estimate (a difference or a level, in points) with its interval and how it was made."""
+    task: str
+    n: int
+    value: float
+    lo: float
+    hi: float
+    how: str  # "Newcombe", "Clopper-Pearson", "bootstrap", "bootstrap+exact", "Wilson (unpaired)", ...
+    base: float = float("nan")  # the baseline's mean score on this task (differences)
+    other: float = float("nan")  # the compared method's mean score on this task (differences)
+
+
+def _is_binary(values: np.ndarray, score_range: float) -> bool:
+    return bool(np.all((values == 0.0) | (values == score_range)))
+
+
+def _exact_bound(x: np.ndarray, floor: float, ceil: float, level: float) -> tuple[float, float]:
+    """Bound on the mean of values in [floor, ceil] from how many lie below / above the most frequent value
+    m: mean >= m - (m - floor) * P(x < m) and mean <= m + (ceil - m) * P(x > m), each P at its one-sided
+    Clopper-Pearson bound."""
+    vals, counts = np.unique(x, return_counts=True)
+    m = float(vals[np.argmax(counts)])
+    below, above = int((x < m).sum()), int((x > m).sum())
+    return (m - (m - floor) * clopper_pearson(below, len(x), level)[1],
+            m + (ceil - m) * clopper_pearson(above, len(x), level)[1])
+
+
+def level_interval(task: str, values: Sequence[float], *, score_range: float = SCORE_RANGE,
+                   level: float = LEVEL, binary_method: str = "Clopper-Pearson") -> TaskInterval:
+    """Mean score of one task with its interval: Clopper-Pearson (or Wilson) when binary, else the bootstrap
+    hulled with the exact bound when fewer than ``FEW`` samples differ from the most frequent score."""
+    x = np.asarray(values, dtype=float)
+    n = len(x)
+    if n == 0:
+        return TaskInterval(task, 0, float("nan"), float("nan"), float("nan"), "no samples")
+    if _is_binary(x, score_range):
+        k = int((x == score_range).sum())
+        lo, hi = clopper_pearson(k, n, level) if binary_method == "Clopper-Pearson" else wilson(k, n, level)
+        return TaskInterval(task, n, float(x.mean()), lo * score_range, hi * score_range, binary_method)
+    iv = mean_interval(x, level=level)
+    vals, counts = np.unique(x, return_counts=True)
+    if n - counts.max() >= FEW:
+        return TaskInterval(task, n, iv.value, iv.lo, iv.hi, "bootstrap")
+    elo, ehi = _exact_bound(x, 0.0, score_range, level)
+    return TaskInterval(task, n, iv.value, min(iv.lo, elo), max(iv.hi, ehi), "bootstrap+exact")
+
+
+def task_difference(task: str, a: Mapping[str, float], b: Mapping[str, float], *,
+                        score_range: float = SCORE_RANGE, level: float = LEVEL) -> TaskInterval:
+    """(mean of A) - (mean of B) on one task, paired on the sample ids both have (see the module doc)."""
+    common = [i for i in a if i in b]
+    if not common:
+        la = level_interval(task, list(a.values()), score_range=score_range, level=level, binary_method="Wilson")
+        lb = level_interval(task, list(b.values()), score_range=score_range, level=level, binary_method="Wilson")
+        m = mover([la, lb], [1.0, -1.0])
+        return TaskInterval(task, min(la.n, lb.n), m[0], m[1], m[2], f"{la.how} (unpaired, MOVER)", lb.value,
+                            la.value)
+    xa = np.array([a[i] for i in common], dtype=float)
+    xb = np.array([b[i] for i in common], dtype=float)
+    n = len(common)
+    if _is_binary(xa, score_range) and _is_binary(xb, score_range):
+        ra, rb = xa == score_range, xb == score_range
+        d, lo, hi = newcombe_paired(int((ra & rb).sum()), int((ra & ~rb).sum()), int((~ra & rb).sum()),
+                                    int((~ra & ~rb).sum()), level)
+        return TaskInterval(task, n, d * score_range, lo * score_range, hi * score_range, "Newcombe",
+                            float(xb.mean()), float(xa.mean()))
+    diff = xa - xb
+    iv = mean_interval(diff, level=level)
+    if int((diff != 0).sum()) >= FEW:
+        return TaskInterval(task, n, iv.value, iv.lo, iv.hi, "bootstrap", float(xb.mean()), float(xa.mean()))
+    neg, pos = int((diff < 0).sum()), int((diff > 0).sum())
+    elo = -score_range * clopper_pearson(neg, n, level)[1]
+    ehi = score_range * clopper_pearson(pos, n, level)[1]
+    return TaskInterval(task, n, iv.value, min(iv.lo, elo), max(iv.hi, ehi), "bootstrap+exact",
+                        float(xb.mean()), float(xa.mean()))
+
+
+# ---- combining tasks ------------------------------------------------------------------------------------------
+def mover(parts: Sequence[TaskInterval], weights: Sequence[float]) -> tuple[float, float, float]:
+    """(sum w_t x_t, lower, upper) by MOVER from independent estimates x_t with intervals [l_t, u_t]."""
+    value = sum(w * p.value for p, w in zip(parts, weights))
+    down = sum((w * (p.value - p.lo) if w > 0 else w * (p.value - p.hi)) ** 2 for p, w in zip(parts, weights))
+    up = sum((w * (p.hi - p.value) if w > 0 else w * (p.lo - p.value)) ** 2 for p, w in zip(parts, weights))
+    return value, value - math.sqrt(down), value + math.sqrt(up)
+
+
+def task_average(parts: Sequence[TaskInterval]) -> Interval:
+    """Mean over tasks of the task estimates with its MOVER interval; n = all samples (pairs) used."""
+    parts = [p for p in parts if p.n]
+    if not parts:
+        return Interval(float("nan"), float("nan"), float("nan"), 0)
+    value, lo, hi = mover(parts, [1.0 / len(parts)] * len(parts))
+    return Interval(value, lo, hi, sum(p.n for p in parts))
+
+
+def methods_used(parts: Sequence[TaskInterval]) -> str:
+    """'Newcombe' / 'Newcombe, bootstrap+exact' ... plus '; MOVER over tasks' when there are several."""
+    hows = ", ".join(dict.fromkeys(p.how for p in parts))
+    return hows + ("; MOVER over tasks" if len(parts) > 1 else "")
+
+
+# ---- ratios over a few units ------------------------------------------------------------------------------------
+def log_t_interval(ratios: Sequence[float], level: float = LEVEL) -> Interval:
+    """Geometric mean of positive ratios (one per unit, e.g. prompt) with the Student t interval of the mean
+    log ratio, exponentiated; a single unit has no interval (lo = 0, hi = inf)."""
+    x = np.log(np.clip(np.asarray(ratios, dtype=float), 1e-12, None))
+    n = len(x)
+    if n == 0:
+        return Interval(float("nan"), float("nan"), float("nan"), 0)
+    mean = float(x.mean())
+    if n == 1:
+        return Interval(math.exp(mean), 0.0, math.inf, 1)
+    half = t_ppf(0.5 + level / 2.0, n - 1) * float(x.std(ddof=1)) / math.sqrt(n)
+    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n)
+
+
+# ---- power: what the paper's own numbers would give ---------------------------------------------------------------
+def paper_interval(p_method: float, p_base: float, n_per_task: int, tasks: int, *, agreement: bool,
+                   level: float = LEVEL) -> tuple[float, float, float]:
+    """(difference, lower, upper) in points that a run with the paper's average scores (treated as
+    proportions right) would give at ``n_per_task`` x ``tasks`` pairs, every task alike: with ``agreement``
+    the discordant pairs all go one way (the narrowest interval the means allow), else the two methods err
+    independently."""
+    p1, p2, n = p_method / 100.0, p_base / 100.0, float(n_per_task)
+    if agreement:
+        both = min(p1, p2) * n
+        cells = (both, max(p1 - p2, 0.0) * n, max(p2 - p1, 0.0) * n, (1 - max(p1, p2)) * n)
+    else:
+        cells = (p1 * p2 * n, p1 * (1 - p2) * n, (1 - p1) * p2 * n, (1 - p1) * (1 - p2) * n)
+    d, lo, hi = newcombe_paired(*cells, level=level)
+    part = TaskInterval("", n_per_task, d * 100, lo * 100, hi * 100, "Newcombe")
+    value, lo, hi = mover([part] * tasks, [1.0 / tasks] * tasks)
+    return value, lo, hi

@@ -1,0 +1,111 @@
+"""Verdicts of the claims table and what the claim tests read (``Context``).
+
+A verdict is reproduced / not reproduced / not testable here (why). ``decide`` turns an interval into one;
+``combine`` merges the verdicts of several comparisons of one claim.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from magicpig.harness.report.bootstrap import Interval
+from magicpig.harness.report.collect import canonical, collect_metrics
+
+REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE = "reproduced", "not reproduced", "not testable here"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str  # one of REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE
+    reason: str = ""
+
+    def text(self) -> str:
+        if self.status == NOT_TESTABLE:
+            return f"{NOT_TESTABLE} ({self.reason})" if self.reason else NOT_TESTABLE
+        return self.status + (f" ({self.reason})" if self.reason else "")
+
+
+def testable(reason: str) -> Verdict:
+    """A 'not testable here' verdict with its reason."""
+    return Verdict(NOT_TESTABLE, reason)
+
+
+def decide(iv: Interval, threshold: float, *, min_n: int, above: bool = True, strict: bool = False) -> Verdict:
+    """Verdict of "the quantity is above (``above``) or below ``threshold``" from its interval.
+
+    Reproduced when the whole interval is on the claimed side, not reproduced when it is wholly on the
+    other, otherwise (or with n < ``min_n``) not testable. ``strict``: the threshold itself is not on the
+    claimed side (superiority: a lower bound of exactly 0 does not show a gain); otherwise it is."""
+    if iv.n == 0 or math.isnan(iv.value):
+        return testable("missing data")
+    where = f"n={iv.n}: interval [{iv.lo:.3g}, {iv.hi:.3g}]"
+    if iv.n < min_n:
+        return testable(f"{where}; fewer than {min_n} samples")
+    if above:
+        ok = iv.lo > threshold if strict else iv.lo >= threshold
+        bad = iv.hi <= threshold if strict else iv.hi < threshold
+    else:
+        ok = iv.hi < threshold if strict else iv.hi <= threshold
+        bad = iv.lo >= threshold if strict else iv.lo > threshold
+    if ok:
+        return Verdict(REPRODUCED)
+    if bad:
+        return Verdict(NOT_REPRODUCED)
+    return testable(where)
+
+
+def combine(verdicts: Iterable[Verdict]) -> Verdict:
+    """One verdict from several comparisons: any not reproduced wins, then all reproduced, else not testable
+    (with the reasons of the undecided ones)."""
+    vs = list(verdicts)
+    if not vs:
+        return testable("missing data")
+    bad = [v for v in vs if v.status == NOT_REPRODUCED]
+    if bad:
+        return Verdict(NOT_REPRODUCED, "; ".join(v.reason for v in bad if v.reason))
+    open_ = [v for v in vs if v.status == NOT_TESTABLE]
+    if not open_:
+        return Verdict(REPRODUCED)
+    return testable("; ".join(dict.fromkeys(v.reason for v in open_ if v.reason)))
+
+
+def empty_metrics() -> pd.DataFrame:
+    return collect_metrics(Path("/nonexistent-results-root"))
+
+
+class Context:
+    """What the tests read: the results root, the finished accuracy runs, the reference, ``min_samples``
+    (per task, per method, per length), ``floor_points`` and where the GPU check's results are.
+
+    ``gpu_results``: the folder of ``make gpu-check`` outputs (``results/gpu/<gpu-name>/decode.csv``); by
+    default ``gpu`` beside the preset's results folder (``results/<preset>/../gpu``)."""
+
+    def __init__(self, results: Path, ref: dict, gpu_results: Path | None = None):
+        self.results, self.ref = Path(results), ref
+        claims = ref.get("claims", {})
+        self.min_samples = int(claims.get("min_samples", 20))
+        self.floor_points = float(claims.get("floor_points", 5))
+        self.gpu_results = Path(gpu_results) if gpu_results is not None else self.results.parent / "gpu"
+        acc = self.results / "accuracy"
+        df = collect_metrics(acc) if acc.is_dir() else empty_metrics()
+        self.acc = df[df["status"] == "ok"]
+
+    def runs(self, benchmark: str, tasks: list[str] | None = None, root: pd.DataFrame | None = None):
+        df = self.acc if root is None else root
+        df = df[df["task"].fillna("").str.startswith(benchmark)]
+        return df[df["task"].isin(tasks)] if tasks else df
+
+
+def of_method(df: pd.DataFrame, spec: str) -> pd.DataFrame:
+    """The rows that ran ``spec``: as written (canonical) or as the task actually ran it (the effective
+    spec with task overrides, e.g. GSM8K's local=24), so a claim may name either."""
+    want = canonical(spec)
+    return df[(df["method"] == want) | (df["method_effective"] == want)]
+
+
+def family(method: str) -> str:
+    return method.partition(":")[0]

@@ -32,6 +32,12 @@ def _signed(iv: Interval) -> str:
     return f"{iv.value:+.1f} [{iv.lo:+.1f}, {iv.hi:+.1f}]"
 
 
+def _written(runs: pd.DataFrame, method: str) -> str:
+    """The spec as the preset wrote it ('topk:budget=0.02'; the canonical form drops defaults)."""
+    written = runs["method_written"].dropna()
+    return str(written.iloc[0]) if len(written) else method
+
+
 def paired_tasks(a: pd.DataFrame, b: pd.DataFrame, ctx: Context, guard: str) -> tuple[list[TaskInterval], list[str]]:
     """Per-task paired differences (A - B) on the tasks both ran, and the notes on the tasks left out."""
     sa, sb = run_samples(a), run_samples(b)
@@ -115,14 +121,14 @@ def near(claim: dict, ctx: Context) -> tuple[str, Verdict]:
         a, b = of_method(at, claim["method"]), of_method(at, claim["baseline"])
         if a.empty or b.empty:
             continue
-        label = f"{n} tokens, {claim['method']} - {claim['baseline']}"
-        line, v = compare(label, a, b, ctx, FLOOR, threshold, strict=False)
         cost = a["cost"].mean()
+        label = f"{n} tokens, {claim['method']} (cost2 {fmt(cost, pct=True)}) - {claim['baseline']}"
+        line, v = compare(label, a, b, ctx, FLOOR, threshold, strict=False)
         lo, hi = claim.get("cost_range") or (0.0, 1.0)
         if not (cost == cost and lo <= cost <= hi):
             v = combine([v, Verdict(NOT_REPRODUCED, f"cost2 {fmt(cost, pct=True)} outside "
                                                     f"[{fmt(lo, pct=True)}, {fmt(hi, pct=True)}]")])
-        lines.append(line + f", cost2 {fmt(cost, pct=True)}")
+        lines.append(line)
         verdicts.append(v)
     power = power_note(claim, ctx, threshold)
     if not verdicts:
@@ -156,8 +162,8 @@ def superior(claim: dict, ctx: Context) -> tuple[str, Verdict]:
             cb = b["cost"].mean()
             if not keep(cb, ca):
                 continue
-            label = (f"{n} tokens, {claim['method']} ({fmt(ca, pct=True)}) - {other} "
-                     f"({fmt(cb, pct=True)})")
+            label = (f"{n} tokens, {claim['method']} (cost2 {fmt(ca, pct=True)}) - {_written(b, other)} "
+                     f"(cost2 {fmt(cb, pct=True)})")
             line, v = compare(label, a, b, ctx, CEILING, gap, strict=True)
             lines.append(line)
             verdicts.append(v)

@@ -17,9 +17,11 @@ from magicpig.harness.report.markdown import fmt, table
 PAPER_MODEL = "llama-3.1-8b-instruct"
 
 
-def build_report(results: Path | str, out: Path | str, preset: str) -> Path:
+def build_report(results: Path | str, out: Path | str, preset: str, gpu_results: Path | str | None = None) -> Path:
     """Write ``out/REPORT.md`` and every figure of ``figures.FIGURES`` beside it from ``results``; returns
-    the report path. The claims table comes first, then one section per benchmark / experiment."""
+    the report path. The claims table comes first, then one section per benchmark / experiment.
+    ``gpu_results``: the ``make gpu-check`` output folder the throughput claim reads (default: ``gpu`` beside
+    ``results``, i.e. results/gpu for results/<preset>)."""
     results, out = Path(results), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ref = load_reference()
@@ -29,7 +31,7 @@ def build_report(results: Path | str, out: Path | str, preset: str) -> Path:
              "Reproduced numbers come from the results files; paper numbers from `config/paper_reference.yaml` "
              "(arXiv 2410.16179 v4). The paper's columns are for its models and context lengths; ours for the "
              "model and lengths of this preset, so compare trends, not cells, unless the settings match."]
-    parts += claims_section(results, ref)
+    parts += claims_section(results, ref, gpu_results)
     acc = collect_metrics(results / "accuracy") if (results / "accuracy").is_dir() else collect_metrics(out / "none")
     parts += ruler_section(acc, ref, out, figs)
     parts += longbench_section(acc, ref)
@@ -76,8 +78,9 @@ def _embed(figs: dict | None, *names: str) -> list[str]:
 
 
 def _intervals(df: pd.DataFrame, prefix: str, by: str = "length") -> list[str]:
-    return ["Every accuracy number above with its 95% percentile bootstrap interval over samples (task "
-            "averages stratified by task) and its sample count:", interval_table(df, prefix, by)]
+    return ["Every accuracy number above with its 95% interval and sample count (per task: Clopper-Pearson "
+            "for 0/100 scores, else a percentile bootstrap over samples widened to an exact bound when nearly "
+            "every score is the same; task averages: MOVER over the task intervals):", interval_table(df, prefix, by)]
 
 
 def ruler_section(acc: pd.DataFrame, ref: dict, out: Path, figs: dict | None = None) -> list[str]:

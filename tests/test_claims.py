@@ -198,7 +198,8 @@ def test_speedup_needs_a_gpu(tmp_path):
     thr = tmp_path / "throughput"
     thr.mkdir()
     rows = [{"device": "cpu", "model": "shape:llama-3.1-8b", "context": 98304, "batch": 1, "method": m, "backend": b,
-             "tokens_per_s": t, "fits": True, "search": ""} for m, b, t in (("dense", "stock", 10), ("magicpig", "offload", 12))]
+             "tokens_per_s": t, "fits": True, "search": ""}
+            for m, b, t in (("dense", "stock", 10), ("magicpig", "offload", 12))]
     pd.DataFrame(rows).to_csv(thr / "decode.csv", index=False)
     pd.DataFrame([{"hardware": "L20", "speedup": 4.9, "cpu_kernel": "ours"}]).to_csv(
         thr / "projection_paper_hardware.csv", index=False)

@@ -76,4 +76,5 @@ def claims_section(results: Path | str, ref: dict, gpu_results: Path | str | Non
             "measured and the verdict. The test column states the test, its margin and where the margin comes "
             f"from; min_samples = {claims.get('min_samples', 20)} per task, method and length; "
             f"floor_points = {claims.get('floor_points', 5)}. " + INTERVAL_NOTE,
-            table(["claim", "paper", "needs", "test", "measured here", "verdict"], rows) if rows else "No claims listed."]
+            table(["claim", "paper", "needs", "test", "measured here", "verdict"], rows) if rows
+            else "No claims listed."]

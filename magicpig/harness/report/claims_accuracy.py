@@ -18,8 +18,8 @@ from magicpig.harness.report.collect import canonical, collect_metrics, run_samp
 from magicpig.harness.report.markdown import fmt
 from magicpig.harness.report.paired import (SCORE_RANGE, TaskInterval, level_interval, methods_used,
                                             paper_interval, task_average, task_difference)
-from magicpig.harness.report.verdicts import (NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Context, Verdict, combine, decide,
-                                              empty_metrics, family, of_method, testable)
+from magicpig.harness.report.verdicts import (NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Context, Verdict, combine,
+                                              decide, empty_metrics, family, of_method, testable)
 
 FLOOR, CEILING = "floor", "ceiling"
 

@@ -34,8 +34,8 @@ def _decide_over_prompts(per_prompt: pd.Series, claim: dict, unit: str) -> tuple
             + f" (n={iv.n} prompt{'s' * (iv.n != 1)}; per prompt the geometric mean over its long-tailed {unit}; "
             "Student t interval of the mean log ratio over prompts)")
     if iv.n < min_prompts:
-        return text, testable(f"n={iv.n} prompt{'s' * (iv.n != 1)}: fewer than {min_prompts} prompts; the {unit} "
-                              "of one prompt are not independent samples")
+        return text, testable(f"n={iv.n} prompt{'s' * (iv.n != 1)}: fewer than {min_prompts} prompts (the {unit} "
+                              "within one prompt are not independent samples)")
     v = decide(iv, 1.0, min_n=min_prompts, strict=True)
     if v.status not in (REPRODUCED, NOT_REPRODUCED):
         v = testable(f"ratio interval [{iv.lo:.2f}, {iv.hi:.2f}] over {iv.n} prompts includes 1")

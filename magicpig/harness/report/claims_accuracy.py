@@ -232,10 +232,10 @@ def centering(claim: dict, ctx: Context) -> tuple[str, Verdict]:
     v = decide(iv, float(claim["niah_near_zero_points"]), min_n=ctx.min_samples, above=False)
     if v.status == NOT_TESTABLE:
         v = testable(f"uncentered NIAH {iv.text()} straddles {claim['niah_near_zero_points']} points")
+    floor = float(claim["centered_min_points"])
+    civ, ctasks, cleft = _levels(centered, ctx)
+    parts.append(_level_text("centered NIAH", civ, ctasks, cleft))
     if v.status == REPRODUCED:
-        floor = float(claim["centered_min_points"])
-        civ, ctasks, cleft = _levels(centered, ctx)
-        parts.append(_level_text("centered NIAH", civ, ctasks, cleft))
         if civ is None:
             v = testable(f"missing data: no centered NIAH run with {ctx.min_samples}+ samples per task to show "
                          "the model finds the needle at all")

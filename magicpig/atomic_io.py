@@ -66,8 +66,9 @@ class CsvAppender:
 
     ``start`` (call it before any work) writes the header into a new or empty file, or refuses (ValueError
     naming the file) one whose header is not ``columns``; each ``append`` adds one row as one ``O_APPEND``
-    write, under an exclusive ``flock`` of the file. A row after a torn last line (a killed writer) starts
-    on a new line, so the torn line stays one bad line that readers skip. The file is never rewritten.
+    write, under an exclusive ``flock`` of the file; a write cut short (a full disk) is cut off again. A row
+    after a torn last line (a writer of another kind, killed) starts on a new line, so the torn line stays
+    one bad line that readers skip. The file is never rewritten.
     """
 
     def __init__(self, path: str | Path, columns: list[str], what: str = "--csv"):
@@ -112,6 +113,7 @@ class CsvAppender:
             torn = size and os.pread(fd, 1, size - 1) != b"\n"
             data = (b"\n" if torn else b"") + line
             if os.write(fd, data) != len(data):
-                raise OSError(errno.ENOSPC, f"{self.path}: a row was cut short (disk full?)")
+                os.ftruncate(fd, size)  # ours alone to cut: every writer appends under the flock
+                raise OSError(errno.ENOSPC, f"{self.path}: a row was cut short (disk full?); it was removed")
 
         self._locked(add)

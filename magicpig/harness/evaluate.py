@@ -131,6 +131,9 @@ class EvalConfig:
             raise ValueError(f"setup must be one of {', '.join(SETUPS)}, got {self.setup!r}")
         if not self.lengths or any(not isinstance(n, int) or not 64 <= n <= MAX_LENGTH for n in self.lengths):
             raise ValueError(f"length must be integers in [64, {MAX_LENGTH}] tokens, got {self.lengths!r}")
+        repeated = sorted({n for n in self.lengths if self.lengths.count(n) > 1})
+        if repeated:
+            raise ValueError(f"length: {', '.join(map(str, repeated))} given more than once")
         if self.samples is None:
             generated = [t for t in self.tasks if t.startswith("ruler/")]
             if generated:

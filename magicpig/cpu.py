@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 
 from magicpig import lsh
-from magicpig.cpu_env import ISA_ENV, THREADS_ENV, env_threads, isa_name  # noqa: F401 (THREADS_ENV re-exported)
+from magicpig.cpu_env import ISA_ENV, THREADS_ENV, env_threads, isa_name, physical_cores  # noqa: F401
 from magicpig.pidlock import LockTimeout, PidLock
 
 ISA_CODES = {"scalar": 0, "avx2": 1, "avx512": 2}
@@ -220,18 +220,6 @@ def num_threads(gpu: bool = False) -> int:
     return max(1, torch.get_num_threads())
 
 
-@functools.lru_cache(maxsize=1)
-def physical_cores() -> int:
-    """Physical CPU cores (psutil; os.cpu_count() when psutil cannot tell)."""
-    try:
-        import psutil
-
-        cores = psutil.cpu_count(logical=False)
-    except Exception:  # pragma: no cover - psutil is a dependency; keep a fallback anyway
-        cores = None
-    return int(cores or os.cpu_count() or 1)
-
-
 # ---- correction table ------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=64)
@@ -391,6 +379,7 @@ class OffloadedLayer:
         InsufficientMemoryError (a ValueError) when the state would not fit in the available RAM.
         """
         lsh.check_kl(K, L, min_collisions)
+        _check_min_collisions(min_collisions, L)  # and the 8-bit counters' limit
         for name, t in (("keys", keys), ("values", values)):
             if not isinstance(t, torch.Tensor) or t.dim() != 4:
                 raise ValueError(f"{name} must be a (B, H_kv, n_max, d) tensor")
@@ -439,6 +428,7 @@ class OffloadedLayer:
         sampled. A CUDA k plans the threads for a GPU beside (``num_threads(gpu=True)``).
         """
         lsh.check_kl(K, L, min_collisions)
+        _check_min_collisions(min_collisions, L)  # and the 8-bit counters' limit
         if dtype not in (torch.float32, torch.bfloat16):
             raise ValueError(f"dtype (offload_dtype) must be float32 or bfloat16, got {dtype}")
         B, Hkv, n, d = _batch_of(k, "k")
@@ -658,14 +648,13 @@ def exact_kernel(threads: int | None = None):
 
     def exact(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, prior=None):
         if not (q.shape[0] and k.shape[0]):
-            raise ValueError(f"q, k: batch B must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
+            raise ValueError(f"q, k: batch B must be >= 1, got {tuple(q.shape)}, {tuple(k.shape)}")
         return kernel(q, k, v, scale, code, nt, *(prior if prior is not None else (None, None)))
 
     return exact
 
 
-def _batch_of(t: torch.Tensor, name: str) -> tuple[int, ...]:
-    """The shape of a (B, ...) tensor; ValueError for B = 0, which the compiled kernels must never see."""
+def _batch_of(t: torch.Tensor, name: str) -> tuple[int, ...]:  # B = 0 must never reach the compiled kernels
     if not isinstance(t, torch.Tensor) or t.dim() < 1 or t.shape[0] == 0:
         raise ValueError(f"{name}: batch B must be >= 1, got shape {tuple(getattr(t, 'shape', ()))}")
     return tuple(t.shape)

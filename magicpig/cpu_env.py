@@ -4,9 +4,12 @@ command refuses a bad value before it loads a model:
     MAGICPIG_THREADS  OpenMP threads of the kernels: an integer in [1, MAX_THREADS], or unset (the default)
     MAGICPIG_ISA      attention variant: auto (default), scalar, avx2 or avx512; whether this CPU supports
                       it is ``magicpig.cpu.resolve_isa``'s check (that one needs the module)
+
+and the machine's physical core count (the default thread plan beside a GPU).
 """
 from __future__ import annotations
 
+import functools
 import os
 
 THREADS_ENV = "MAGICPIG_THREADS"
@@ -38,3 +41,15 @@ def check_env() -> None:
     """Raise ValueError for a bad ``MAGICPIG_THREADS`` or ``MAGICPIG_ISA`` (module docstring)."""
     env_threads()
     isa_name(os.environ.get(ISA_ENV, "auto"))
+
+
+@functools.lru_cache(maxsize=1)
+def physical_cores() -> int:
+    """Physical CPU cores (psutil; os.cpu_count() when psutil cannot tell)."""
+    try:
+        import psutil
+
+        cores = psutil.cpu_count(logical=False)
+    except Exception:  # pragma: no cover - psutil is a dependency; keep a fallback anyway
+        cores = None
+    return int(cores or os.cpu_count() or 1)

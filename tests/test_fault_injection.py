@@ -350,6 +350,46 @@ def test_sizes_are_bounded_before_any_work(tmp_path, capsys, no_loading, extra, 
     assert pattern in err and time.monotonic() - t0 < 30, err
 
 
+# ---- 8/9. the pipeline: hostile specs, layers, backend limits and the overwrite switch in the config -------
+
+def _pipeline_problems(edit) -> str:
+    import yaml
+
+    from magicpig.harness.pipeline_config import validate_pipeline_config
+
+    config = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    edit(config["presets"]["smoke"])
+    with pytest.raises(ValueError) as info:
+        validate_pipeline_config(config, warn=lambda m: None)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("spec,pattern", [
+    ("magicpig:dense_layers=0 15", "presets.smoke.ruler.methods[1]: method 'magicpig': field 'dense_layers'"),
+    ("magicpig:K=１２", "presets.smoke.ruler.methods[1]: method 'magicpig': field 'K'"),
+    ("magicpig:dense_layers=0/40", "presets.smoke.ruler.methods[1]: magicpig: field 'dense_layers' names layer(s) "
+                                   "[40] but the model has 30 layers"),
+    ("magicpig:L=300,min_collisions=256", "presets.smoke.ruler.methods[1]: magicpig: field 'min_collisions' is "
+                                          "256, but the offload backend"),
+])
+def test_pipeline_config_refuses_what_would_fail_late(spec, pattern):
+    def edit(preset):
+        preset["backend"] = "offload"
+        preset["ruler"]["methods"] = ["dense", spec]
+
+    assert pattern in _pipeline_problems(edit)
+
+
+def test_pipeline_config_bounds_samples_and_lengths():
+    def edit(preset):
+        preset["ruler"]["samples"] = 10_000_000
+        preset["ruler"]["lengths"] = [2_147_483_648]
+
+    msg = _pipeline_problems(edit)
+    assert "presets.smoke.ruler.samples: 10000000 is greater than the maximum of 10000" in msg
+    assert "presets.smoke.ruler.lengths[0]: 2147483648 is greater than the maximum of 1048576" in msg
+
+
 # ---- 9. environment values, model folders, captures, kernel arguments ------------------------------------
 
 @pytest.mark.parametrize("var,value,pattern", [

@@ -12,15 +12,15 @@ wrote it (spaces removed) made filesystem-safe by ``method_dirname`` (``magicpig
 ':' -> '@', ',' -> '+', '=' -> '-', '/' -> '.', any other character outside [A-Za-z0-9._+@-] -> '_'.
 Example: ``magicpig:K=10,L=150`` -> ``magicpig@K-10+L-150``. Two different methods never share a folder.
 
-Resuming: a sample whose id is already in predictions.jsonl is not redone (a torn or foreign line is
-skipped with a warning naming file and line: ``magicpig.harness.predictions``). The rows of a method folder are only reused by a run with the same settings: every setting that
-can change a row (model, effective method spec, setup, backend, max_new_tokens, seed, length, device type,
-the task's data file and its whole ``describe()``, and any other EvalConfig field not listed in
-``_NOT_RESULT_FIELDS``; see ``run_settings``) is stored in ``<method dir>/settings.json`` before the first
-row. A run whose settings differ from the stored ones (or that finds rows without stored settings) is
-refused before any work, with a message naming the differing settings: use another ``--out``, or
-``--overwrite`` to discard those folders' rows and run them again. Rows made with different settings are
-never mixed.
+Resuming: a sample whose id is already in predictions.jsonl is not redone (a torn or foreign line is skipped
+with a warning naming file and line: ``magicpig.harness.predictions``). The rows of a method folder are only
+reused by a run with the same settings: every setting that can change a row (model, effective method spec,
+setup, backend, max_new_tokens, seed, length, device type, the task's data file and its whole ``describe()``,
+and any other EvalConfig field not listed in ``_NOT_RESULT_FIELDS``; see ``run_settings``) is stored in
+``<method dir>/settings.json`` before the first row. A run whose settings differ from the stored ones (or that
+finds rows without stored settings) is refused before any work, with a message naming the differing settings:
+use another ``--out``, or ``--overwrite`` to discard those folders' rows and run them again. Rows made with
+different settings are never mixed.
 
 Concurrency: a run holds ``OUT/<task>/<length>/eval.lock`` for each (task, length) it writes (a flock
 that dies with its process, see ``magicpig.pidlock``); a second run on the same (task, length) and
@@ -46,10 +46,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from magicpig.atomic_io import write_text_atomic
 from magicpig.backends import BACKENDS, DEFAULT_BACKEND, check_backend_limits, effective_backend
 from magicpig.harness.argcheck import check_device, check_seed, check_writable_dir
 from magicpig.harness.eval_checks import check_generated_lengths, check_task_data, model_context_length
-from magicpig.atomic_io import write_text_atomic
 from magicpig.harness.machine import machine_record
 from magicpig.harness.predictions import Predictions
 from magicpig.methods.spec_names import check_dirnames, method_dirname, split_methods  # noqa: F401 (re-exported)
@@ -57,7 +57,7 @@ from magicpig.pidlock import LockHeld, PidLock
 
 SETUPS = ("A", "B")
 MAX_LENGTH = 1 << 20  # tokens: beyond any model's context; a bigger value is a typo, refused before any work
-MAX_SAMPLES = 10_000  # per (task, length): a RULER sample takes ~8 ms to build at 4K; 10M would take a day
+MAX_SAMPLES = 10_000  # per (task, length): beyond any benchmark's size (10M RULER samples took ~21 h to build)
 SETTINGS_FILE = "settings.json"
 LOCK_FILE = "eval.lock"
 # EvalConfig fields that do not change a prediction row (or enter run_settings in another form)
@@ -273,7 +273,7 @@ def _check_settings(cfg: EvalConfig, units: list[_Unit], log: Callable[[str], No
                 stored = None
             if stored == settings:
                 continue
-            if Predictions(folder / "predictions.jsonl", warn=lambda _: None).rows:  # run_eval warns
+            if Predictions(folder / "predictions.jsonl", warn=lambda msg: log(f"warning: {msg}")).rows:
                 conflicts.append((folder, _differences(stored, settings)))
             to_write.append((folder, settings))
     if conflicts and not cfg.overwrite:

@@ -270,6 +270,13 @@ def test_torn_line_inside_a_multibyte_character_is_skipped_and_cut(tmp_path):
     assert list(Predictions(path, warn=pytest.fail).rows) == ["s0", "s1"]
 
 
+def test_whole_last_row_without_its_newline_is_kept(tmp_path):
+    path = tmp_path / "predictions.jsonl"
+    path.write_bytes(b'{"id": "a"}\n{"id": "b"}')
+    assert list(Predictions(path, warn=pytest.fail).rows) == ["a", "b"]
+    assert path.read_bytes() == b'{"id": "a"}\n{"id": "b"}\n'
+
+
 def test_foreign_and_id_less_lines_are_skipped_with_their_line_numbers(tmp_path):
     path = tmp_path / "predictions.jsonl"
     path.write_bytes(b'{"id": "a"}\n\n{"no_id": 1}\n\xff\xfe\n[1]\n{"id": "a"}\nnot json\n{"id": "b"}\n')

@@ -4,7 +4,8 @@ Each row is one line, appended with one write (``magicpig.atomic_io.append_line`
 is not a JSON object with a string ``id`` (a torn last line from a kill or a full disk, cut anywhere, even
 inside a multi-byte UTF-8 character; or a foreign or corrupt line) is skipped with a warning naming the file
 and the line number, and never counted. A torn last line (no final newline) is cut off the file, so the
-next row starts on a line of its own; every other line is left as it is.
+next row starts on a line of its own (a whole row lacking only the newline gets one); every other line is
+left as it is.
 """
 from __future__ import annotations
 
@@ -46,6 +47,12 @@ class Predictions:
                 continue
             self.rows[row["id"]] = row
         if torn_tail:
+            row, _ = _parse(torn_tail)
+            if row is not None and row["id"] not in self.rows:  # a whole row that lacks only its newline
+                self.rows[row["id"]] = row
+                with open(self.path, "ab") as f:
+                    f.write(b"\n")
+                return
             warn(f"{self.path}: line {len(lines) + 1} skipped (torn last line without a newline, "
                  f"{len(torn_tail)} bytes, from an interrupted write); it is cut off the file")
             with open(self.path, "r+b") as f:

@@ -356,7 +356,7 @@ def test_quest_without_local_window_on_rows_shorter_than_a_page():
 def test_quest_budget_counts_pages_of_the_prompt():
     """ratio is a fraction of the row's valid prompt keys, rounded up to whole pages, capped at its pages."""
     m = parse_method("quest:page_size=16,ratio=0.04")
-    lay = KeyLayout(1100, torch.tensor([0, 100, 1090]), torch.tensor([1000, 1000, 1000]))
+    lay = KeyLayout(1100, torch.tensor([0, 100, 1000]), torch.tensor([1000, 1000, 1000]))
     pages, budget = m.pages(lay)
     assert pages.tolist() == [(1000 - 64) // 16, (900 - 64) // 16, 0]
     assert budget.tolist() == [math.ceil(40 / 16), math.ceil(36 / 16), 0]

@@ -47,7 +47,8 @@ from pathlib import Path
 import torch
 
 from magicpig import lsh
-from magicpig.cpu_env import ISA_ENV, THREADS_ENV, env_threads, isa_name, physical_cores  # noqa: F401
+from magicpig.cpu_env import (ISA_ENV, MAX_MIN_COLLISIONS, THREADS_ENV, env_threads, isa_name,  # noqa: F401
+                              physical_cores)
 from magicpig.pidlock import LockTimeout, PidLock
 
 ISA_CODES = {"scalar": 0, "avx2": 1, "avx512": 2}
@@ -64,7 +65,6 @@ TABLE_INTERVALS = 8192  # correction -ln(u + 1e-4) is interpolated on this many 
 TABLE_LIMIT = 1.0 - 1.0 / 32  # ...for |cos| <= TABLE_LIMIT (interpolation error < 1e-5); exact beyond
 PREFETCH = 16  # tokens ahead whose key/value rows the attention kernel prefetches
 SPLIT_TOKENS = 16384  # token range of one attention work item (several items per group balance the threads)
-MAX_MIN_COLLISIONS = 255  # per-token collision counters are 8-bit
 HASH_BLOCK = 8192  # key rows per block when hashing on a device with torch (bounds rows x K*L floats)
 HASH_PAD = 32  # kernel 0's column tile (kHashTile in csrc/magicpig_cpu.h; tile_projections)
 

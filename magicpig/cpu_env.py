@@ -15,6 +15,7 @@ import os
 THREADS_ENV = "MAGICPIG_THREADS"
 ISA_ENV = "MAGICPIG_ISA"
 ISA_NAMES = ("scalar", "avx2", "avx512")
+MAX_MIN_COLLISIONS = 255  # per-token collision counters of the module are 8-bit (here: readable without torch)
 MAX_THREADS = 1024  # OpenMP teams far past any core count only add start-up cost (and memory per thread)
 
 

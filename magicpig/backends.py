@@ -36,3 +36,17 @@ def system_backend(method_name: str) -> str:
     from magicpig.methods import get_method_class
 
     return get_method_class(method_name).system_backend
+
+
+def check_backend_limits(method, backend: str) -> None:
+    """ValueError naming the field when ``method`` (parsed) cannot decode on ``backend``: on ``offload`` the
+    CPU module counts a key's collisions in 8 bits, so ``min_collisions`` is at most its
+    ``MAX_MIN_COLLISIONS``."""
+    if effective_backend(method.name, backend) != "offload":
+        return
+    from magicpig.cpu_env import MAX_MIN_COLLISIONS
+
+    needed = getattr(method, "min_collisions", None)
+    if isinstance(needed, int) and needed > MAX_MIN_COLLISIONS:
+        raise ValueError(f"{method.name}: field 'min_collisions' is {needed}, but the offload backend counts "
+                         f"collisions in 8 bits: at most {MAX_MIN_COLLISIONS} (or use backend reference)")

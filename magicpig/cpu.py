@@ -47,10 +47,11 @@ from pathlib import Path
 import torch
 
 from magicpig import lsh
+from magicpig.cpu_env import (ISA_ENV, MAX_MIN_COLLISIONS, THREADS_ENV, env_threads, isa_name,  # noqa: F401
+                              physical_cores)
 from magicpig.pidlock import LockTimeout, PidLock
 
 ISA_CODES = {"scalar": 0, "avx2": 1, "avx512": 2}
-ISA_ENV = "MAGICPIG_ISA"
 BUILD_DIR_ENV = "MAGICPIG_BUILD_DIR"
 BUILD_TIMEOUT_ENV = "MAGICPIG_BUILD_TIMEOUT"
 DEFAULT_BUILD_TIMEOUT = 1800.0  # seconds to wait for another process's build of the same folder
@@ -64,7 +65,6 @@ TABLE_INTERVALS = 8192  # correction -ln(u + 1e-4) is interpolated on this many 
 TABLE_LIMIT = 1.0 - 1.0 / 32  # ...for |cos| <= TABLE_LIMIT (interpolation error < 1e-5); exact beyond
 PREFETCH = 16  # tokens ahead whose key/value rows the attention kernel prefetches
 SPLIT_TOKENS = 16384  # token range of one attention work item (several items per group balance the threads)
-MAX_MIN_COLLISIONS = 255  # per-token collision counters are 8-bit
 HASH_BLOCK = 8192  # key rows per block when hashing on a device with torch (bounds rows x K*L floats)
 HASH_PAD = 32  # kernel 0's column tile (kHashTile in csrc/magicpig_cpu.h; tile_projections)
 
@@ -76,9 +76,11 @@ class InsufficientMemoryError(ValueError, MemoryError):
 # ---- building and loading the extension ------------------------------------------------------------
 
 def _install_key() -> str:
-    """The Python installation the module is built for: two environments sharing the cache (same
-    sources, other interpreter or torch) get separate folders instead of rebuilding each other's."""
-    return "|".join([sys.version, sys.executable, sys.prefix, torch.__version__, str(Path(torch.__file__).parent)])
+    """The Python installation and source folder the module is built for: two environments or checkouts
+    sharing the cache (same sources, other interpreter, torch or source path, which the build files
+    name) get separate folders instead of rebuilding each other's."""
+    return "|".join([sys.version, sys.executable, sys.prefix, torch.__version__, str(Path(torch.__file__).parent),
+                     str(CSRC)])
 
 
 def _source_hash() -> str:
@@ -197,9 +199,7 @@ def isa() -> str:
 def resolve_isa(want: str | None) -> str:
     """A variant name (``auto``/None = the best supported) -> the variant to run; ValueError for an unknown
     name, RuntimeError for one this CPU lacks (instead of an Illegal instruction later)."""
-    want = (want or "auto").strip().lower() or "auto"
-    if want != "auto" and want not in ISA_CODES:
-        raise ValueError(f"{ISA_ENV} must be one of auto, {', '.join(ISA_CODES)}; got {want!r}")
+    want = isa_name(want)
     supported = supported_isas()
     if want == "auto":
         return supported[0]
@@ -208,34 +208,16 @@ def resolve_isa(want: str | None) -> str:
     return want
 
 
-THREADS_ENV = "MAGICPIG_THREADS"
-
-
 def num_threads(gpu: bool = False) -> int:
     """OpenMP threads of the kernels: ``$MAGICPIG_THREADS`` when set (a positive integer); otherwise,
     when a GPU drives the model (``gpu``), the physical cores minus one (one core keeps feeding the GPU),
     else torch's intra-op setting (all cores by default; follows ``OMP_NUM_THREADS``)."""
-    text = os.environ.get(THREADS_ENV, "").strip()
-    if text:
-        if not text.isdigit() or int(text) < 1:
-            raise ValueError(f"{THREADS_ENV} must be a positive integer (CPU threads of the MagicPIG "
-                             f"kernels), or unset for the default; got {text!r}")
-        return int(text)
+    threads = env_threads()
+    if threads is not None:
+        return threads
     if gpu:
         return max(1, physical_cores() - 1)
     return max(1, torch.get_num_threads())
-
-
-@functools.lru_cache(maxsize=1)
-def physical_cores() -> int:
-    """Physical CPU cores (psutil; os.cpu_count() when psutil cannot tell)."""
-    try:
-        import psutil
-
-        cores = psutil.cpu_count(logical=False)
-    except Exception:  # pragma: no cover - psutil is a dependency; keep a fallback anyway
-        cores = None
-    return int(cores or os.cpu_count() or 1)
 
 
 # ---- correction table ------------------------------------------------------------------------------
@@ -296,7 +278,7 @@ def hash_keys(keys: torch.Tensor, center: torch.Tensor | None, projections: torc
     the torch reference only where a projection is within rounding of 0 (the sums run in another order).
     isa_name / threads: the variant and threads to run (default: ``isa()`` and ``num_threads(gpu)``).
     """
-    B, Hkv, n, d = keys.shape
+    B, Hkv, n, d = _batch_of(keys, "keys")
     if lo is None:
         lo = torch.zeros(B, dtype=torch.int64)
     if count is None:
@@ -396,8 +378,8 @@ class OffloadedLayer:
         min_collisions: the plan's (see the class). Raises ValueError naming the bad field,
         InsufficientMemoryError (a ValueError) when the state would not fit in the available RAM.
         """
-        lsh.check_kl(K, L)
-        _check_min_collisions(min_collisions, L)
+        lsh.check_kl(K, L, min_collisions)
+        _check_min_collisions(min_collisions, L)  # and the 8-bit counters' limit
         for name, t in (("keys", keys), ("values", values)):
             if not isinstance(t, torch.Tensor) or t.dim() != 4:
                 raise ValueError(f"{name} must be a (B, H_kv, n_max, d) tensor")
@@ -408,7 +390,7 @@ class OffloadedLayer:
         if values.shape != keys.shape or values.dtype != keys.dtype:
             raise ValueError(f"values {tuple(values.shape)} {values.dtype} must match keys "
                              f"{tuple(keys.shape)} {keys.dtype}")
-        B, Hkv, n_max, d = keys.shape
+        B, Hkv, n_max, d = _batch_of(keys, "keys")
         if n_max >= 2**32:
             raise ValueError(f"keys: n_max = {n_max} exceeds 32-bit token ids")
         codes = _check_codes(codes, "codes", (B, Hkv, n_max, L), K)
@@ -445,11 +427,11 @@ class OffloadedLayer:
         values are written straight into the interleaved store; rows >= counts[b] are zero and never
         sampled. A CUDA k plans the threads for a GPU beside (``num_threads(gpu=True)``).
         """
-        lsh.check_kl(K, L)
-        _check_min_collisions(min_collisions, L)
+        lsh.check_kl(K, L, min_collisions)
+        _check_min_collisions(min_collisions, L)  # and the 8-bit counters' limit
         if dtype not in (torch.float32, torch.bfloat16):
             raise ValueError(f"dtype (offload_dtype) must be float32 or bfloat16, got {dtype}")
-        B, Hkv, n, d = k.shape
+        B, Hkv, n, d = _batch_of(k, "k")
         gpu = k.device.type == "cuda"
         variant, threads = isa(), num_threads(gpu)  # the plan, before any work (a bad env var fails here)
         lo_c, counts_c = lo.to("cpu", torch.int64), counts.to("cpu", torch.int64)
@@ -665,9 +647,17 @@ def exact_kernel(threads: int | None = None):
     kernel, code, nt = load().exact_attend, ISA_CODES[isa()], _plan_threads(threads, False)
 
     def exact(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, prior=None):
+        if not (q.shape[0] and k.shape[0]):
+            raise ValueError(f"q, k: batch B must be >= 1, got {tuple(q.shape)}, {tuple(k.shape)}")
         return kernel(q, k, v, scale, code, nt, *(prior if prior is not None else (None, None)))
 
     return exact
+
+
+def _batch_of(t: torch.Tensor, name: str) -> tuple[int, ...]:  # B = 0 must never reach the compiled kernels
+    if not isinstance(t, torch.Tensor) or t.dim() < 1 or t.shape[0] == 0:
+        raise ValueError(f"{name}: batch B must be >= 1, got shape {tuple(getattr(t, 'shape', ()))}")
+    return tuple(t.shape)
 
 
 def _check_min_collisions(min_collisions, L: int) -> int:

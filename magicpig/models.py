@@ -109,10 +109,28 @@ def load_tokenizer(model: str):
     from transformers import AutoTokenizer
 
     src = resolve(model)
+    check_folder_files(src)
     try:
         return AutoTokenizer.from_pretrained(src.path, gguf_file=src.gguf_file)
     except OSError as exc:
         raise _missing_weights(model, exc) from exc
+
+
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+def check_folder_files(src: "ModelSource") -> None:
+    """A local model folder holds weights and a tokenizer, not only config.json; FileNotFoundError naming
+    the folder and what it lacks (before transformers fails deep inside with a message naming neither)."""
+    folder = Path(src.path).expanduser()
+    if src.gguf_file or src.shape is not None or not folder.is_dir():
+        return
+    lacks = [what for what, patterns in (("weights", WEIGHT_FILES), ("tokenizer files", TOKENIZER_FILES))
+             if not any(any(folder.glob(pattern)) for pattern in patterns)]
+    if lacks:
+        raise FileNotFoundError(f"model: folder {folder} has config.json but no {' and no '.join(lacks)} "
+                                f"({', '.join(WEIGHT_FILES + TOKENIZER_FILES)})")
 
 
 def load_model(model: str, *, device: str | None = None, dtype=None, attn_implementation: str = "sdpa",
@@ -127,6 +145,7 @@ def load_model(model: str, *, device: str | None = None, dtype=None, attn_implem
     from transformers import AutoModelForCausalLM
 
     src = resolve(model, allow_shape=allow_shape)
+    check_folder_files(src)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if dtype is None:
         dtype = torch.float32 if (src.gguf_file or torch.device(device).type == "cpu") else torch.bfloat16

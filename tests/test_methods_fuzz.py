@@ -59,8 +59,8 @@ def _case(name: str, index: int):
     n = n0 + gen
     dtype = r.choice([torch.float32, torch.bfloat16, torch.float16])
     starts = []
-    for _ in range(B):  # no padding, some, or the whole row (generated keys included)
-        starts.append(r.choice([0, r.randint(0, n0 - 1), n]))
+    for _ in range(B):  # no padding, some, or the whole prompt (a KeyLayout keeps start <= prompt_end)
+        starts.append(r.choice([0, r.randint(0, n0 - 1), n0]))
     q = torch.randn(B, Hkv * G, d, generator=g) * r.choice([0.1, 1.0, 5.0])
     k = torch.randn(B, Hkv, n, d, generator=g) + r.choice([0.0, 3.0])
     v = torch.randn(B, Hkv, n, d, generator=g)

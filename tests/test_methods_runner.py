@@ -38,7 +38,7 @@ def tokenizer():
 def test_runner_draws_projections_per_sample_and_records_the_seed(tmp_path, tokenizer):
     eng = RecordingEngine()
     specs = ["magicpig:K=4,L=20", "magicpig:K=4,L=20,projection_draw=fixed,seed=7", "dense"]
-    cfg = EvalConfig(model="fake", methods=[";".join(specs)], tasks=["ruler/niah_single_1"], lengths=[384],
+    cfg = EvalConfig(model="fake", methods=list(specs), tasks=["ruler/niah_single_1"], lengths=[384],
                      samples=3, out=tmp_path, max_new_tokens=2, progress=False)
     run_eval(cfg, model=object(), tokenizer=tokenizer, engine_factory=lambda m, t: eng, log=lambda m: None)
     base = tmp_path / "ruler/niah_single_1/384"
@@ -63,5 +63,5 @@ def test_engine_refuses_dense_layers_beyond_the_model_before_prefill(monkeypatch
     engine = Engine(tiny_model("llama"), None)  # 4 layers
     monkeypatch.setattr(engine, "prefill", lambda ids: pytest.fail("prefill ran before the spec was checked"))
     with pytest.raises(ValueError, match=r"dense_layers.*4 layers: valid indices are 0\.\.3"):
-        engine.generate(random_prompt(20), "magicpig:dense_layers=0;4")
-    assert engine.check_method("magicpig:dense_layers=0;3").dense_layers == (0, 3)
+        engine.generate(random_prompt(20), "magicpig:dense_layers=0/4")
+    assert engine.check_method("magicpig:dense_layers=0/3").dense_layers == (0, 3)

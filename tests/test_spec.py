@@ -6,7 +6,7 @@ from magicpig.methods import METHODS, method_fields
 
 
 @pytest.mark.parametrize("spec", ["dense", "magicpig", "magicpig:K=10,L=150", "magicpig:K=8,L=75,centering=false",
-                                  "magicpig:min_collisions=1,share_projections=true,dense_layers=0;3",
+                                  "magicpig:min_collisions=1,share_projections=true,dense_layers=0/3",
                                   "quest:page_size=16,ratio=0.04", "topk:budget=0.02", "topk:budget=64",
                                   "oracle:budget=0.05", "streaming:sinks=4,local=128", "magicpig:dense_layers=none",
                                   "magicpig:projection_draw=fixed,seed=7", "streaming:sinks=0,local=8"])
@@ -20,7 +20,7 @@ def test_values_are_typed():
     m = parse_method(" magicpig: K = 9 , L=120, centering=off ")
     assert (m.K, m.L, m.centering) == (9, 120, False)
     assert parse_method("topk:budget=64").budget == 64.0
-    assert parse_method("magicpig:dense_layers=0;16").dense_layers == (0, 16)
+    assert parse_method("magicpig:dense_layers=0/16").dense_layers == (0, 16)
 
 
 @pytest.mark.parametrize("spec,pattern", [
@@ -81,7 +81,7 @@ def test_cli_lists_methods(capsys):
     ("quest", "quest:ratio=0.040,page_size=16"),
     ("topk:budget=64.0", "topk:budget=64"),
     ("topk:budget=.5", "topk:budget=5e-1"),
-    ("magicpig:dense_layers=16;0;16", "magicpig:dense_layers=0;16"),
+    ("magicpig:dense_layers=16/0/16", "magicpig:dense_layers=0/16"),
 ])
 def test_equivalent_specs_have_one_canonical_form(a, b):
     from magicpig.methods import canonical_spec
@@ -102,7 +102,7 @@ def test_report_canonical_uses_canonical_spec():
     from magicpig.harness.report.collect import canonical
 
     assert canonical("quest:page_size=16,ratio=0.04") == canonical("quest") == "quest"
-    assert canonical("magicpig:dense_layers=16;0") == "magicpig:dense_layers=0;16"
+    assert canonical("magicpig:dense_layers=16/0") == "magicpig:dense_layers=0/16"
     assert canonical("not-a-method") == "not-a-method"
 
 

@@ -79,6 +79,19 @@ def test_every_eval_command_parses(args):
         parser.parse_args(argv[argv.index("magicpig") + 1:])
 
 
+def test_overwrite_switch_reaches_every_eval_command():
+    """`overwrite: true` (a changed seed, setup, backend, model or chat_template) passes --overwrite to every
+    eval job, so the rerun replaces the old rows instead of refusing; the default passes none."""
+    def eval_lines(*args):
+        return [line for line in dry_run("-p", "--configfile", "config/smoke.yaml", *args).stdout.splitlines()
+                if line.startswith("Shell command: ") and " -m magicpig eval " in line]
+
+    default, switched = eval_lines(), eval_lines("--config", "overwrite=True", "seed=3")
+    assert default and len(default) == len(switched)
+    assert not any("--overwrite" in c for c in default)
+    assert all("--overwrite" in c and "--seed 3" in c for c in switched)
+
+
 def test_chat_template_choices_match_the_schema():
     from magicpig_tasks.common import CHAT_TEMPLATES
 

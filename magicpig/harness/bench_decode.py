@@ -82,9 +82,11 @@ from pathlib import Path
 
 import torch
 
+from magicpig.atomic_io import CsvAppender
 from magicpig.backends import BENCH_BACKENDS, system_backend
 from magicpig.decoders import TIMING_KEYS  # the parts of a decode step the engine times
 from magicpig.harness import allocator
+from magicpig.harness.csv_rows import load_rows  # noqa: F401 (the reader of what this module writes)
 from magicpig.harness.machine import device_name, machine_record
 
 CONTEXTS = (8192, 32768)
@@ -558,7 +560,7 @@ class _Bench:
                  offload_dtype=None, linear="auto", forward="auto", malloc_policy="default"):
         self.model, self.shape_only, self.net, self.tokenizer = model, shape_only, None, None
         self.device, self.dtype, self.steps, self.warmup = device, dtype, steps, warmup
-        self.csv_path, self.verbose, self.offload_dtype = csv_path, verbose, offload_dtype
+        self.csv, self.verbose, self.offload_dtype = CsvAppender(csv_path, COLUMNS), verbose, offload_dtype
         self.linear, self.forward = linear, forward
         self.trim = malloc_policy == "converged"  # each row starts from a trimmed heap (allocator docstring)
         self.shape = Shape.of(config, dtype)
@@ -601,7 +603,7 @@ class _Bench:
 
     def add(self, row: dict) -> dict:
         self.rows.append(row)
-        self.write()
+        self.csv.append(row)
         if row["fits"] is False:
             self.log(f"context {row['context']} batch {row['batch']} {row['method']}@{row['backend']}: "
                      f"does not fit ({row['reason']})")
@@ -611,15 +613,6 @@ class _Bench:
                      f"{row['tokens_per_s']:.2f} tokens/s, setup {row['setup_seconds']:.1f} s, sampled "
                      f"{row['sampled_fraction']:.4f}{' (UNDER LOAD)' if row['under_load'] else ''}")
         return row
-
-    def write(self) -> None:
-        extra = sorted({k for r in self.rows for k in r} - set(COLUMNS))
-        Path(self.csv_path).parent.mkdir(parents=True, exist_ok=True)
-        with open(self.csv_path, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=COLUMNS + extra)
-            writer.writeheader()
-            writer.writerows({k: str(v).lower() if isinstance(v, bool) else v for k, v in r.items()}
-                             for r in self.rows)
 
     def measure(self, pre1, n, batch, spec, backend, fill, prefill_s, steps=None, warmup=None,
                 search="") -> dict:
@@ -725,7 +718,8 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
         offload_dtype: str | None = None, linear: str = "auto", forward: str = "auto",
         malloc: str = allocator.DEFAULT_POLICY) -> list[dict]:
     """Time decoding for every (context, batch, method@backend); returns the rows (also written to
-    ``csv_path``, rewritten after every row). methods: (spec, backend) pairs or ``SPEC[@BACKEND]`` strings.
+    ``csv_path``, one appended row at a time: ``magicpig.atomic_io.CsvAppender``). methods: (spec, backend)
+    pairs or ``SPEC[@BACKEND]`` strings.
     malloc: the host allocator policy (``allocator``), set for the rest of the process before the model loads."""
     from magicpig.models import load_model, resolve, shape_config, shape_weight_bytes
 
@@ -765,6 +759,7 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
     src = resolve(model, allow_shape=True)
     if csv_path is None:
         csv_path = os.path.join("results", "bench", f"decode_{time.strftime('%Y%m%d-%H%M%S')}.csv")
+    CsvAppender(csv_path, COLUMNS).start()  # a file of other columns is refused before the model loads
 
     malloc_policy = allocator.apply(malloc)
     if src.shape is not None:  # a shape model whose weights cannot fit is refused before it is built
@@ -828,29 +823,10 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
         if fill == "exact":
             base_prefill = None
         _free_memory()
-    bench.write()
     if verbose:
         print(summary(bench.rows), flush=True)
         bench.log(f"wrote {csv_path}")
     return bench.rows
-
-
-def load_rows(path) -> list[dict]:
-    """Rows of a bench-decode CSV with their types back (booleans, numbers; '' stays '')."""
-    def value(text: str):
-        if text in ("true", "false"):
-            return text == "true"
-        try:
-            return int(text)
-        except ValueError:
-            pass
-        try:
-            return float(text)
-        except ValueError:
-            return text
-
-    with open(path, newline="") as fh:
-        return [{k: value(v) for k, v in r.items()} for r in csv.DictReader(fh)]
 
 
 def summary(rows: list[dict]) -> str:

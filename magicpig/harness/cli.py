@@ -10,6 +10,7 @@ import importlib
 import pkgutil
 import sys
 
+from magicpig.cpu_env import check_env
 from magicpig.harness import commands
 from magicpig.pidlock import LockHeld
 
@@ -30,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        check_env()  # MAGICPIG_THREADS / MAGICPIG_ISA, before any command loads a model
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError, LockHeld) as exc:
         print(f"magicpig {args.command}: error: {exc}", file=sys.stderr)

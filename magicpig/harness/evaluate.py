@@ -8,19 +8,19 @@ to::
     OUT/<task>/<length>/<method dir>/metrics.json        the aggregate (rewritten after every run)
 
 ``<task>`` keeps its slash (``ruler/cwe`` -> ``ruler/cwe/``). ``<method dir>`` is the method spec as the user
-wrote it (spaces removed) made filesystem-safe by ``method_dirname``: ':' -> '@', ',' -> '+', '=' -> '-',
-';' -> '.', any other character outside [A-Za-z0-9._+@-] -> '_'. Example: ``magicpig:K=10,L=150`` ->
-``magicpig@K-10+L-150``.
+wrote it (spaces removed) made filesystem-safe by ``method_dirname`` (``magicpig.methods.spec_names``):
+':' -> '@', ',' -> '+', '=' -> '-', '/' -> '.', any other character outside [A-Za-z0-9._+@-] -> '_'.
+Example: ``magicpig:K=10,L=150`` -> ``magicpig@K-10+L-150``. Two different methods never share a folder.
 
-Resuming: a sample whose id is already in predictions.jsonl is not redone (a torn last line is ignored and
-rewritten). The rows of a method folder are only reused by a run with the same settings: every setting that
-can change a row (model, effective method spec, setup, backend, max_new_tokens, seed, length, device type,
-the task's data file and its whole ``describe()``, and any other EvalConfig field not listed in
-``_NOT_RESULT_FIELDS``; see ``run_settings``) is stored in ``<method dir>/settings.json`` before the first
-row. A run whose settings differ from the stored ones (or that finds rows without stored settings) is
-refused before any work, with a message naming the differing settings: use another ``--out``, or
-``--overwrite`` to discard those folders' rows and run them again. Rows made with different settings are
-never mixed.
+Resuming: a sample whose id is already in predictions.jsonl is not redone (a torn or foreign line is skipped
+with a warning naming file and line: ``magicpig.harness.predictions``). The rows of a method folder are only
+reused by a run with the same settings: every setting that can change a row (model, effective method spec,
+setup, backend, max_new_tokens, seed, length, device type, the task's data file and its whole ``describe()``,
+and any other EvalConfig field not listed in ``_NOT_RESULT_FIELDS``; see ``run_settings``) is stored in
+``<method dir>/settings.json`` before the first row. A run whose settings differ from the stored ones (or that
+finds rows without stored settings) is refused before any work, with a message naming the differing settings:
+use another ``--out``, or ``--overwrite`` to discard those folders' rows and run them again. Rows made with
+different settings are never mixed.
 
 Concurrency: a run holds ``OUT/<task>/<length>/eval.lock`` for each (task, length) it writes (a flock
 that dies with its process, see ``magicpig.pidlock``); a second run on the same (task, length) and
@@ -41,64 +41,29 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
-import os
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from magicpig.backends import BACKENDS, DEFAULT_BACKEND, effective_backend
+from magicpig.atomic_io import write_text_atomic
+from magicpig.backends import BACKENDS, DEFAULT_BACKEND, check_backend_limits, effective_backend
 from magicpig.harness.argcheck import check_device, check_seed, check_writable_dir
+from magicpig.harness.eval_checks import check_generated_lengths, check_task_data, model_context_length
 from magicpig.harness.machine import machine_record
+from magicpig.harness.predictions import Predictions
+from magicpig.methods.spec_names import check_dirnames, method_dirname, split_methods  # noqa: F401 (re-exported)
 from magicpig.pidlock import LockHeld, PidLock
 
 SETUPS = ("A", "B")
+MAX_LENGTH = 1 << 20  # tokens: beyond any model's context; a bigger value is a typo, refused before any work
+MAX_SAMPLES = 10_000  # per (task, length): beyond any benchmark's size (10M RULER samples took ~21 h to build)
 SETTINGS_FILE = "settings.json"
 LOCK_FILE = "eval.lock"
 # EvalConfig fields that do not change a prediction row (or enter run_settings in another form)
 _NOT_RESULT_FIELDS = {"model", "methods", "tasks", "lengths", "samples", "out", "device", "data",
                       "allow_long_context", "progress", "overwrite",
                       "chat_template", "gsm8k_add_bos"}  # these two: in task.describe(), as each task applies them
-_SAFE = re.compile(r"[^A-Za-z0-9._+@-]")
-
-
-def method_dirname(spec: str) -> str:
-    """Filesystem-safe folder name of a method spec (see the module docstring)."""
-    s = "".join(spec.split())
-    s = s.replace(":", "@").replace(",", "+").replace("=", "-").replace(";", ".")
-    s = _SAFE.sub("_", s)
-    if not s or s in (".", ".."):
-        raise ValueError(f"method spec {spec!r} gives no usable folder name")
-    return s
-
-
-def split_methods(values: list[str] | str) -> list[str]:
-    """Method specs from ';'-separated strings (a spec itself contains ','); empty items dropped, order
-    kept, duplicates rejected, equivalent specs too (``magicpig`` and ``magicpig:K=10,L=150``)."""
-    from magicpig.methods import canonical_spec
-
-    if isinstance(values, str):
-        values = [values]
-    specs: list[str] = []
-    seen: dict[str, str] = {}  # canonical spec -> the spec as given
-    for v in values:
-        for part in v.split(";"):
-            part = "".join(part.split())
-            if part:
-                if part in specs:
-                    raise ValueError(f"methods: {part!r} given twice")
-                try:
-                    canon = canonical_spec(part)
-                except ValueError:
-                    canon = part  # EvalConfig.check reports the spec's own error
-                if canon in seen:
-                    raise ValueError(f"methods: {seen[canon]!r} and {part!r} are the same method ({canon!r})")
-                seen[canon] = part
-                specs.append(part)
-    if not specs:
-        raise ValueError("methods: no method given (e.g. --methods 'dense;magicpig:K=10,L=150')")
-    return specs
 
 
 def fields_in_spec(spec: str) -> set[str]:
@@ -157,20 +122,25 @@ class EvalConfig:
         self.tasks = expand(self.tasks)
         check_chat_template(self.chat_template)
         self.methods = split_methods(self.methods)
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         for spec in self.methods:
-            parse_method(spec)
-            method_dirname(spec)
+            check_backend_limits(parse_method(spec), self.backend)
+        check_dirnames(self.methods)
         if self.setup not in SETUPS:
             raise ValueError(f"setup must be one of {', '.join(SETUPS)}, got {self.setup!r}")
-        if not self.lengths or any(not isinstance(n, int) or n < 64 for n in self.lengths):
-            raise ValueError(f"length must be integers >= 64 tokens, got {self.lengths!r}")
+        if not self.lengths or any(not isinstance(n, int) or not 64 <= n <= MAX_LENGTH for n in self.lengths):
+            raise ValueError(f"length must be integers in [64, {MAX_LENGTH}] tokens, got {self.lengths!r}")
+        repeated = sorted({n for n in self.lengths if self.lengths.count(n) > 1})
+        if repeated:
+            raise ValueError(f"length: {', '.join(map(str, repeated))} given more than once")
         if self.samples is None:
             generated = [t for t in self.tasks if t.startswith("ruler/")]
             if generated:
                 raise ValueError(f"samples: 'all' needs tasks with a fixed set of records (longbench/*, gsm8k); "
                                  f"{', '.join(generated)} generate their samples: give a count")
-        elif not isinstance(self.samples, int) or self.samples < 1:
-            raise ValueError(f"samples must be an integer >= 1 or 'all', got {self.samples!r}")
+        elif not isinstance(self.samples, int) or not 1 <= self.samples <= MAX_SAMPLES:
+            raise ValueError(f"samples must be an integer in [1, {MAX_SAMPLES}] or 'all', got {self.samples!r}")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         for name, path in self.data.items():
@@ -183,35 +153,6 @@ class EvalConfig:
         check_seed(self.seed, "seed")
         check_device(self.device, "device")
         self.out = check_writable_dir(self.out, "out")
-
-
-class Predictions:
-    """The predictions.jsonl of one (task, length, method): finished ids and appending."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.rows: dict[str, dict] = {}
-        if path.is_file():
-            text = path.read_text(encoding="utf-8")
-            good: list[str] = []
-            for line in text.splitlines():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a torn line from an interrupted run
-                self.rows[row["id"]] = row
-                good.append(line)
-            if len(good) != len([ln for ln in text.splitlines() if ln.strip()]) or (text and not text.endswith("\n")):
-                path.write_text("".join(g + "\n" for g in good), encoding="utf-8")
-
-    def __contains__(self, sample_id: str) -> bool:
-        return sample_id in self.rows
-
-    def append(self, row: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        self.rows[row["id"]] = row
 
 
 def _mean(xs: list[float]) -> float:
@@ -332,7 +273,7 @@ def _check_settings(cfg: EvalConfig, units: list[_Unit], log: Callable[[str], No
                 stored = None
             if stored == settings:
                 continue
-            if Predictions(folder / "predictions.jsonl").rows:
+            if Predictions(folder / "predictions.jsonl", warn=lambda msg: log(f"warning: {msg}")).rows:
                 conflicts.append((folder, _differences(stored, settings)))
             to_write.append((folder, settings))
     if conflicts and not cfg.overwrite:
@@ -361,6 +302,9 @@ def run_eval(cfg: EvalConfig, *, model=None, tokenizer=None, engine_factory: Cal
     cfg.check()
     log = log or (lambda msg: print(msg, file=sys.stderr))
     units = _plan(cfg)
+    tasks = {unit.task_name: unit.task for unit in units}
+    check_generated_lengths(cfg, tasks, model_context_length(cfg, model))
+    check_task_data(cfg, tasks)
     locks = _lock_units(units)
     built: list[tuple[list, dict]] = []  # (samples, predictions) of the units started, for Ctrl-C's count
     try:
@@ -404,6 +348,8 @@ def _run_units(cfg, units, model, tokenizer, engine_factory, log, built) -> list
         try:
             count = len(task.records()) if cfg.samples is None else cfg.samples
             samples = task.build(tokenizer, length, count, cfg.seed)
+            if not samples:
+                raise ValueError(f"{task_name} @ {length}: no sample to run (data: {cfg.data.get(task_name)})")
         except TaskUnavailable as exc:
             built.append(([], {}))
             log(f"SKIPPED {task_name} @ {length}: {exc}")
@@ -413,7 +359,8 @@ def _run_units(cfg, units, model, tokenizer, engine_factory, log, built) -> list
                 _write_json(folder / "metrics.json", m)
                 all_metrics.append(m)
             continue
-        preds = {spec: Predictions(folder / "predictions.jsonl") for spec, _, _, folder in methods}
+        preds = {spec: Predictions(folder / "predictions.jsonl", warn=lambda msg: log(f"warning: {msg}"))
+                 for spec, _, _, folder in methods}
         built.append((samples, preds))
         todo = [s for s in samples if any(s.id not in preds[spec] for spec, *_ in methods)]
         if todo:
@@ -522,10 +469,7 @@ def _metrics(cfg, task, length, spec, method, applied, samples, preds: Predictio
 
 
 def _write_json(path: Path, obj: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
 
 
 def collect_metrics(out: str | Path) -> list[dict]:

@@ -82,11 +82,15 @@ def config_path(parts) -> str:
     return text
 
 
-def method_problems(path: str, specs: list[str], *, eval_specs: bool) -> list[str]:
-    """Unparsable specs and duplicate / equivalent ones in one method list. ``eval_specs``: the list goes to
-    ``magicpig eval``; otherwise to ``bench decode``, which also takes SPEC@BACKEND."""
+def method_problems(path: str, specs: list[str], *, eval_specs: bool, eval_backend: str = "reference") -> list[str]:
+    """Unparsable specs, duplicate / equivalent ones, specs beyond the limits of their backend (``eval_backend``
+    for an eval list) and, for an eval list, folder names that two specs would share. ``eval_specs``: the
+    list goes to ``magicpig eval``; otherwise to ``bench decode``, which also takes SPEC@BACKEND."""
     from magicpig.backends import BENCH_BACKENDS as DECODE_BACKENDS
+    from magicpig.backends import check_backend_limits, system_backend
     from magicpig.methods import canonical_spec  # equal for equivalent specs ('magicpig', 'magicpig:K=10,L=150')
+    from magicpig.methods import parse_method
+    from magicpig.methods.spec_names import check_dirnames
 
     out, seen = [], {}
     for i, raw in enumerate(specs):
@@ -99,6 +103,10 @@ def method_problems(path: str, specs: list[str], *, eval_specs: bool) -> list[st
                 continue
         try:
             key = (canonical_spec(spec), backend)  # one method on two decode backends: two measurements
+            method = parse_method(spec)
+            runs_on = (backend if backend != "stock" else "reference") or (
+                eval_backend if eval_specs else system_backend(method.name))
+            check_backend_limits(method, runs_on)
         except ValueError as exc:
             out.append(f"{path}[{i}]: {exc}")
             continue
@@ -108,6 +116,11 @@ def method_problems(path: str, specs: list[str], *, eval_specs: bool) -> list[st
                        f"(canonical spec {key[0]!r}); list each setting once")
         else:
             seen[key] = i
+    if eval_specs and not out:
+        try:
+            check_dirnames(specs)
+        except ValueError as exc:
+            out.append(f"{path}: {exc}")
     return out
 
 
@@ -119,7 +132,8 @@ def preset_problems(path: str, p: dict) -> list[str]:
 
     out = []
     for block, key, eval_specs in METHOD_LISTS:
-        out += method_problems(f"{path}.{block}.{key}", p[block][key], eval_specs=eval_specs)
+        out += method_problems(f"{path}.{block}.{key}", p[block][key], eval_specs=eval_specs,
+                               eval_backend=p["backend"])
     ruler_names = [t.removeprefix("ruler/") for t in TASK_NAMES if t.startswith("ruler/")]
     for block in ("ruler", "ablations"):
         for i, task in enumerate(p[block]["tasks"]):
@@ -144,15 +158,34 @@ def answer_budget(tasks: list[str]) -> int:
     return max((get_task(t).max_new_tokens for t in tasks if t in TASK_NAMES), default=0)
 
 
+def layer_problems(path: str, p: dict, layers: int | None, label: str) -> list[str]:
+    """Methods whose explicit ``dense_layers`` name a layer the preset's model does not have."""
+    from magicpig.methods import parse_method
+
+    out = []
+    for block, key, _ in METHOD_LISTS if layers else ():
+        for i, raw in enumerate(p[block][key]):
+            spec = raw.rpartition("@")[0] if block == "decode_bench" and "@" in raw else raw
+            try:
+                parse_method(spec).dense_layer_set(layers)
+            except ValueError as exc:  # an unparsable spec is method_problems' to report
+                if "dense_layers" in str(exc):
+                    out.append(f"{path}.{block}.{key}[{i}]: {exc} ({label})")
+    return out
+
+
 def model_problems(path: str, p: dict, warn: Callable[[str], None]) -> list[str]:
-    """The selected preset's model exists and its context holds every configured length."""
+    """The selected preset's model exists, its context holds every configured length and its layers every
+    method's dense_layers."""
     try:
-        context, label = model_context(p["model"])
+        facts, label = model_facts(p["model"])
     except (ValueError, OSError) as exc:
         return [f"{path}.model: {exc}"]
-    if context is None:
-        warn(f"{path}.model: {label}; the lengths are not checked against its context")
+    if facts is None:
+        warn(f"{path}.model: {label}; the lengths and dense_layers are not checked against it")
         return []
+    context = facts["context"]
+    out = layer_problems(path, p, facts["layers"], label)
     # RULER's lengths (the first one is also the ablations' unless they set one); a benchmark block that does not run is not checked
     ruler_tasks = [f"ruler/{t}" for t in p["ruler"]["tasks"] + p["ablations"]["tasks"]]
     budget = answer_budget(ruler_tasks)
@@ -165,7 +198,6 @@ def model_problems(path: str, p: dict, warn: Callable[[str], None]) -> list[str]
                            answer_budget(tasks)))
     checks.append((f"{path}.estimation.length", p["estimation"]["length"], 0))  # a prefill, no answer
     # decode_bench.lengths are not checked: a throughput run may tile a cache beyond the trained context
-    out = []
     for where, n, budget in checks:
         if n + budget > context:
             answer = f" + {budget} answer tokens" if budget else ""
@@ -178,43 +210,64 @@ def model_context(model: str) -> tuple[int | None, str]:
     """(trained context in tokens, where it was read) without loading weights; (None, why) for a hub id
     that is not in the local cache. Raises FileNotFoundError / ValueError for a local path that is not
     there or not a model."""
+    facts, label = model_facts(model)
+    return (facts["context"] if facts else None), label
+
+
+def model_facts(model: str) -> tuple[dict | None, str]:
+    """({'context': tokens, 'layers': decoder layers or None}, where they were read), from the GGUF header or
+    config.json, without loading weights; (None, why) for a hub id outside the local cache."""
     from magicpig.models import resolve
 
     src = resolve(model)  # raises for a missing .gguf file or a path that is neither a folder nor a hub id
     if src.gguf_file:
         gguf = Path(src.path) / src.gguf_file
-        return gguf_context_length(gguf), f"GGUF metadata of {gguf.name}"
+        return gguf_facts(gguf), f"GGUF metadata of {gguf.name}"
     folder = Path(src.path).expanduser()
     if folder.is_dir():
-        return config_context(folder / "config.json"), f"{folder / 'config.json'}"
+        return config_facts(folder / "config.json"), f"{folder / 'config.json'}"
     from huggingface_hub import try_to_load_from_cache
 
     cached = try_to_load_from_cache(src.path, "config.json")
     if isinstance(cached, str):
-        return config_context(Path(cached)), f"cached config.json of {src.path}"
+        return config_facts(Path(cached)), f"cached config.json of {src.path}"
     return None, (f"{model!r} is taken as a hub id (no such local folder) and its config.json is not in the "
                   "local Hugging Face cache; it is downloaded when a job loads it")
 
 
 def config_context(path: Path) -> int:
     """max_position_embeddings of a Hugging Face config.json (multimodal configs: of their text_config)."""
+    return config_facts(path)["context"]
+
+
+def config_facts(path: Path) -> dict:
+    """Context (max_position_embeddings) and layers (num_hidden_layers, None if absent) of a config.json
+    (multimodal configs: of their text_config)."""
     cfg = json.loads(path.read_text(encoding="utf-8"))
-    value = cfg.get("max_position_embeddings") or (cfg.get("text_config") or {}).get("max_position_embeddings")
+    text = cfg.get("text_config") or {}
+    value = cfg.get("max_position_embeddings") or text.get("max_position_embeddings")
     if not isinstance(value, int) or value < 1:
         raise ValueError(f"{path} has no max_position_embeddings")
-    return value
+    layers = cfg.get("num_hidden_layers") or text.get("num_hidden_layers")
+    return {"context": value, "layers": layers if isinstance(layers, int) and layers > 0 else None}
 
 
 def gguf_context_length(path: Path) -> int:
     """``<architecture>.context_length`` from a GGUF file's key-value header (``models.gguf_metadata``:
     the header alone, the vocabulary arrays skipped)."""
+    return gguf_facts(path)["context"]
+
+
+def gguf_facts(path: Path) -> dict:
+    """Context (``<arch>.context_length``) and layers (``<arch>.block_count``) from a GGUF header."""
     from magicpig.models import gguf_metadata
 
     try:
         meta = gguf_metadata(path)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
-    value = meta.get(f"{meta.get('general.architecture')}.context_length")
+    arch = meta.get("general.architecture")
+    value, layers = meta.get(f"{arch}.context_length"), meta.get(f"{arch}.block_count")
     if not isinstance(value, int) or value < 1:
         raise ValueError(f"{path}: no context_length in its GGUF metadata")
-    return value
+    return {"context": value, "layers": layers if isinstance(layers, int) and layers > 0 else None}

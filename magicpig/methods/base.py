@@ -48,13 +48,39 @@ class KeyLayout:
     """Where each of the n cached keys of each sequence sits.
 
     start: (B,) first valid index (left padding before it); prompt_end: (B,) one past the last prompt key;
-    keys at or after prompt_end were generated during decoding.
+    keys at or after prompt_end were generated during decoding. Checked when built (ValueError naming the
+    field): n an int >= 0, start / prompt_end (B,) integer tensors with 0 <= start <= prompt_end <= n
+    (``grow`` and ``to`` derive valid layouts from valid ones without checking again, so decoding does not
+    read the tensors back each step).
     """
 
     n: int
     start: torch.Tensor
     prompt_end: torch.Tensor
     _max_start: int | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 0:
+            raise ValueError(f"KeyLayout: n must be an int >= 0, got {self.n!r}")
+        for name in ("start", "prompt_end"):
+            t = getattr(self, name)
+            if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.dtype.is_floating_point or t.dtype == torch.bool:
+                raise ValueError(f"KeyLayout: {name} must be a (B,) integer tensor, got "
+                                 f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
+        if self.start.shape != self.prompt_end.shape:
+            raise ValueError(f"KeyLayout: start {tuple(self.start.shape)} and prompt_end "
+                             f"{tuple(self.prompt_end.shape)} must have the same (B,) shape")
+        if self.start.numel() and not bool(((self.start >= 0) & (self.start <= self.prompt_end)
+                                            & (self.prompt_end <= self.n)).all()):
+            raise ValueError(f"KeyLayout: need 0 <= start <= prompt_end <= n = {self.n} in every row, got start "
+                             f"{self.start.tolist()} and prompt_end {self.prompt_end.tolist()}")
+
+    @classmethod
+    def _derived(cls, n: int, start: torch.Tensor, prompt_end: torch.Tensor) -> "KeyLayout":
+        """A layout derived from a checked one (same rows, same or larger n): built without the checks."""
+        layout = object.__new__(cls)
+        layout.n, layout.start, layout.prompt_end, layout._max_start = n, start, prompt_end, None
+        return layout
 
     @classmethod
     def simple(cls, batch: int, n: int, n_prompt: int | None = None,
@@ -71,7 +97,7 @@ class KeyLayout:
         return int(self.start.shape[0])
 
     def to(self, device) -> "KeyLayout":
-        return self._same_start(KeyLayout(self.n, self.start.to(device), self.prompt_end.to(device)))
+        return self._same_start(KeyLayout._derived(self.n, self.start.to(device), self.prompt_end.to(device)))
 
     def _same_start(self, other: "KeyLayout") -> "KeyLayout":
         other._max_start = self._max_start
@@ -113,7 +139,7 @@ class KeyLayout:
 
     def grow(self, extra: int) -> "KeyLayout":
         """The layout after ``extra`` more generated keys were appended."""
-        return self._same_start(KeyLayout(self.n + extra, self.start, self.prompt_end))
+        return self._same_start(KeyLayout._derived(self.n + extra, self.start, self.prompt_end))
 
 
 def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: KeyLayout) -> int:
@@ -122,6 +148,8 @@ def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: KeyL
         raise ValueError(f"expected q (B,H,d) and k, v (B,H_kv,n,d); got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
     B, H, d = q.shape
+    if B == 0:
+        raise ValueError(f"q: batch B=0 (shape {tuple(q.shape)}): a decode step needs at least one sequence")
     if k.shape[0] != B or k.shape[-1] != d or k.shape[:3] != v.shape[:3]:
         raise ValueError(f"q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} do not agree")
     if H % k.shape[1] != 0:
@@ -173,6 +201,7 @@ def per_head(mask: torch.Tensor, H: int) -> torch.Tensor:
     return mask.sum(-1, dtype=torch.float32).reshape(B, H)
 
 
+LIST_SEP = "/"  # between the items of a list value in a spec (``dense_layers=0/16``); never ';' or ','
 MAX_BUDGET = 2**31 - 1  # a key count beyond any context
 
 
@@ -221,7 +250,7 @@ class AttentionMethod:
             layers = tuple(self.dense_layers)
             if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in layers):
                 raise ValueError(f"{self.name}: field 'dense_layers' must list layer indices >= 0 "
-                                 f"(e.g. 0;16, or none), got {self.dense_layers!r}")
+                                 f"(e.g. 0/16, or none), got {self.dense_layers!r}")
             self.dense_layers = tuple(sorted(set(layers)))
 
     def default_dense_layers(self, num_layers: int) -> tuple[int, ...]:
@@ -291,7 +320,7 @@ def format_value(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, tuple):
-        return ";".join(str(x) for x in value) if value else "none"
+        return LIST_SEP.join(str(x) for x in value) if value else "none"
     if isinstance(value, float) and value.is_integer() and abs(value) >= 1:
         return str(int(value))
     return str(value)

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 
-from magicpig.methods.base import AttentionMethod
+from magicpig.methods.base import LIST_SEP, AttentionMethod
 
 METHODS: dict[str, type[AttentionMethod]] = {}
+_INT = re.compile(r"[-+]?[0-9]+")
+_FLOAT = re.compile(r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?")
 
 
 def register(cls: type[AttentionMethod]) -> type[AttentionMethod]:
@@ -33,8 +36,11 @@ def get_method_class(name: str) -> type[AttentionMethod]:
 def parse_method(spec: str | AttentionMethod) -> AttentionMethod:
     """Build a method from ``name`` or ``name:field=value,field=value``.
 
-    Tuples (``dense_layers``) are written ``0;16`` (``none`` for empty); booleans ``true``/``false``.
-    Errors name the method, the field and the accepted values.
+    Grammar (one for every command and the pipeline): fields are separated by ``,``; whitespace around
+    names, fields and values is ignored, inside a value it is an error; numbers are ASCII digits only
+    (``K=１１`` is refused, not read as 11); lists (``dense_layers``) are written ``0/16`` (``none`` for
+    empty), with ``LIST_SEP`` which never separates methods (``;`` does, in ``--methods``); booleans
+    ``true``/``false``. Errors name the method, the field and the accepted values.
     """
     if isinstance(spec, AttentionMethod):
         return spec
@@ -65,7 +71,7 @@ def canonical_spec(spec: str | AttentionMethod) -> str:
     """The one spec string of a method: its name plus every field that differs from its default, in the
     fields' declared order, values normalised (``magicpig:L=150,K=10`` -> ``magicpig``;
     ``quest:ratio=0.040,page_size=16`` -> ``quest``; ``topk:budget=64.0`` -> ``topk:budget=64``;
-    ``dense_layers=16;0`` -> ``dense_layers=0;16``). Two specs are the same method iff these are equal.
+    ``dense_layers=16/0`` -> ``dense_layers=0/16``). Two specs are the same method iff these are equal.
     Raises ValueError for a spec that does not parse."""
     return parse_method(spec).spec()
 
@@ -77,6 +83,9 @@ def _convert(method: str, field: str, raw: str, hint: typing.Any) -> typing.Any:
             return None
         hint = next(a for a in args if a is not type(None))
         origin, args = typing.get_origin(hint), typing.get_args(hint)
+    problem = _lexical_problem(raw, hint, origin)
+    if problem:
+        raise ValueError(f"method {method!r}: field {field!r} expects {_type_name(hint)}, got {raw!r}: {problem}")
     try:
         if hint is bool:
             low = raw.lower()
@@ -85,9 +94,9 @@ def _convert(method: str, field: str, raw: str, hint: typing.Any) -> typing.Any:
             if low in ("false", "0", "no", "off"):
                 return False
             raise ValueError
-        if hint is int:
+        if hint is int and _INT.fullmatch(raw):
             return int(raw)
-        if hint is float:
+        if hint is float and _FLOAT.fullmatch(raw):
             return float(raw)
         if hint is str:
             return raw
@@ -98,10 +107,24 @@ def _convert(method: str, field: str, raw: str, hint: typing.Any) -> typing.Any:
         if origin is tuple:
             if raw.lower() in ("none", ""):
                 return ()
-            return tuple(int(x) for x in raw.replace(" ", ";").split(";") if x)
+            items = raw.split(LIST_SEP)
+            if all(_INT.fullmatch(x) for x in items):
+                return tuple(int(x) for x in items)
     except ValueError:
         pass
     raise ValueError(f"method {method!r}: field {field!r} expects {_type_name(hint)}, got {raw!r}")
+
+
+def _lexical_problem(raw: str, hint: typing.Any, origin: typing.Any) -> str:
+    """Why ``raw`` can never be a value of the grammar (empty when it may be)."""
+    if any(c.isspace() for c in raw):
+        return "whitespace inside a value" + (f" (lists are written with '{LIST_SEP}', e.g. 0{LIST_SEP}16)"
+                                               if origin is tuple else "")
+    if not raw.isascii():
+        return "only ASCII characters are accepted (digits 0-9)"
+    if origin is tuple and any(c in raw for c in ";,"):
+        return f"list items are separated by '{LIST_SEP}' (e.g. 0{LIST_SEP}16); ';' separates methods"
+    return ""
 
 
 def _type_name(hint: typing.Any) -> str:
@@ -110,7 +133,7 @@ def _type_name(hint: typing.Any) -> str:
         inner = next(a for a in args if a is not type(None))
         return f"{_type_name(inner)} or default"
     if typing.get_origin(hint) is tuple:
-        return "list of ints separated by ';'"
+        return f"list of ints separated by '{LIST_SEP}' (or none)"
     if typing.get_origin(hint) is typing.Literal:
         return "one of " + "|".join(str(a) for a in args)
     return getattr(hint, "__name__", str(hint))

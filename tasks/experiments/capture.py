@@ -90,11 +90,18 @@ class Capture:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"capture file {path} does not exist (run `magicpig estimate capture` first)")
-        blob = torch.load(path, map_location="cpu", weights_only=False)
+        try:
+            blob = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as exc:  # torch / pickle raise many types for a truncated or foreign file
+            raise ValueError(f"capture file {path} cannot be read ({type(exc).__name__}: {exc}); write it "
+                             "again with `magicpig estimate capture`") from None
         if not isinstance(blob, dict) or blob.get("format") != FORMAT_VERSION:
             raise ValueError(f"{path} is not a capture file of format {FORMAT_VERSION}")
         blob.pop("format")
-        return cls(**blob)
+        try:
+            return cls(**blob)
+        except TypeError as exc:
+            raise ValueError(f"capture file {path} lacks or has unknown fields ({exc})") from None
 
 
 class _Recorder:

@@ -13,11 +13,11 @@ from magicpig.harness.evaluate import (EvalConfig, collect_metrics, effective_me
 def test_method_dirname():
     assert method_dirname("magicpig:K=10,L=150") == "magicpig@K-10+L-150"
     assert method_dirname("dense") == "dense"
-    assert method_dirname("magicpig:dense_layers=0;16, K=9") == "magicpig@dense_layers-0.16+K-9"
+    assert method_dirname("magicpig:dense_layers=0/16, K=9") == "magicpig@dense_layers-0.16+K-9"
     assert method_dirname("quest:page_size=16,ratio=0.04") == "quest@page_size-16+ratio-0.04"
-    assert method_dirname("a/b") == "a_b"
-    with pytest.raises(ValueError):
-        method_dirname("..")
+    for bad in ("a/b", ".."):  # not a method: refused, not turned into a folder
+        with pytest.raises(ValueError, match="unknown attention method"):
+            method_dirname(bad)
 
 
 def test_split_methods_and_fields():
@@ -87,7 +87,7 @@ class CountingEngine:
 
 def _run(tmp_path, tiny, tokenizer, engines, samples=2, **kw):
     kw = {"model": "tiny", "max_new_tokens": 4, **kw}
-    cfg = EvalConfig(methods=["dense;magicpig:K=4,L=20,local=8"], tasks=["ruler/niah_single_1"],
+    cfg = EvalConfig(methods=["dense", "magicpig:K=4,L=20,local=8"], tasks=["ruler/niah_single_1"],
                      lengths=[384], samples=samples, out=tmp_path, progress=False, **kw)
 
     def factory(model, tok):
@@ -267,7 +267,7 @@ def test_ctrl_c_keeps_the_rows_and_counts_them(tmp_path, tiny, tokenizer):
                 raise KeyboardInterrupt
             return super().decode(pre, method, config, continuation_ids)
 
-    cfg = EvalConfig(model="tiny", methods=["dense;magicpig:K=4,L=20,local=8"], tasks=["ruler/niah_single_1"],
+    cfg = EvalConfig(model="tiny", methods=["dense", "magicpig:K=4,L=20,local=8"], tasks=["ruler/niah_single_1"],
                      lengths=[384], samples=3, out=tmp_path, max_new_tokens=4, progress=False)
     with pytest.raises(EvalInterrupted) as exc:
         run_eval(cfg, model=tiny, tokenizer=tokenizer, engine_factory=Interrupting, log=lambda m: None)
@@ -308,7 +308,7 @@ def test_metrics_record_the_backend_that_ran(tmp_path, tiny, tokenizer):
         engines.append(eng)
         return eng
 
-    cfg = EvalConfig(model="tiny", methods=["dense;magicpig:K=4,L=20,local=8"], tasks=["ruler/niah_single_1"],
+    cfg = EvalConfig(model="tiny", methods=["dense", "magicpig:K=4,L=20,local=8"], tasks=["ruler/niah_single_1"],
                      lengths=[384], samples=1, out=tmp_path, progress=False, max_new_tokens=2, backend="offload")
     metrics = {m["method"]: m for m in run_eval(cfg, model=tiny, tokenizer=tokenizer, engine_factory=factory,
                                                   log=lambda m: None)}

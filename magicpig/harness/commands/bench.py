@@ -42,9 +42,10 @@ def _run_kernel(args) -> int:
     for n in args.n or ():
         if n < 1:
             raise ValueError(f"--n must be positive, got {n}")
-    for d in args.head_dim or ():
-        if d < 1:
-            raise ValueError(f"--head-dim must be positive, got {d}")
+    for d in args.head_dim or ():  # the gather probe reads key+value rows (2 * d elements) 8 bytes at a time
+        if d < 1 or (args.dtype == "bfloat16" and d % 2):
+            raise ValueError(f"--head-dim must be a positive{' even' if args.dtype == 'bfloat16' else ''} "
+                             f"integer (a {args.dtype} key+value row must be a multiple of 8 bytes), got {d}")
     bench_kernel.run(ns=tuple(args.n or bench_kernel.NS), head_dims=tuple(args.head_dim or bench_kernel.HEAD_DIMS),
                      kls=kls, dists=tuple(args.dist or bench_kernel.DISTS), dtype=getattr(torch, args.dtype),
                      csv_path=args.csv, reps=args.reps, reference=not args.no_reference)

@@ -14,12 +14,13 @@ from magicpig.backends import BACKENDS, DEFAULT_BACKEND
 def register(sub) -> None:
     p = sub.add_parser("eval", help="run accuracy benchmarks for one or more attention methods",
                        description="Writes OUT/<task>/<length>/<method dir>/{predictions.jsonl,metrics.json}; "
-                                   "method dir = the spec with ':'->'@', ','->'+', '='->'-', ';'->'.'.")
+                                   "method dir = the spec with ':'->'@', ','->'+', '='->'-', '/'->'.'.")
     p.add_argument("--model", default="smollm2", help="'smollm2' (embedded), 'qwen2.5-coder-0.5b' (32K context, `make setup-long`), a .gguf file, "
                    "a folder or a hub id")
     p.add_argument("--methods", default=None,
                    help="method specs separated by ';' (specs contain ','), e.g. 'dense;magicpig:K=10,L=150'")
-    p.add_argument("--method", action="append", default=[], help="one method spec (repeatable)")
+    p.add_argument("--method", action="append", default=[],
+                   help="one method spec (repeatable); list values inside it use '/', e.g. dense_layers=0/16")
     p.add_argument("--task", action="append", required=True,
                    help="task or group name (repeatable, or ',' separated); see `magicpig tasks`")
     p.add_argument("--length", action="append", required=True,
@@ -92,12 +93,14 @@ def _data(values: list[str]) -> dict[str, str]:
 
 def run(args) -> int:
     import json
-    import os
     from pathlib import Path
 
+    from magicpig.atomic_io import write_text_atomic
     from magicpig.harness.evaluate import EvalConfig, format_table, run_eval
 
-    methods = ([args.methods] if args.methods else []) + list(args.method)
+    from magicpig.methods.spec_names import split_methods
+
+    methods = (split_methods(args.methods) if args.methods else []) + list(args.method)
     if not methods:
         raise ValueError("methods: give --methods 'dense;magicpig:K=10,L=150' or --method SPEC")
     cfg = EvalConfig(model=args.model, methods=methods, tasks=list(args.task), lengths=_lengths(args.length),
@@ -112,8 +115,6 @@ def run(args) -> int:
         if m.get("status") != "ok":
             print(f"{m['task']} @ {m['length']} / {m['method']}: {m['status']}"
                   + (f" ({m['reason']})" if m.get("reason") else ""))
-    last = Path(args.out) / "last_run.json"  # parallel jobs may share --out: write whole files only
-    tmp = last.with_name(f"{last.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    tmp.replace(last)
+    # parallel jobs may share --out: whole files only
+    write_text_atomic(Path(args.out) / "last_run.json", json.dumps(results, indent=2, default=str) + "\n")
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -77,7 +78,13 @@ def _rows(paths) -> list[dict]:
     for path in paths:
         if not Path(path).is_file():
             raise FileNotFoundError(f"no such CSV: {path}")
-        df = pd.read_csv(path)
+        if Path(path).stat().st_size == 0:
+            raise ValueError(f"{path}: empty CSV (no header, no rows)")
+        try:  # a row torn by a killed writer is skipped with a warning, not a parser error
+            df = pd.read_csv(path, engine="python", on_bad_lines=lambda cells: print(
+                f"warning: {path}: a row of {len(cells)} cells skipped (torn or foreign)", file=sys.stderr))
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path}: not a readable CSV ({exc})") from None
         rows += [dict(r, source=str(path)) for r in df.to_dict("records")]
     return rows
 

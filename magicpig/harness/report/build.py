@@ -14,7 +14,7 @@ from magicpig.harness.report.collect import canonical, collect_metrics, load_ref
 from magicpig.harness.report.coverage import coverage_section, load_run
 from magicpig.harness.report.intervals import interval_table
 from magicpig.harness.report.markdown import fmt, table
-from magicpig.harness.report.tables_system import gpu_section, table7_section, table8_section
+from magicpig.harness.report.tables_system import gpu_section, shapes_section, table7_section, table8_section
 
 PAPER_MODEL = "llama-3.1-8b-instruct"
 
@@ -41,7 +41,8 @@ def build_report(results: Path | str, out: Path | str, preset: str, preset_confi
     body += gsm8k_section(acc, ref)
     body += ablation_section(results / "ablations", ref, out, figs)
     body += csv_sections(results, out, ref, figs)
-    body += table7_section(results, ref) + table8_section(ref, run.config.get("model")) + gpu_section(results)
+    body += table7_section(results, ref) + table8_section(ref, run.config.get("model")) + shapes_section(results)
+    body += gpu_section(results)
     parts += coverage_section(run, body) + body
     path = out / "REPORT.md"
     path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")

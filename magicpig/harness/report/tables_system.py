@@ -15,6 +15,9 @@ from magicpig.harness.report.markdown import fmt, table
 TABLE7_TITLE = "Table 7: (K, L) against latency and throughput"
 TABLE8_TITLE = "Table 8: memory and compute overhead of the hash tables"
 GPU_TITLE = "GPU runs (`make gpu-check`)"
+SHAPES_TITLE = "Models measured by shape only (paper Fig. 8a/b: CodeLlama-34B / 13B)"
+DECODE_COLUMNS = ["model", "device", "context", "batch", "method", "backend", "ms_per_token", "tokens_per_s", "fits",
+                  "search"]
 
 
 def _fitted(df: pd.DataFrame) -> pd.DataFrame:
@@ -154,11 +157,26 @@ def gpu_section(results: Path) -> list[str]:
                 machine = json.loads((run / "machine.json").read_text())
             except json.JSONDecodeError:
                 machine = {}
-        df = read_csv(run / "decode.csv")
         label = machine.get("gpu") or machine.get("device") or run.name
-        parts.append(f"`results/gpu/{run.name}/` ({label}):")
-        cols = [c for c in ["model", "device", "context", "batch", "method", "backend", "ms_per_token", "tokens_per_s",
-                            "fits", "search"] if df is not None and c in df.columns]
-        parts.append(table(cols, [[fmt(v, digits=3) for v in r] for r in df[cols].itertuples(index=False)])
-                     if df is not None and cols else "No rows.")
+        parts += [f"`results/gpu/{run.name}/` ({label}):", decode_table(read_csv(run / "decode.csv"))]
+    return parts
+
+
+def decode_table(df: pd.DataFrame | None) -> str:
+    """The main columns of a ``bench decode`` CSV as a table."""
+    cols = [c for c in DECODE_COLUMNS if df is not None and c in df.columns]
+    if not cols:
+        return "No rows."
+    return table(cols, [[fmt(v, digits=3) for v in r] for r in df[cols].itertuples(index=False)])
+
+
+def shapes_section(results: Path) -> list[str]:
+    """``throughput/shapes/<name>/decode.csv`` of the preset's decode_bench.shapes, when it has any."""
+    paths = sorted((Path(results) / "throughput" / "shapes").glob("*/decode.csv"))
+    if not paths:
+        return []
+    parts = [f"### {SHAPES_TITLE}"]
+    for path in paths:
+        parts += [f"`shape:{path.parent.name}` (random weights of the stored architecture; timing only):",
+                  decode_table(read_csv(path))]
     return parts

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from magicpig.harness.report.coverage import REPRODUCED, Run, not_run, partial
+from magicpig.harness.report.coverage_run import REPRODUCED, Run, not_run, partial
 from magicpig.harness.report.tables_system import TABLE7_TITLE, TABLE8_TITLE
 
 PAPER_MODEL = "Llama-3.1-8B-Instruct"

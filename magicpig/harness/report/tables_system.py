@@ -111,7 +111,7 @@ def table8_rows(ref: dict, model: str | None = None) -> list[list[str]]:
         ours = o.tables_int32_bytes if int(t["id_bits"]) == 32 else o.tables_int16_bytes
         rows.append([t8["model"], f"hash tables, {t['context']} tokens, {t['id_bits']}-bit ids",
                      f"{fmt(ours / 2 ** 30, digits=2)} GiB", f"{fmt(t['gb'])} GB",
-                     f"what ours hold (dense layers none, CSR offsets): {fmt(o.tables_held_bytes / 2 ** 30, digits=2)} GiB"])
+                     f"what our tables hold (none in the 2 dense layers, plus CSR offsets): {fmt(o.tables_held_bytes / 2 ** 30, digits=2)} GiB"])
     o = overhead(t8["model"], K, L, int(t8["tables"][0]["context"]))
     rows.append([t8["model"], "random projector (d × K·L, 16-bit)", f"{fmt(o.projector_bytes / 1000)} KB",
                  f"{fmt(t8['projector_kb'])} KB", ""])
@@ -119,9 +119,11 @@ def table8_rows(ref: dict, model: str | None = None) -> list[list[str]]:
                  fmt(t8["projection_flops_share"], pct=True),
                  "ours: query heads + the new key of each kv head, over q, k, v, o and the gated MLP"])
     if model:
+        from magicpig.harness.projection import model_shape
+
         try:
-            m = overhead(model, K, L, 65536)
-        except ValueError:
+            m = overhead(model_shape(model).name, K, L, 65536)
+        except ValueError:  # a model without a stored shape: the paper's rows only
             return rows
         if m.model != t8["model"]:
             rows.append([m.model, "hash tables, 65536 tokens, 16-bit ids",

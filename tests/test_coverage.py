@@ -23,7 +23,9 @@ CPU_CONFIG = {"model": "smollm2", "ruler": {"tasks": ["cwe"], "lengths": [1024],
 
 def coverage_rows(report: str) -> dict[str, list[str]]:
     section = report.split("## Coverage of the paper")[1].split("\n## ")[0]
-    rows = [line.strip("|").split(" | ") for line in section.splitlines() if line.startswith("| ")][1:]
+    rows = [re.split(r"(?<!\\)\|", line.strip().strip("|")) for line in section.splitlines()
+            if line.startswith("| ")][1:]
+    assert all(len(r) == 4 for r in rows), rows  # a '|' inside a cell is escaped
     return {r[0].strip(): [c.strip() for c in r] for r in rows}
 
 

@@ -81,7 +81,8 @@ def coverage_section(run: Run, parts: list[str]) -> list[str]:
             f"each figure's missing data: {counts[REPRODUCED]} reproduced here, {counts[PARTIAL]} partial, "
             f"{counts[NOT_RUN]} not run in this preset.",
             table(["item", "what it shows", "where in this report", "status"],
-                  [[item.label, item.shows, w, status] for item, w, status in rows])]
+                  [[cell.replace("|", "\\|") for cell in (item.label, item.shows, w, status)]
+                   for item, w, status in rows])]
 
 
 def load_run(preset: str, config: dict | None, results: Path, figures: dict, accuracy: pd.DataFrame) -> Run:

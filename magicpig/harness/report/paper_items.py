@@ -219,8 +219,9 @@ def estimation(csv: str, one_capture_note: str = "") -> Callable[[Run], str]:
         if df is None:
             return absent(run, lambda p: bool(p.get("estimation")), f"`estimation/{csv}`")
         captures = df["capture"].nunique() if "capture" in df.columns else 1
-        return partial(f"from {captures} capture (one prompt); {one_capture_note}", _model_note(run)) \
-            if captures < 2 else (partial(_model_note(run)) if _model_note(run) else REPRODUCED)
+        gaps = [f"from {captures} capture (one prompt; the paper's units are prompts)" if captures < 2 else "",
+                one_capture_note if captures < 2 else "", _model_note(run)]
+        return partial(*gaps) if any(gaps) else REPRODUCED
     return check
 
 
@@ -286,7 +287,7 @@ ITEMS: tuple[PaperItem, ...] = (
     PaperItem("Figure 2a", "attention mass covered against the fraction of keys kept (the full curve)", None),
     PaperItem("Figure 2b", "attention is long-tailed once the sink is removed: mass of the top keys, per layer",
               "Attention spread", ("attention_spread.png",),
-              estimation("spread_summary.csv", "the paper's panels are per prompt too, over layers")),
+              estimation("spread_summary.csv")),
     PaperItem("Figure 3", "TopK misses much of a long-tailed attention's mass (with vs without the sink)",
               "Attention spread", ("attention_spread.png",), estimation("spread_summary.csv")),
     PaperItem("Figure 4", "relative output error of TopK vs sampling against the budget", "Relative output error",

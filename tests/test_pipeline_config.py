@@ -298,3 +298,15 @@ def test_gguf_context_after_arrays(tmp_path):
     path.write_bytes(path.read_bytes()[:40])  # cut inside the header
     with pytest.raises(ValueError, match="header ends"):
         gguf_context_length(path)
+
+
+def test_decode_bench_shapes_need_a_stored_shape_and_valid_methods(smoke):
+    smoke["presets"]["smoke"]["decode_bench"]["shapes"] = [
+        {"model": "shape:codellama-13b", "lengths": [1024]},
+        {"model": "shape:no-such-model", "lengths": [1024], "methods": ["magicpig:K=99"]}]
+    msg = problems(smoke)
+    assert "presets.smoke.decode_bench.shapes[1].model: 'shape:no-such-model' has no stored shape" in msg
+    assert "presets.smoke.decode_bench.shapes[1].methods[0]" in msg
+    assert "shapes[0]" not in msg
+    smoke["presets"]["smoke"]["decode_bench"]["shapes"] = [{"model": "codellama-13b", "lengths": [1024]}]
+    assert "shapes[0].model" in problems(smoke)  # the schema asks for the shape: prefix

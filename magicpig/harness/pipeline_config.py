@@ -147,7 +147,20 @@ def preset_problems(path: str, p: dict) -> list[str]:
             check_kl(*parse_kl(kl))  # the CPU module's limits: K <= 16 bits per code, K*L hash bits per key
         except ValueError as exc:
             out.append(f"{path}.kernel_bench.kl[{i}]: {kl!r}: {exc}")
+    shapes = p["decode_bench"].get("shapes", [])
+    out += shape_problems(f"{path}.decode_bench.shapes", shapes)
+    for i, entry in enumerate(shapes):
+        out += method_problems(f"{path}.decode_bench.shapes[{i}].methods", entry.get("methods", []), eval_specs=False)
     return out
+
+
+def shape_problems(path: str, shapes: list[dict]) -> list[str]:
+    """Shape-only models of decode_bench.shapes that magicpig/data/model_shapes.yaml does not hold."""
+    from magicpig.harness.projection import MODELS
+
+    return [f"{path}[{i}].model: {s['model']!r} has no stored shape; known: "
+            + ", ".join(f"shape:{k}" for k in sorted(MODELS))
+            for i, s in enumerate(shapes) if s["model"].removeprefix("shape:") not in MODELS]
 
 
 def answer_budget(tasks: list[str]) -> int:

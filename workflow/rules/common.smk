@@ -140,6 +140,19 @@ def decode_args(preset):
                            + [device_args(preset)]))
 
 
+def decode_shapes(preset):
+    """Names (model_shapes.yaml keys) of the models decode_bench.shapes measures by shape only."""
+    return [s["model"].removeprefix("shape:") for s in preset["decode_bench"].get("shapes", [])]
+
+
+def shape_preset(preset, name):
+    """The preset with its decode_bench pointed at shape-only model ``name``, that entry's lengths and methods."""
+    db = preset["decode_bench"]
+    entry = next(s for s in db.get("shapes", []) if s["model"] == f"shape:{name}")
+    bench = {**db, "lengths": entry["lengths"], "methods": entry.get("methods", db["methods"])}
+    return {**preset, "model": entry["model"], "decode_bench": bench}
+
+
 # ---- the report ------------------------------------------------------------------------------------------
 
 

@@ -1,6 +1,10 @@
 # The report: every table and figure, each beside the paper's numbers. Its inputs are the results files it
 # reads, so it reruns when one of them changes; its outputs are REPORT.md and each figure
-# (magicpig.harness.report.figures.FIGURES), wrapped for `snakemake --report report.html`.
+# (magicpig.harness.report.figures.FIGURES), wrapped for `snakemake --report report.html`. The preset's config
+# goes along as JSON: the report's coverage table computes each paper item's status from it.
+import json
+import shlex
+
 rule report:
     input:
         accuracy=ACCURACY_METRICS,
@@ -17,6 +21,7 @@ rule report:
         f"{RES}/logs/report.log",
     params:
         results=results_root,
+        preset_config=shlex.quote(json.dumps(P, sort_keys=True)),
         out=report_dir,
         python=PYTHON,
         preset=PRESET,
@@ -27,4 +32,4 @@ rule report:
         runtime=30,
     shell:
         "{params.python} {input.script} --results {params.results} --out {params.out} --preset {params.preset} "
-        "> {log} 2>&1"
+        "--preset-config {params.preset_config} > {log} 2>&1"

@@ -1,9 +1,11 @@
 # Throughput and latency measured on the hardware at hand: the CPU kernel sweep and end-to-end decoding,
 # then the bandwidth model fitted to both and projected to the paper's hardware.
 THROUGHPUT = f"{RES}/throughput"
-THROUGHPUT_FILES = [f"{THROUGHPUT}/kernel.csv", f"{THROUGHPUT}/decode.csv"] + [
-    f"{THROUGHPUT}/{name}" for name in project_files()
-]
+THROUGHPUT_FILES = (
+    [f"{THROUGHPUT}/kernel.csv", f"{THROUGHPUT}/decode.csv"]
+    + [f"{THROUGHPUT}/{name}" for name in project_files()]
+    + [f"{THROUGHPUT}/shapes/{name}/decode.csv" for name in decode_shapes(P)]
+)
 
 
 # The CPU module alone (random keys, no model): never a GPU job.
@@ -42,6 +44,31 @@ rule bench_decode:
         ENV
     resources:
         # --max-throughput grows the batch until memory runs out: give it the node's memory
+        mem_mb=sized(P, 64000, 256000),
+        runtime=sized(P, 480, 1440),
+        gpu=GPUS,
+    shell:
+        "{params.magicpig} bench decode {params.args} --csv {output} > {log} 2>&1"
+
+
+# The models the preset measures by their shape only (decode_bench.shapes: random weights of the stored
+# architecture, timing only), as the paper's Fig. 8a/b measure CodeLlama-34B and -13B.
+rule bench_decode_shape:
+    input:
+        rules.build_cpu_module.output,
+    output:
+        f"{THROUGHPUT}/shapes/{{shape}}/decode.csv",
+    log:
+        f"{RES}/logs/bench_decode_{{shape}}.log",
+    wildcard_constraints:
+        shape="[A-Za-z0-9._-]+",
+    params:
+        magicpig=MAGICPIG,
+        args=lambda wildcards: decode_args(shape_preset(P, wildcards.shape)),
+    threads: workflow.cores
+    conda:
+        ENV
+    resources:
         mem_mb=sized(P, 64000, 256000),
         runtime=sized(P, 480, 1440),
         gpu=GPUS,

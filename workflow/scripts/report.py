@@ -1,5 +1,6 @@
 """Thin entry point: regenerate the report of one preset (logic in magicpig.harness.report)."""
 import argparse
+import json
 
 from magicpig.harness.report import build_report
 
@@ -7,7 +8,9 @@ parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--results", required=True)
 parser.add_argument("--out", required=True)
 parser.add_argument("--preset", required=True)
+parser.add_argument("--preset-config", type=json.loads, default=None,
+                    help="the preset's config block as JSON (default: its block in config/*.yaml)")
 parser.add_argument("--gpu-results", default=None,
                     help="folder of `make gpu-check` outputs (default: gpu beside --results, e.g. results/gpu)")
 args = parser.parse_args()
-print(build_report(args.results, args.out, args.preset, args.gpu_results))
+print(build_report(args.results, args.out, args.preset, args.preset_config, args.gpu_results))

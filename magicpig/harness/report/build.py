@@ -11,17 +11,22 @@ import pandas as pd
 from magicpig.harness.report import figures
 from magicpig.harness.report.claims import claims_section
 from magicpig.harness.report.collect import canonical, collect_metrics, load_reference, read_csv
+from magicpig.harness.report.coverage import coverage_section, load_run
 from magicpig.harness.report.intervals import interval_table
 from magicpig.harness.report.markdown import fmt, table
+from magicpig.harness.report.tables_system import gpu_section, shapes_section, table7_section, table8_section
 
 PAPER_MODEL = "llama-3.1-8b-instruct"
 
 
-def build_report(results: Path | str, out: Path | str, preset: str, gpu_results: Path | str | None = None) -> Path:
+def build_report(results: Path | str, out: Path | str, preset: str, preset_config: dict | None = None,
+                 gpu_results: Path | str | None = None) -> Path:
     """Write ``out/REPORT.md`` and every figure of ``figures.FIGURES`` beside it from ``results``; returns
-    the report path. The claims table comes first, then one section per benchmark / experiment.
-    ``gpu_results``: the ``make gpu-check`` output folder the throughput claim reads (default: ``gpu`` beside
-    ``results``, i.e. results/gpu for results/<preset>)."""
+    the report path. The coverage table of the paper's items comes first, then the claims table, then one
+    section per benchmark / experiment. ``preset_config``: the preset's block of the pipeline config (default:
+    the block of that name in config/*.yaml), which the coverage statuses read. ``gpu_results``: the
+    ``make gpu-check`` output folder (default: ``gpu`` beside ``results``, i.e. results/gpu for
+    results/<preset>)."""
     results, out = Path(results), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ref = load_reference()
@@ -31,13 +36,18 @@ def build_report(results: Path | str, out: Path | str, preset: str, gpu_results:
              "Reproduced numbers come from the results files; paper numbers from `config/paper_reference.yaml` "
              "(arXiv 2410.16179 v4). The paper's columns are for its models and context lengths; ours for the "
              "model and lengths of this preset, so compare trends, not cells, unless the settings match."]
-    parts += claims_section(results, ref, gpu_results)
     acc = collect_metrics(results / "accuracy") if (results / "accuracy").is_dir() else collect_metrics(out / "none")
-    parts += ruler_section(acc, ref, out, figs)
-    parts += longbench_section(acc, ref)
-    parts += gsm8k_section(acc, ref)
-    parts += ablation_section(results / "ablations", ref, out, figs)
-    parts += csv_sections(results, out, ref, figs)
+    run = load_run(preset, preset_config, results, figs, acc)
+    gpu_root = Path(gpu_results) if gpu_results is not None else results.parent / "gpu"
+    body = claims_section(results, ref, gpu_root)
+    body += ruler_section(acc, ref, out, figs)
+    body += longbench_section(acc, ref)
+    body += gsm8k_section(acc, ref)
+    body += ablation_section(results / "ablations", ref, out, figs)
+    body += csv_sections(results, out, ref, figs)
+    body += table7_section(results, ref) + table8_section(ref, run.config.get("model")) + shapes_section(results)
+    body += gpu_section(gpu_root)
+    parts += coverage_section(run, body) + body
     path = out / "REPORT.md"
     path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
     return path

@@ -1,0 +1,94 @@
+"""The coverage table at the top of REPORT.md: one row per item of the paper (``paper_items.ITEMS``) with
+what it shows, where it is in this report and its status, computed when the report is built from the
+preset's config, the results present and each figure's list of missing data. Nothing here is typed per
+preset: a status is ``reproduced here``, ``partial: <what is missing>`` or ``not run in this preset: <why>``.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from magicpig.harness.report.coverage_run import (NOT_PRODUCED, NOT_RUN, PARTIAL, REPRODUCED, Run, all_presets,
+                                                  not_run, partial)
+from magicpig.harness.report.markdown import table
+from magicpig.harness.report.paper_items import ITEMS
+
+def anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def figure_gaps(run: Run, names: tuple[str, ...]) -> list[str]:
+    """'<figure> lacks <files>' for each of ``names`` drawn without some of its data (or not written)."""
+    gaps = []
+    for name in names:
+        fig = run.figures.get(name)
+        if fig is None:
+            gaps.append(f"`{name}` not written")
+        elif fig.missing:
+            gaps.append(f"`{name}` lacks " + ", ".join(f"`{m.splitlines()[0]}`" for m in fig.missing))
+    return gaps
+
+
+def item_status(item, run: Run) -> str:
+    """The status of one paper item: its own check, then its figures' missing data on top."""
+    if item.check is None:
+        status = REPRODUCED if item.section or item.figures else not_run(NOT_PRODUCED)
+    else:
+        status = item.check(run)
+    gaps = figure_gaps(run, item.figures)
+    if not gaps or status.startswith(NOT_RUN):
+        return status
+    if status == REPRODUCED:
+        return partial(*gaps)
+    return status + "; " + "; ".join(gaps)
+
+
+def where(item, headings: list[str], status: str) -> str:
+    """Links to the item's section (by its anchor) and figures; '—' when this preset does not run it."""
+    if status.startswith(NOT_RUN):
+        return "—"
+    links = [f"[§ {h}](#{anchor(h)})" for h in headings if item.section and h.startswith(item.section)][:1]
+    links += [f"[{name}]({name})" for name in item.figures]
+    return ", ".join(links) or "—"
+
+
+def headings_of(parts: list[str]) -> list[str]:
+    """The text of every Markdown heading in the report's parts."""
+    return [m.group(1).strip() for p in parts for m in re.finditer(r"^#{1,6} (.+)$", p, flags=re.M)]
+
+
+def coverage_rows(run: Run, parts: list[str]) -> list[tuple]:
+    """(item, where, status) per registered paper item, in the paper's order."""
+    heads = headings_of(parts)
+    rows = []
+    for item in ITEMS:
+        status = item_status(item, run)
+        rows.append((item, where(item, heads, status), status))
+    return rows
+
+
+def coverage_section(run: Run, parts: list[str]) -> list[str]:
+    rows = coverage_rows(run, parts)
+    counts = {k: sum(s.startswith(k) for _, _, s in rows) for k in (REPRODUCED, PARTIAL, NOT_RUN)}
+    return ["## Coverage of the paper",
+            f"Every table and figure of the paper (arXiv 2410.16179 v4) with its status in this run of preset "
+            f"`{run.preset}` (model `{run.model}`), computed from the preset's config, the results present and "
+            f"each figure's missing data: {counts[REPRODUCED]} reproduced here, {counts[PARTIAL]} partial, "
+            f"{counts[NOT_RUN]} not run in this preset.",
+            table(["item", "what it shows", "where in this report", "status"],
+                  [[cell.replace("|", "\\|") for cell in (item.label, item.shows, w, status)]
+                   for item, w, status in rows])]
+
+
+def load_run(preset: str, config: dict | None, results: Path, figures: dict, accuracy: pd.DataFrame) -> Run:
+    """A ``Run`` of ``preset``: its config as given, else its block of config/*.yaml (empty when unknown)."""
+    presets = all_presets()
+    if config is None:
+        config = presets.get(preset, {})
+    return Run(preset, json.loads(json.dumps(config)), Path(results), figures, accuracy,
+               {**presets, preset: config})

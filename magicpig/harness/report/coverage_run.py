@@ -1,0 +1,92 @@
+"""What a coverage status is made of: the three statuses and ``Run``, what the checks of the paper items
+(``paper_items``) read: the preset's config, the other presets, the results and the written figures."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from magicpig.harness.report.canvas import FigureResult
+
+REPRODUCED = "reproduced here"
+PARTIAL = "partial"
+NOT_RUN = "not run in this preset"
+CONFIG_DIR = Path(__file__).resolve().parents[3] / "config"
+NOT_PRODUCED = "not produced by this build (no table or figure of this report draws it yet)"
+
+
+def partial(*what: str) -> str:
+    return f"{PARTIAL}: " + "; ".join(w for w in what if w)
+
+
+def not_run(*why: str) -> str:
+    return f"{NOT_RUN}: " + "; ".join(w for w in why if w)
+
+
+def all_presets(config_dir: Path = CONFIG_DIR) -> dict[str, dict]:
+    """Every preset block of the config files (``config/*.yaml``), by name: what another preset runs."""
+    import yaml
+
+    presets: dict[str, dict] = {}
+    for path in sorted(config_dir.glob("*.yaml")):
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if isinstance(raw, dict) and isinstance(raw.get("presets"), dict):
+            presets.update(raw["presets"])
+    return presets
+
+
+@dataclass
+class Run:
+    """What the coverage checks read: the preset, its config, the results root and the written figures."""
+
+    preset: str
+    config: dict
+    results: Path
+    figures: dict[str, FigureResult] = field(default_factory=dict)
+    accuracy: pd.DataFrame | None = None
+    presets: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def model(self) -> str:
+        return str(self.config.get("model", "?"))
+
+    @property
+    def on_gpu(self) -> bool:
+        return str(self.config.get("device", "cpu")).startswith("cuda")
+
+    def model_context(self) -> int | None:
+        """The model's context window (max_position_embeddings of its stored shape), None when unknown."""
+        from magicpig.harness.overhead import shape_fields
+        from magicpig.harness.projection import model_shape
+
+        try:
+            return int(shape_fields(model_shape(self.model).name).get("max_position_embeddings"))
+        except (ValueError, TypeError):
+            return None
+
+    def elsewhere(self, runs: Callable[[dict], bool]) -> str:
+        """'not run by this preset (runs in `a`, `b`)', naming the other presets whose config runs it."""
+        names = [n for n, p in self.presets.items() if n != self.preset and _safe(runs, p)]
+        return "not run by this preset (" + (f"runs in {', '.join(f'`{n}`' for n in names)})" if names
+                                             else "no preset of config/ runs it)")
+
+    def rows(self, task: Callable[[str], bool]) -> pd.DataFrame:
+        """Accuracy results (``collect_metrics``) whose task name passes ``task``."""
+        acc = self.accuracy
+        if acc is None or acc.empty:
+            return pd.DataFrame(columns=["task", "length", "method", "status", "reason", "score"])
+        return acc[acc["task"].fillna("").map(task)]
+
+    def csv(self, relative: str) -> pd.DataFrame | None:
+        from magicpig.harness.report.collect import read_csv
+
+        return read_csv(self.results / relative)
+
+
+def _safe(pred: Callable[[dict], bool], preset: dict) -> bool:
+    try:
+        return bool(pred(preset))
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return False

@@ -1,0 +1,321 @@
+"""Every table and figure of the paper (arXiv 2410.16179 v4), the one place a report item is declared.
+
+Each ``PaperItem`` names what the paper's item shows, the report section that holds ours (a heading prefix,
+or None), the report figures that draw it (names of ``figures.FIGURES``; every figure belongs to at least
+one item, which tests/test_coverage.py checks) and ``check``: its status from a ``coverage.Run`` (the
+preset's config, the results present), computed at report time. An item with neither a section nor a
+figure is reported as not produced by this build; to wire a new figure in, add its name to the item's
+``figures`` (and to ``figures.PLOTS``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from magicpig.harness.report.coverage_run import REPRODUCED, Run, not_run, partial
+from magicpig.harness.report.tables_system import TABLE7_TITLE, TABLE8_TITLE
+
+PAPER_MODEL = "Llama-3.1-8B-Instruct"
+HUB = {"ruler/qa_1": "SQuAD v2.0 dev", "ruler/qa_2": "HotpotQA dev", "longbench/": "THUDM/LongBench",
+       "gsm8k": "openai/gsm8k", "coqa": "stanfordnlp/coqa", "mmlu": "cais/mmlu", "igsm": "infini_igsm"}
+LONG_WEIGHTS = "aws-prototyping/MegaBeam-Mistral-7B-512k, princeton-nlp/Llama-3-8B-ProLong-512k-Instruct"
+
+
+@dataclass(frozen=True)
+class PaperItem:
+    label: str  # "Table 3", "Figure 5c"
+    shows: str  # what the paper's item shows
+    section: str | None  # the report heading (a prefix of it) that holds ours
+    figures: tuple[str, ...] = ()
+    check: Callable[[Run], str] | None = None  # None: reproduced wherever its section or figure is
+
+
+# ---- checks -----------------------------------------------------------------------------------------------
+
+def absent(run: Run, runs: Callable[[dict], bool], what: str) -> str:
+    """Status when ``what`` is not in the results: this preset runs it (so it has not run yet) or not."""
+    if runs(run.config):
+        return partial(f"no {what} in this run yet")
+    return not_run(run.elsewhere(runs))
+
+
+def _model_note(run: Run) -> str:
+    """Why our numbers are not the paper's cells: a different model than the paper's."""
+    if PAPER_MODEL.lower() in run.model.lower():
+        return ""
+    return f"on `{run.model}`, not {PAPER_MODEL} (needs model weights: meta-llama/{PAPER_MODEL}, a GPU)"
+
+
+def _configured(block: dict) -> bool:
+    return bool(block) and bool(block.get("tasks", True)) and block.get("samples", 1) != 0
+
+
+def _length_note(run: Run, ours: list[int], paper: list[int]) -> str:
+    if not ours or set(paper) <= set(ours):
+        return ""
+    ctx = run.model_context()
+    text = f"at {', '.join(map(str, sorted(ours)))} tokens, the paper at {', '.join(map(str, paper))}"
+    if ctx is not None and ctx < max(paper):
+        text += f" (needs a longer context than `{run.model}` has: {ctx})"
+    return text
+
+
+def benchmark(prefix: str, block: str, table_key: str, lengths: bool = False) -> Callable[[Run], str]:
+    """Status of an accuracy table: scheduled by the preset's ``block``, results under ``prefix``, the
+    paper's rows (settings) of ``table_key`` run, skipped tasks with their reason."""
+    def check(run: Run) -> str:
+        from magicpig.harness.report.collect import canonical, load_reference
+
+        if not _configured(run.config.get(block, {})):
+            return not_run(run.elsewhere(lambda p: _configured(p.get(block, {}))))
+        df = run.rows(lambda t: t == prefix or t.startswith(prefix) and prefix.endswith("/"))
+        ok = df[df["status"] == "ok"]
+        hub = HUB.get(prefix, "")
+        if ok.empty:
+            if not df.empty:
+                return not_run(f"needs hub data ({hub})" if hub else "every run skipped",
+                               str(df["reason"].iloc[0]).splitlines()[0][:120])
+            return partial("no results in this run yet")
+        missing = []
+        skipped = sorted(set(df["task"]) - set(ok["task"]))
+        if skipped:
+            names = ", ".join(t.split("/")[-1] for t in skipped)
+            need = sorted({HUB.get(t, hub) for t in skipped} - {""})
+            missing.append(f"{names} skipped" + (f" (needs hub data: {', '.join(need)})" if need else ""))
+        paper = load_reference()[table_key]
+        ran = set(ok["method"]) | set(ok["method_effective"])
+        not_ran = [s for s in paper.get("llama-3.1-8b-instruct", {}) if canonical(s) not in ran]
+        if not_ran:
+            missing.append("paper settings not run: " + ", ".join(f"`{s}`" for s in not_ran))
+        if lengths:
+            missing.append(_length_note(run, sorted(ok["length"].unique().tolist()), paper["lengths"]))
+        missing.append(_model_note(run))
+        return partial(*missing) if any(missing) else REPRODUCED
+    return check
+
+
+def table3(run: Run) -> str:
+    from magicpig.harness.report.collect import load_reference
+
+    status = benchmark("ruler/", "ruler", "ruler_table3", lengths=True)(run)
+    others = [m for m in load_reference()["ruler_table3"] if m not in ("lengths", "llama-3.1-8b-instruct")]
+    if others and not status.startswith("not run") and not any(m.split("-")[0] in run.model.lower() for m in others):
+        extra = f"the {', '.join(others)} rows need model weights (aws-prototyping/MegaBeam-Mistral-7B-512k)"
+        return partial(status.removeprefix("partial: "), extra) if status != REPRODUCED else partial(extra)
+    return status
+
+
+def table1(run: Run) -> str:
+    status = benchmark("gsm8k", "gsm8k", "lm_eval_table1")(run)
+    cols = []
+    for task, name in (("coqa", "COQA"), ("mmlu", "MMLU-CoT")):
+        if run.rows(lambda t, task=task: t.startswith(task))["status"].eq("ok").sum() == 0:
+            cols.append(f"{name} column: no results in this run (needs hub data: {HUB[task]})")
+    if not cols or status.startswith("not run"):
+        return status
+    return partial(status.removeprefix("partial: ") if status != REPRODUCED else "", *cols)
+
+
+def _longest_ruler(p: dict) -> int:
+    return max(p.get("ruler", {}).get("lengths") or [0])
+
+
+def table4(run: Run) -> str:
+    needed = 131072
+    if _longest_ruler(run.config) >= needed:
+        return benchmark("ruler/", "ruler", "ruler_table3")(run)
+    ctx = run.model_context()
+    why = [f"needs a longer context than `{run.model}` has ({ctx} tokens; the paper 128K-256K)"] \
+        if ctx is not None and ctx < needed else []
+    return not_run(*why, f"needs model weights ({LONG_WEIGHTS})",
+                   run.elsewhere(lambda p: _longest_ruler(p) >= needed))
+
+
+def table5(run: Run) -> str:
+    if "70b" in run.model.lower():
+        return benchmark("ruler/", "ruler", "ruler_table3", lengths=True)(run)
+    return not_run("needs model weights (meta-llama/Llama-3.1-70B-Instruct) and GPUs",
+                   run.elsewhere(lambda p: "70b" in str(p.get("model", "")).lower()))
+
+
+def table6(run: Run) -> str:
+    df = run.rows(lambda t: "igsm" in t)
+    if (df["status"] == "ok").any():
+        return partial(_model_note(run)) if _model_note(run) else REPRODUCED
+    if not df.empty:
+        return not_run(f"needs hub data ({HUB['igsm']})", str(df["reason"].iloc[0]).splitlines()[0][:120])
+    return not_run(f"needs hub data ({HUB['igsm']})", run.elsewhere(lambda p: "igsm" in str(p)))
+
+
+def _kl_methods(df) -> set[str]:
+    return {str(m) for m, f in zip(df["method"], df.get("fits", [True] * len(df)))
+            if str(m).startswith("magicpig") and str(f).lower() != "false"}
+
+
+def table7(run: Run) -> str:
+    from magicpig.harness.report.collect import load_reference
+
+    df = run.csv("throughput/decode.csv")
+    if df is None:
+        return absent(run, lambda p: bool(p.get("decode_bench")), "`throughput/decode.csv`")
+    settings = _kl_methods(df)
+    missing = [f"{len(settings)} of the paper's 6 (K, L) settings measured" if len(settings) < 6 else "",
+               "" if run.on_gpu else "measured on this machine's CPU (the paper: an L20 GPU box; needs a GPU)",
+               _model_note(run)]
+    if not load_reference().get("kl_throughput_table7", {}).get("rows"):
+        missing.append("the paper's cells are not transcribed (only its Sec. 5 (10, 150) figures)")
+    return partial(*missing) if any(missing) else REPRODUCED
+
+
+def table9(run: Run) -> str:
+    from magicpig.harness.report.collect import load_reference
+
+    df = run.csv("estimation/kl_grid_summary.csv")
+    if df is None:
+        return absent(run, lambda p: bool(p.get("estimation")), "`estimation/kl_grid_summary.csv`")
+    t9 = load_reference()["sampled_fraction_table9"]
+    cells = {(int(K), int(L)) for K in t9["K"] for L in t9["L"]}
+    have = {(int(r.K), int(r.L)) for r in df.itertuples()} & cells
+    missing = [f"{len(have)} of the {len(cells)} cells measured" if len(have) < len(cells) else "",
+               _model_note(run)]
+    return partial(*missing) if any(missing) else REPRODUCED
+
+
+def kl_ablation(run: Run) -> str:
+    """Table 10: the (K, L) grid ablation at the preset's longest RULER length."""
+    grid = run.config.get("ablations", {}).get("kl_grid") or []
+    if not grid:
+        return not_run(run.elsewhere(lambda p: bool(p.get("ablations", {}).get("kl_grid"))))
+    from magicpig.harness.report.collect import collect_metrics
+
+    df = collect_metrics(run.results / "ablations" / "kl_grid") if (run.results / "ablations").is_dir() else None
+    if df is None or df.empty or not (df["status"] == "ok").any():
+        return partial("no (K, L) grid results in this run yet")
+    ok = df[df["status"] == "ok"]
+    lengths = sorted(ok["length"].unique().tolist())
+    longest = _longest_ruler(run.config)
+    return partial(f"at {', '.join(map(str, lengths))} tokens, not the preset's longest RULER length {longest}"
+                   if longest and max(lengths) < longest else "",
+                   f"{ok['method'].nunique()} (K, L) settings on {ok['task'].nunique()} RULER task(s)",
+                   "the paper's cells are not transcribed in config/paper_reference.yaml", _model_note(run))
+
+
+def kl_grid_table(label: str) -> Callable[[Run], str]:
+    """Tables 11-13: more (K, L) settings; the paper's settings and cells are not transcribed, so the grid
+    ablation stands in for them."""
+    def check(run: Run) -> str:
+        status = kl_ablation(run)
+        if status.startswith("not run"):
+            return status
+        return partial(f"{label}'s (K, L) list is not transcribed; the (K, L) grid ablation stands in",
+                       status.removeprefix("partial: "))
+    return check
+
+
+def estimation(csv: str, one_capture_note: str = "") -> Callable[[Run], str]:
+    """An attention-level figure from ``estimation/<csv>``: partial when drawn from one capture."""
+    def check(run: Run) -> str:
+        df = run.csv(f"estimation/{csv}")
+        if df is None:
+            return absent(run, lambda p: bool(p.get("estimation")), f"`estimation/{csv}`")
+        captures = df["capture"].nunique() if "capture" in df.columns else 1
+        gaps = [f"from {captures} capture (one prompt; the paper's units are prompts)" if captures < 2 else "",
+                one_capture_note if captures < 2 else "", _model_note(run)]
+        return partial(*gaps) if any(gaps) else REPRODUCED
+    return check
+
+
+def centering(run: Run) -> str:
+    if not run.config.get("ablations", {}).get("centering_methods"):
+        return not_run(run.elsewhere(lambda p: bool(p.get("ablations", {}).get("centering_methods"))))
+    return partial("at one (K, L); the paper varies L", _model_note(run))
+
+
+def throughput(model: str, context: int, hardware: str) -> Callable[[Run], str]:
+    """Fig. 8 panels: measured here (CPU or GPU), a GPU run of ``make gpu-check``, or the labelled projection."""
+    def check(run: Run) -> str:
+        from magicpig.harness.report.tables_system import gpu_runs
+
+        frames = [run.csv(str(p.relative_to(run.results))) for p in sorted(run.results.glob("throughput/**/decode.csv"))]
+        measured = any(f is not None and "model" in f.columns and f["model"].astype(str).str.contains(model, case=False, regex=False).any()
+                       for f in frames)
+        gpu = bool(gpu_runs(run.results.parent / "gpu"))
+        if measured and run.on_gpu:
+            return partial(f"on this run's GPU, not the paper's {hardware}") if hardware else REPRODUCED
+        if run.csv("throughput/projection_paper_hardware.csv") is None and not any(f is not None for f in frames):
+            return absent(run, lambda p: bool(p.get("decode_bench")), "throughput results")
+        return partial(f"{model} at {context} on {hardware}: a bandwidth-model projection here, not a measurement "
+                       "(needs a GPU; `make gpu-check`)" + (", GPU runs shown" if gpu else ""),
+                       "measured on this machine's CPU" + ("" if measured else f" for `{run.model}` only"))
+    return check
+
+
+def diagram(run: Run) -> str:
+    return not_run("a diagram of the system design, no data to reproduce (the offload backend implements its "
+                   "split: linear layers and hashing on the accelerator, tables and sampled attention on the CPU)")
+
+
+# ---- the registry -----------------------------------------------------------------------------------------
+
+ITEMS: tuple[PaperItem, ...] = (
+    PaperItem("Table 1", "lm-eval accuracy (GSM8K-CoT, COQA, MMLU-CoT): full, MagicPIG (10,220)/(8,90), Quest",
+              "GSM8K-CoT", check=table1),
+    PaperItem("Table 2", "LongBench accuracy on 6 tasks: full, MagicPIG (10,150)/(8,75), Quest (16,0.05)",
+              "LongBench", check=benchmark("longbench/", "longbench", "longbench_table2")),
+    PaperItem("Table 3", "RULER 13-task average at 16K-96K: full, MagicPIG, Quest (Llama-3.1-8B, MegaBeam-7B)",
+              "RULER", ("ruler_per_task.png", "ruler_vs_cost.png"), table3),
+    PaperItem("Table 4", "RULER at 128K-256K on 512K-context models (MegaBeam-Mistral-7B, ProLong-8B), (11,300)",
+              "RULER", check=table4),
+    PaperItem("Table 5", "RULER on Llama-3.1-70B-Instruct: full vs MagicPIG (10,150), (9,110), (9,120), (10,135)",
+              "RULER", check=table5),
+    PaperItem("Table 6", "reasoning (infini_igsm) accuracy: full vs MagicPIG (10,300), (10,220), (10,150)",
+              None, check=table6),
+    PaperItem("Table 7", "(K, L) against ms/token at batch 1, max throughput, throughput under 200 ms/token",
+              TABLE7_TITLE, check=table7),
+    PaperItem("Table 8", "memory/compute overhead: hash tables (14 GB / 4.7 GB), projector, projection FLOPs",
+              TABLE8_TITLE),
+    PaperItem("Table 9", "measured sampled fraction B/n over K = 7..11, L = 75..300 (Llama-3.1-8B)",
+              "Sampled fraction", ("kl_grid.png",), table9),
+    PaperItem("Table 10", "RULER accuracy of MagicPIG over (K, L) settings", "(K, L) grid", check=kl_ablation),
+    PaperItem("Table 11", "accuracy over further (K, L) settings (appendix: selection of (K, L))", "(K, L) grid",
+              check=kl_grid_table("Table 11")),
+    PaperItem("Table 12", "accuracy over further (K, L) settings (appendix: selection of (K, L))", "(K, L) grid",
+              check=kl_grid_table("Table 12")),
+    PaperItem("Table 13", "accuracy over further (K, L) settings (appendix: selection of (K, L))", "(K, L) grid",
+              check=kl_grid_table("Table 13")),
+    PaperItem("Figure 1", "TopK accuracy against the fraction of keys on NIAH, CWE, FWE", None),
+    PaperItem("Figure 2a", "attention mass covered against the fraction of keys kept (the full curve)", None),
+    PaperItem("Figure 2b", "attention is long-tailed once the sink is removed: mass of the top keys, per layer",
+              "Attention spread", ("attention_spread.png",),
+              estimation("spread_summary.csv")),
+    PaperItem("Figure 3", "TopK misses much of a long-tailed attention's mass (with vs without the sink)",
+              "Attention spread", ("attention_spread.png",), estimation("spread_summary.csv")),
+    PaperItem("Figure 4", "relative output error of TopK vs sampling against the budget", "Relative output error",
+              ("error_vs_budget.png",), estimation("error_summary.csv")),
+    PaperItem("Figure 5a", "the sink key's direction across >= 32 random inputs", None),
+    PaperItem("Figure 5b", "the key mean's direction across >= 50 sentences", None),
+    PaperItem("Figure 5c", "per head: cosines of queries and keys to the sink key and the key mean", "Geometry",
+              ("geometry.png",), estimation("geometry_summary.csv", "the paper's per-head panel spans many inputs")),
+    PaperItem("Figure 6a", "oracle sampling vs TopK: relative output error at equal distinct keys", "TopK vs oracle",
+              ("error_vs_budget.png",), estimation("error_topk_vs_oracle.csv")),
+    PaperItem("Figure 6b", "oracle sampling keeps accuracy with ~32 unique keys of 16K; TopK does not",
+              "TopK vs oracle", ("error_vs_budget.png",), estimation("error_topk_vs_oracle.csv")),
+    PaperItem("Figure 6c", "oracle sampling vs TopK accuracy against the budget", None),
+    PaperItem("Figure 7", "the system: memory hierarchy and MagicPIG's GPU/CPU workload split", None,
+              check=diagram),
+    PaperItem("Figure 8a", "throughput vs batch, A100, CodeLlama-34B, 16K: MagicPIG 1.5x GPU-only full attention",
+              "Throughput and latency", ("throughput_batch.png", "speedup_paper_hardware.png"),
+              throughput("codellama-34b", 16384, "A100")),
+    PaperItem("Figure 8b", "throughput vs batch, L20, CodeLlama-13B, 16K: MagicPIG 5.0x",
+              "Throughput and latency", ("throughput_batch.png", "speedup_paper_hardware.png"),
+              throughput("codellama-13b", 16384, "L20")),
+    PaperItem("Figure 8c", "simulated RTX 4090, Llama-3.1-8B, 96K: 54 ms/token at batch 1, up to 3.3x",
+              "Throughput and latency", ("throughput_context.png", "speedup_paper_hardware.png"),
+              throughput("llama-3.1-8b", 98304, "RTX 4090 (simulated)")),
+    PaperItem("Figure 9a", "centering on/off: without it NIAH ~ 0, FWE ~ 65, under 0.1% of keys sampled",
+              "Centering on", ("centering.png",), centering),
+    PaperItem("Figure 9b", "MagicPIG vs TopK on CWE across cost", None),
+    PaperItem("Figure 9c", "MagicPIG vs TopK on FWE across cost", None),
+    PaperItem("Figure 10", "log |v_i - o| against q·k_i/√d in one decode step", None),
+    PaperItem("Figure 11", "value norm per token, the sink's marked", None),
+)

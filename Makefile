@@ -32,7 +32,7 @@ test: setup
 reproduce: setup
 	$(VENV)/bin/snakemake --cores $(CORES) $(if $(CONFIG),--config $(CONFIG))
 
-# the run, then its figures as an HTML report beside REPORT.md (`snakemake --report`: every figure with its caption)
+# the run, then an HTML report beside REPORT.md (`snakemake --report`: REPORT.md rendered, every figure with its caption)
 smoke: setup
 	$(VENV)/bin/snakemake --cores $(CORES) --configfile config/smoke.yaml
 	$(VENV)/bin/snakemake --cores $(CORES) --configfile config/smoke.yaml --report figures/generated/smoke/report.html

@@ -147,7 +147,7 @@ def test_eval_outputs_are_the_metrics_files_the_command_writes(args):
 
 def test_report_reads_every_result_and_writes_every_figure():
     """The report's inputs are every results file of the run (the metrics.json, the CSVs, tune-kl's JSON); its
-    outputs REPORT.md and each figure of magicpig.harness.report.figures.FIGURES."""
+    outputs REPORT.md, REPORT.html and each figure of magicpig.harness.report.figures.FIGURES."""
     from magicpig.harness.report import figures
 
     jobs = dry_run_jobs(dry_run().stdout)
@@ -157,7 +157,7 @@ def test_report_reads_every_result_and_writes_every_figure():
     assert results and results <= set(report["input"])
     assert "config/paper_reference.yaml" in report["input"]
     names = getattr(figures, "FIGURES", ["ruler_per_task.png", "kl_grid.png"])
-    assert {f"figures/generated/cpu/{n}" for n in ["REPORT.md", *names]} == set(report["output"])
+    assert {f"figures/generated/cpu/{n}" for n in ["REPORT.md", "REPORT.html", *names]} == set(report["output"])
 
 
 def test_tune_kl_writes_its_result_once():

@@ -1,6 +1,7 @@
 # The report: every table and figure, each beside the paper's numbers. Its inputs are the results files it
-# reads, so it reruns when one of them changes; its outputs are REPORT.md and each figure
-# (magicpig.harness.report.figures.FIGURES), wrapped for `snakemake --report report.html`.
+# reads, so it reruns when one of them changes; its outputs are REPORT.md, its HTML rendering REPORT.html and
+# each figure (magicpig.harness.report.figures.FIGURES). `snakemake --report report.html` shows REPORT.html
+# inline (a Markdown file would only be offered as a download) and each figure with its caption.
 rule report:
     input:
         accuracy=ACCURACY_METRICS,
@@ -10,7 +11,8 @@ rule report:
         reference="config/paper_reference.yaml",
         script="workflow/scripts/report.py",
     output:
-        report=report(f"{FIG}/REPORT.md", caption="../report/report_md.rst", category="Report"),
+        report=f"{FIG}/REPORT.md",
+        html=report(f"{FIG}/REPORT.html", caption="../report/report_md.rst", category="Report"),
         figures=[report(f"{FIG}/{name}", caption=figure_caption(name), category="Figures")
                  for name in report_figures()],
     log:

@@ -1,4 +1,5 @@
-"""Assemble ``REPORT.md`` and the figures of one preset from its results tree."""
+"""Assemble ``REPORT.md`` (and its HTML rendering ``REPORT.html``) and the figures of one preset from its results
+tree."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -11,6 +12,7 @@ import pandas as pd
 from magicpig.harness.report import figures
 from magicpig.harness.report.claims import claims_section
 from magicpig.harness.report.collect import canonical, collect_metrics, load_reference, read_csv
+from magicpig.harness.report.html import write_html
 from magicpig.harness.report.intervals import interval_table
 from magicpig.harness.report.markdown import fmt, table
 
@@ -18,8 +20,8 @@ PAPER_MODEL = "llama-3.1-8b-instruct"
 
 
 def build_report(results: Path | str, out: Path | str, preset: str) -> Path:
-    """Write ``out/REPORT.md`` and every figure of ``figures.FIGURES`` beside it from ``results``; returns
-    the report path. The claims table comes first, then one section per benchmark / experiment."""
+    """Write ``out/REPORT.md``, its rendering ``out/REPORT.html`` and every figure of ``figures.FIGURES``
+    beside them from ``results``; returns the Markdown report's path. The claims table comes first, then one section per benchmark / experiment."""
     results, out = Path(results), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ref = load_reference()
@@ -38,6 +40,7 @@ def build_report(results: Path | str, out: Path | str, preset: str) -> Path:
     parts += csv_sections(results, out, ref, figs)
     path = out / "REPORT.md"
     path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+    write_html(path)
     return path
 
 

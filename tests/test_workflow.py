@@ -65,7 +65,8 @@ def test_each_benchmark_runs_its_paper_tables_settings():
 
 @pytest.mark.parametrize("args", [[], ["--config", "preset=paper"]])
 def test_every_eval_command_parses(args):
-    """The rules' `magicpig eval` lines are accepted by its own parser (--samples all, --chat-template ...)."""
+    """The rules' `magicpig eval` lines are accepted by its own parser (--samples all, --chat-template ...), and
+    none turns progress off: a job's log shows its plain progress lines."""
     import shlex
 
     from magicpig.harness.cli import build_parser
@@ -76,7 +77,7 @@ def test_every_eval_command_parses(args):
     parser = build_parser()
     for cmd in cmds:
         argv = shlex.split(cmd)
-        parser.parse_args(argv[argv.index("magicpig") + 1:])
+        assert not parser.parse_args(argv[argv.index("magicpig") + 1:]).no_progress, cmd
 
 
 def test_chat_template_choices_match_the_schema():

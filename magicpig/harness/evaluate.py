@@ -51,6 +51,7 @@ from typing import Any, Callable
 from magicpig.backends import BACKENDS, DEFAULT_BACKEND, effective_backend
 from magicpig.harness.argcheck import check_device, check_seed, check_writable_dir
 from magicpig.harness.machine import machine_record
+from magicpig.harness.progress import progress
 from magicpig.pidlock import LockHeld, PidLock
 
 SETUPS = ("A", "B")
@@ -429,7 +430,7 @@ def _run_units(cfg, units, model, tokenizer, engine_factory, log, built) -> list
                 raise ValueError(f"length: {task_name} at {length} needs {worst} tokens (prompt + answer), over "
                                  f"the model's context {eng.max_context}; lower --length or pass "
                                  "--allow-long-context")
-        bar = _progress(todo, f"{task_name}@{length}", cfg.progress)
+        bar = progress(todo, f"{task_name}@{length}", cfg.progress)
         try:
             for s in bar:
                 _run_sample(cfg, eng, task, s, methods, preds)
@@ -470,16 +471,6 @@ def _run_sample(cfg: EvalConfig, eng, task, sample, methods, preds) -> None:
         if extra is not None:
             row["scores"] = extra(res.text, sample)
         preds[spec].append(row)
-
-
-def _progress(items, desc: str, enabled: bool):
-    if not enabled or not items:
-        return items
-    try:
-        from tqdm import tqdm
-        return tqdm(items, desc=desc, unit="sample", file=sys.stderr)
-    except ImportError:  # pragma: no cover
-        return items
 
 
 def _metrics_skeleton(cfg: EvalConfig, task, length: int, spec: str, method, applied: dict) -> dict:

@@ -57,7 +57,7 @@ def eval_args(preset, seed, tasks, lengths, methods, samples, setup=None):
         f"--model {shlex.quote(preset['model'])} {method_args(methods)} {task_args} {length_args}",
         f"--samples {samples} --seed {int(seed)} --setup {setup or preset.get('setup', 'A')}",
         f"--backend {preset['backend']} --chat-template {preset.get('chat_template', 'tokenizer')}",
-        device_args(preset), "--no-progress"]))
+        device_args(preset)]))
 
 
 def metrics_files(root, tasks, lengths, methods):

@@ -39,7 +39,9 @@ def register(sub) -> None:
                    help="local data file for a task (e.g. ruler/qa_1=dev-v2.0.json); repeatable")
     p.add_argument("--max-new-tokens", type=int, default=None, help="override every task's answer budget")
     p.add_argument("--allow-long-context", action="store_true", help="permit prompts beyond the model's context")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress output (default: a bar on a terminal, else a plain line at least every "
+                        "30 s: sample i of n, elapsed, ETA)")
     p.add_argument("--overwrite", action="store_true",
                    help="discard stored predictions made with other settings (model, method, setup, backend, "
                         "max-new-tokens, seed, device, task settings) instead of refusing to run")

@@ -35,6 +35,8 @@ def validate_pipeline_config(config: dict, *, warn: Callable[[str], None] | None
     warn = warn or (lambda msg: print(f"config warning: {msg}", file=sys.stderr))
     problems = schema_problems(config)
     if not problems:
+        problems += methods_module_problems(config.get("methods_module", []))
+    if not problems:
         for name, preset in config["presets"].items():
             problems += preset_problems(f"presets.{name}", preset)
         selected = config["preset"]
@@ -44,6 +46,20 @@ def validate_pipeline_config(config: dict, *, warn: Callable[[str], None] | None
             problems += model_problems(f"presets.{selected}", config["presets"][selected], warn)
     if problems:
         raise ValueError(f"config: {len(problems)} problem(s):\n" + "\n".join(f"- {p}" for p in problems))
+
+
+def methods_module_problems(modules: list[str]) -> list[str]:
+    """Import the user's method modules (and the ``magicpig.methods`` entry points), so that the method lists
+    may name their methods; a module that does not load is a problem of ``methods_module``."""
+    from magicpig.methods.plugins import load_methods
+
+    try:
+        load_methods(modules)
+    except (ValueError, FileNotFoundError) as exc:
+        return [str(exc)]
+    except Exception as exc:  # the user's module raised while it was imported
+        return [f"methods_module: importing {modules} raised {exc.__class__.__name__}: {exc}"]
+    return []
 
 
 def schema_problems(config: Any) -> list[str]:

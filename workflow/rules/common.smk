@@ -47,6 +47,11 @@ def method_args(methods):
     return " ".join(f"--method {shlex.quote(m)}" for m in methods)
 
 
+def methods_module_args():
+    """--methods-module options: the config's `methods_module` (the user's own methods), for eval and the report."""
+    return " ".join(f"--methods-module {shlex.quote(m)}" for m in config.get("methods_module", []))
+
+
 def eval_args(preset, seed, tasks, lengths, methods, samples, setup=None):
     """Every `magicpig eval` option but --out: the tasks, lengths and methods of one job and the preset's
     settings (model, setup, backend, prompt template, device)."""
@@ -57,7 +62,7 @@ def eval_args(preset, seed, tasks, lengths, methods, samples, setup=None):
         f"--model {shlex.quote(preset['model'])} {method_args(methods)} {task_args} {length_args}",
         f"--samples {samples} --seed {int(seed)} --setup {setup or preset.get('setup', 'A')}",
         f"--backend {preset['backend']} --chat-template {preset.get('chat_template', 'tokenizer')}",
-        device_args(preset)]))
+        device_args(preset), methods_module_args()]))
 
 
 def metrics_files(root, tasks, lengths, methods):

@@ -22,6 +22,7 @@ rule report:
         out=report_dir,
         python=PYTHON,
         preset=PRESET,
+        methods_module=methods_module_args(),
     conda:
         ENV
     resources:
@@ -29,4 +30,5 @@ rule report:
         runtime=30,
     shell:
         "{params.python} {input.script} --results {params.results} --out {params.out} --preset {params.preset} "
+        "{params.methods_module} "
         "> {log} 2>&1"

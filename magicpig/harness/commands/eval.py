@@ -20,6 +20,9 @@ def register(sub) -> None:
     p.add_argument("--methods", default=None,
                    help="method specs separated by ';' (specs contain ','), e.g. 'dense;magicpig:K=10,L=150'")
     p.add_argument("--method", action="append", default=[], help="one method spec (repeatable)")
+    p.add_argument("--methods-module", action="append", default=[], metavar="FILE.py|MODULE",
+                   help="import the user's module that registers more methods (magicpig.methods.register) "
+                        "first; repeatable. Entry points of the group 'magicpig.methods' load too")
     p.add_argument("--task", action="append", required=True,
                    help="task or group name (repeatable, or ',' separated); see `magicpig tasks`")
     p.add_argument("--length", action="append", required=True,
@@ -98,7 +101,9 @@ def run(args) -> int:
     from pathlib import Path
 
     from magicpig.harness.evaluate import EvalConfig, format_table, run_eval
+    from magicpig.methods.plugins import load_methods
 
+    load_methods(args.methods_module, "--methods-module")
     methods = ([args.methods] if args.methods else []) + list(args.method)
     if not methods:
         raise ValueError("methods: give --methods 'dense;magicpig:K=10,L=150' or --method SPEC")

@@ -36,6 +36,7 @@ def validate_pipeline_config(config: dict, *, warn: Callable[[str], None] | None
     problems = schema_problems(config)
     if not problems:
         problems += methods_module_problems(config.get("methods_module", []))
+        problems += data_problems(config.get("data", {}), warn)
     if not problems:
         for name, preset in config["presets"].items():
             problems += preset_problems(f"presets.{name}", preset)
@@ -60,6 +61,22 @@ def methods_module_problems(modules: list[str]) -> list[str]:
     except Exception as exc:  # the user's module raised while it was imported
         return [f"methods_module: importing {modules} raised {exc.__class__.__name__}: {exc}"]
     return []
+
+
+def data_problems(data: dict, warn: Callable[[str], None]) -> list[str]:
+    """``data:`` keys must be tasks that read a data file; a file not there (yet) is only a warning: its task
+    is skipped until it appears, and the job then reruns."""
+    from magicpig_tasks.registry import DATA_TASKS
+
+    out = []
+    for task, path in data.items():
+        if task not in DATA_TASKS:
+            close = difflib.get_close_matches(task, DATA_TASKS, 1)
+            out.append(f"data.{task}: task {task!r} takes no data file"
+                       + (f" (did you mean {close[0]!r}?)" if close else "") + f"; tasks with data: {', '.join(DATA_TASKS)}")
+        elif not Path(path).is_file():
+            warn(f"data.{task}: {path} does not exist; {task} is skipped until it does, then its job reruns")
+    return out
 
 
 def schema_problems(config: Any) -> list[str]:

@@ -33,6 +33,7 @@ def build_report(results: Path | str, out: Path | str, preset: str) -> Path:
              "model and lengths of this preset, so compare trends, not cells, unless the settings match."]
     parts += claims_section(results, ref)
     acc = collect_metrics(results / "accuracy") if (results / "accuracy").is_dir() else collect_metrics(out / "none")
+    parts += skipped_section(acc, results / "ablations")
     parts += ruler_section(acc, ref, out, figs)
     parts += longbench_section(acc, ref)
     parts += gsm8k_section(acc, ref)
@@ -63,6 +64,23 @@ def paper_only_rows(section: dict, matched: set, n_ours: int, columns: int | Non
     row of the paper's table is listed; ``columns``: how many of the paper's columns to show."""
     return [[f"`{spec}` (paper only)"] + ["—"] * n_ours + [fmt(x) for x in values[:columns]]
             for spec, values in section.get(PAPER_MODEL, {}).items() if canonical(spec) not in matched]
+
+
+def skipped_section(acc: pd.DataFrame, ablations: Path) -> list[str]:
+    """Every (task, length) of the run that was skipped or is incomplete, with its reason, in one list."""
+    frames = [acc] + ([collect_metrics(ablations)] if ablations.is_dir() else [])
+    df = pd.concat([f for f in frames if not f.empty]) if any(not f.empty for f in frames) else acc
+    if df.empty or (df["status"] == "ok").all():
+        return []
+    from magicpig_tasks.registry import DATA_TASKS
+
+    bad = df[df["status"] != "ok"].drop_duplicates(["task", "length", "status", "reason"])
+    lines = []
+    for r in bad.itertuples():
+        hint = (f" Give its file under `data:` in the config (`{r.task}: /path/to/file`): the job reruns."
+                if r.status == "skipped" and r.task in DATA_TASKS else "")
+        lines.append(f"- `{r.task}` @ {r.length}: **{r.status}**" + (f" — {r.reason}." if r.reason else ".") + hint)
+    return ["## Skipped or incomplete", "These results are missing from the tables below:\n" + "\n".join(lines)]
 
 
 def _skipped_notes(df: pd.DataFrame) -> list[str]:

@@ -51,7 +51,7 @@ from typing import Any, Callable
 from magicpig.backends import BACKENDS, DEFAULT_BACKEND, effective_backend
 from magicpig.harness.argcheck import check_device, check_seed, check_writable_dir
 from magicpig.harness.machine import machine_record
-from magicpig.harness.progress import progress
+from magicpig.harness.progress import heartbeat, progress
 from magicpig.pidlock import LockHeld, PidLock
 
 SETUPS = ("A", "B")
@@ -389,7 +389,8 @@ def _run_units(cfg, units, model, tokenizer, engine_factory, log, built) -> list
             if state["model"] is None:
                 from magicpig.models import load_model
                 log(f"loading model {cfg.model} ...")
-                state["model"], _ = load_model(cfg.model, device=cfg.device)
+                with heartbeat(f"loading model {cfg.model}"):  # a line at least every 30 s in a log
+                    state["model"], _ = load_model(cfg.model, device=cfg.device)
             if engine_factory is not None:
                 state["engine"] = engine_factory(state["model"], tokenizer)
             else:

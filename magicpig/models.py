@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from magicpig import model_parts
+from magicpig.gguf_cache import parsed_once
 
 EMBEDDED = "smollm2"
 SHAPE_PREFIX = "shape:"
@@ -111,7 +112,8 @@ def load_tokenizer(model: str):
     src = resolve(model)
     check_folder_files(src)
     try:
-        return AutoTokenizer.from_pretrained(src.path, gguf_file=src.gguf_file)
+        with parsed_once():
+            return AutoTokenizer.from_pretrained(src.path, gguf_file=src.gguf_file)
     except OSError as exc:
         raise _missing_weights(model, exc) from exc
 
@@ -152,16 +154,17 @@ def load_model(model: str, *, device: str | None = None, dtype=None, attn_implem
     if src.shape is not None:
         return build_shape_model(src.shape, device=device, dtype=dtype,
                                  attn_implementation=attn_implementation), None
-    tokenizer = load_tokenizer(model)
-    try:
-        net = AutoModelForCausalLM.from_pretrained(src.path, gguf_file=src.gguf_file, dtype=dtype,
-                                                   attn_implementation=attn_implementation)
-    except OSError as exc:
-        raise _missing_weights(model, exc) from exc
-    except ValueError as exc:  # a GGUF file that passed the size check but is still damaged
-        if src.gguf_file:
-            raise ValueError(f"model: could not read GGUF file {Path(src.path) / src.gguf_file}: {exc}") from exc
-        raise
+    with parsed_once():  # the tokenizer, the config and the weights from one reading of a GGUF header
+        tokenizer = load_tokenizer(model)
+        try:
+            net = AutoModelForCausalLM.from_pretrained(src.path, gguf_file=src.gguf_file, dtype=dtype,
+                                                       attn_implementation=attn_implementation)
+        except OSError as exc:
+            raise _missing_weights(model, exc) from exc
+        except ValueError as exc:  # a GGUF file that passed the size check but is still damaged
+            if src.gguf_file:
+                raise ValueError(f"model: could not read GGUF file {Path(src.path) / src.gguf_file}: {exc}") from exc
+            raise
     net.to(device).eval()
     return net, tokenizer
 

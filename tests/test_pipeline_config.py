@@ -145,7 +145,7 @@ def test_misspelled_keys_are_refused(smoke):
     smoke["presets"]["smoke"]["ruler"]["lenghts"] = [1024]
     msg = problems(smoke)
     assert "(top level): Additional properties are not allowed ('sead' was unexpected)" in msg
-    assert "did you mean 'sead' -> 'seed'?" in msg and "allowed keys: overwrite, preset, presets, seed" in msg
+    assert "did you mean 'sead' -> 'seed'?" in msg and "allowed keys: data, methods_module, overwrite, preset, presets, seed" in msg
     assert "presets.smoke.ruler: Additional properties are not allowed ('lenghts' was unexpected)" in msg
 
 

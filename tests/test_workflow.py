@@ -65,7 +65,8 @@ def test_each_benchmark_runs_its_paper_tables_settings():
 
 @pytest.mark.parametrize("args", [[], ["--config", "preset=paper"]])
 def test_every_eval_command_parses(args):
-    """The rules' `magicpig eval` lines are accepted by its own parser (--samples all, --chat-template ...)."""
+    """The rules' `magicpig eval` lines are accepted by its own parser (--samples all, --chat-template ...), and
+    none turns progress off: a job's log shows its plain progress lines."""
     import shlex
 
     from magicpig.harness.cli import build_parser
@@ -76,7 +77,7 @@ def test_every_eval_command_parses(args):
     parser = build_parser()
     for cmd in cmds:
         argv = shlex.split(cmd)
-        parser.parse_args(argv[argv.index("magicpig") + 1:])
+        assert not parser.parse_args(argv[argv.index("magicpig") + 1:]).no_progress, cmd
 
 
 def test_overwrite_switch_reaches_every_eval_command():
@@ -160,7 +161,7 @@ def test_eval_outputs_are_the_metrics_files_the_command_writes(args):
 
 def test_report_reads_every_result_and_writes_every_figure():
     """The report's inputs are every results file of the run (the metrics.json, the CSVs, tune-kl's JSON); its
-    outputs REPORT.md and each figure of magicpig.harness.report.figures.FIGURES."""
+    outputs REPORT.md, REPORT.html and each figure of magicpig.harness.report.figures.FIGURES."""
     from magicpig.harness.report import figures
 
     jobs = dry_run_jobs(dry_run().stdout)
@@ -170,7 +171,7 @@ def test_report_reads_every_result_and_writes_every_figure():
     assert results and results <= set(report["input"])
     assert "config/paper_reference.yaml" in report["input"]
     names = getattr(figures, "FIGURES", ["ruler_per_task.png", "kl_grid.png"])
-    assert {f"figures/generated/cpu/{n}" for n in ["REPORT.md", *names]} == set(report["output"])
+    assert {f"figures/generated/cpu/{n}" for n in ["REPORT.md", "REPORT.html", *names]} == set(report["output"])
 
 
 def test_tune_kl_writes_its_result_once():

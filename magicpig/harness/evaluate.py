@@ -52,6 +52,7 @@ from magicpig.harness.argcheck import check_device, check_seed, check_writable_d
 from magicpig.harness.eval_checks import check_generated_lengths, check_task_data, model_context_length
 from magicpig.harness.machine import machine_record
 from magicpig.harness.predictions import Predictions
+from magicpig.harness.progress import heartbeat, progress
 from magicpig.methods.spec_names import check_dirnames, method_dirname, split_methods  # noqa: F401 (re-exported)
 from magicpig.pidlock import LockHeld, PidLock
 
@@ -332,7 +333,8 @@ def _run_units(cfg, units, model, tokenizer, engine_factory, log, built) -> list
             if state["model"] is None:
                 from magicpig.models import load_model
                 log(f"loading model {cfg.model} ...")
-                state["model"], _ = load_model(cfg.model, device=cfg.device)
+                with heartbeat(f"loading model {cfg.model}"):  # a line at least every 30 s in a log
+                    state["model"], _ = load_model(cfg.model, device=cfg.device)
             if engine_factory is not None:
                 state["engine"] = engine_factory(state["model"], tokenizer)
             else:
@@ -376,7 +378,7 @@ def _run_units(cfg, units, model, tokenizer, engine_factory, log, built) -> list
                 raise ValueError(f"length: {task_name} at {length} needs {worst} tokens (prompt + answer), over "
                                  f"the model's context {eng.max_context}; lower --length or pass "
                                  "--allow-long-context")
-        bar = _progress(todo, f"{task_name}@{length}", cfg.progress)
+        bar = progress(todo, f"{task_name}@{length}", cfg.progress)
         try:
             for s in bar:
                 _run_sample(cfg, eng, task, s, methods, preds)
@@ -417,16 +419,6 @@ def _run_sample(cfg: EvalConfig, eng, task, sample, methods, preds) -> None:
         if extra is not None:
             row["scores"] = extra(res.text, sample)
         preds[spec].append(row)
-
-
-def _progress(items, desc: str, enabled: bool):
-    if not enabled or not items:
-        return items
-    try:
-        from tqdm import tqdm
-        return tqdm(items, desc=desc, unit="sample", file=sys.stderr)
-    except ImportError:  # pragma: no cover
-        return items
 
 
 def _metrics_skeleton(cfg: EvalConfig, task, length: int, spec: str, method, applied: dict) -> dict:

@@ -35,6 +35,9 @@ def validate_pipeline_config(config: dict, *, warn: Callable[[str], None] | None
     warn = warn or (lambda msg: print(f"config warning: {msg}", file=sys.stderr))
     problems = schema_problems(config)
     if not problems:
+        problems += methods_module_problems(config.get("methods_module", []))
+        problems += data_problems(config.get("data", {}), warn)
+    if not problems:
         for name, preset in config["presets"].items():
             problems += preset_problems(f"presets.{name}", preset)
         selected = config["preset"]
@@ -44,6 +47,36 @@ def validate_pipeline_config(config: dict, *, warn: Callable[[str], None] | None
             problems += model_problems(f"presets.{selected}", config["presets"][selected], warn)
     if problems:
         raise ValueError(f"config: {len(problems)} problem(s):\n" + "\n".join(f"- {p}" for p in problems))
+
+
+def methods_module_problems(modules: list[str]) -> list[str]:
+    """Import the user's method modules (and the ``magicpig.methods`` entry points), so that the method lists
+    may name their methods; a module that does not load is a problem of ``methods_module``."""
+    from magicpig.methods.plugins import load_methods
+
+    try:
+        load_methods(modules)
+    except (ValueError, FileNotFoundError) as exc:
+        return [str(exc)]
+    except Exception as exc:  # the user's module raised while it was imported
+        return [f"methods_module: importing {modules} raised {exc.__class__.__name__}: {exc}"]
+    return []
+
+
+def data_problems(data: dict, warn: Callable[[str], None]) -> list[str]:
+    """``data:`` keys must be tasks that read a data file; a file not there (yet) is only a warning: its task
+    is skipped until it appears, and the job then reruns."""
+    from magicpig_tasks.registry import DATA_TASKS
+
+    out = []
+    for task, path in data.items():
+        if task not in DATA_TASKS:
+            close = difflib.get_close_matches(task, DATA_TASKS, 1)
+            out.append(f"data.{task}: task {task!r} takes no data file"
+                       + (f" (did you mean {close[0]!r}?)" if close else "") + f"; tasks with data: {', '.join(DATA_TASKS)}")
+        elif not Path(path).is_file():
+            warn(f"data.{task}: {path} does not exist; {task} is skipped until it does, then its job reruns")
+    return out
 
 
 def schema_problems(config: Any) -> list[str]:

@@ -21,6 +21,7 @@ ACCURACY_METRICS = (
 rule eval_ruler:
     input:
         rules.build_cpu_module.output,
+        data=lambda w: data_files([f"ruler/{w.task}"]),
     output:
         metrics_files(ACCURACY, ["ruler/{task}"], ["{length}"], P["ruler"]["methods"]),
     log:
@@ -44,6 +45,7 @@ rule eval_ruler:
 rule eval_longbench:
     input:
         rules.build_cpu_module.output,
+        data=lambda w: data_files([f"longbench/{w.task}"]),
     output:
         metrics_files(ACCURACY, ["longbench/{task}"], [LONGBENCH_LENGTH], P["longbench"]["methods"]),
     log:
@@ -67,6 +69,7 @@ rule eval_longbench:
 rule eval_gsm8k:
     input:
         rules.build_cpu_module.output,
+        data=data_files(["gsm8k"]),
     output:
         metrics_files(ACCURACY, ["gsm8k"], [GSM8K_LENGTH], P["gsm8k"]["methods"]),
     log:

@@ -47,6 +47,25 @@ def method_args(methods):
     return " ".join(f"--method {shlex.quote(m)}" for m in methods)
 
 
+def methods_module_args():
+    """--methods-module options: the config's `methods_module` (the user's own methods), for eval and the report."""
+    return " ".join(f"--methods-module {shlex.quote(m)}" for m in config.get("methods_module", []))
+
+
+def data_files(tasks):
+    """The config's `data` files of ``tasks`` that exist: an eval job's inputs, so the job reruns when one
+    appears (a task whose file is missing is skipped and says so in its metrics.json)."""
+    data = config.get("data", {})
+    return [data[t] for t in tasks if t in data and os.path.isfile(data[t])]
+
+
+def data_args(tasks):
+    """--data TASK=PATH for each task of ``tasks`` whose data file is in the config and exists."""
+    data = config.get("data", {})
+    return " ".join(f"--data {shlex.quote(f'{t}={data[t]}')}" for t in tasks
+                    if t in data and os.path.isfile(data[t]))
+
+
 def eval_args(preset, seed, tasks, lengths, methods, samples, setup=None):
     """Every `magicpig eval` option but --out: the tasks, lengths and methods of one job and the preset's
     settings (model, setup, backend, prompt template, device)."""
@@ -57,7 +76,7 @@ def eval_args(preset, seed, tasks, lengths, methods, samples, setup=None):
         f"--model {shlex.quote(preset['model'])} {method_args(methods)} {task_args} {length_args}",
         f"--samples {samples} --seed {int(seed)} --setup {setup or preset.get('setup', 'A')}",
         f"--backend {preset['backend']} --chat-template {preset.get('chat_template', 'tokenizer')}",
-        device_args(preset), "--no-progress", overwrite_arg()]))
+        device_args(preset), data_args(tasks), methods_module_args(), overwrite_arg()]))
 
 
 def overwrite_arg():

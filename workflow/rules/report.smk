@@ -1,7 +1,8 @@
 # The report: every table and figure, each beside the paper's numbers. Its inputs are the results files it
-# reads, so it reruns when one of them changes; its outputs are REPORT.md and each figure
-# (magicpig.harness.report.figures.FIGURES), wrapped for `snakemake --report report.html`. The preset's config
-# goes along as JSON: the report's coverage table computes each paper item's status from it.
+# reads, so it reruns when one of them changes; its outputs are REPORT.md, its HTML rendering REPORT.html and
+# each figure (magicpig.harness.report.figures.FIGURES). `snakemake --report report.html` shows REPORT.html
+# inline (a Markdown file would only be offered as a download) and each figure with its caption. The
+# preset's config goes along as JSON: the report's coverage table computes each paper item's status from it.
 import json
 import shlex
 
@@ -14,7 +15,8 @@ rule report:
         reference="config/paper_reference.yaml",
         script="workflow/scripts/report.py",
     output:
-        report=report(f"{FIG}/REPORT.md", caption="../report/report_md.rst", category="Report"),
+        report=f"{FIG}/REPORT.md",
+        html=report(f"{FIG}/REPORT.html", caption="../report/report_md.rst", category="Report"),
         figures=[report(f"{FIG}/{name}", caption=figure_caption(name), category="Figures")
                  for name in report_figures()],
     log:
@@ -25,6 +27,7 @@ rule report:
         out=report_dir,
         python=PYTHON,
         preset=PRESET,
+        methods_module=methods_module_args(),
     conda:
         ENV
     resources:
@@ -32,4 +35,4 @@ rule report:
         runtime=30,
     shell:
         "{params.python} {input.script} --results {params.results} --out {params.out} --preset {params.preset} "
-        "--preset-config {params.preset_config} > {log} 2>&1"
+        "--preset-config {params.preset_config} {params.methods_module} > {log} 2>&1"

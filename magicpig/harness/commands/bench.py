@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from magicpig.backends import BENCH_BACKENDS
 from magicpig.harness import allocator
+from magicpig.harness.progress import heartbeat
 
 
 def _parse_kl(text: str) -> tuple[int, int]:
@@ -46,9 +47,11 @@ def _run_kernel(args) -> int:
         if d < 1 or (args.dtype == "bfloat16" and d % 2):
             raise ValueError(f"--head-dim must be a positive{' even' if args.dtype == 'bfloat16' else ''} "
                              f"integer (a {args.dtype} key+value row must be a multiple of 8 bytes), got {d}")
-    bench_kernel.run(ns=tuple(args.n or bench_kernel.NS), head_dims=tuple(args.head_dim or bench_kernel.HEAD_DIMS),
-                     kls=kls, dists=tuple(args.dist or bench_kernel.DISTS), dtype=getattr(torch, args.dtype),
-                     csv_path=args.csv, reps=args.reps, reference=not args.no_reference)
+    with heartbeat("bench kernel"):  # a line at least every 30 s in a log
+        bench_kernel.run(ns=tuple(args.n or bench_kernel.NS),
+                         head_dims=tuple(args.head_dim or bench_kernel.HEAD_DIMS), kls=kls,
+                         dists=tuple(args.dist or bench_kernel.DISTS), dtype=getattr(torch, args.dtype),
+                         csv_path=args.csv, reps=args.reps, reference=not args.no_reference)
     return 0
 
 
@@ -111,13 +114,14 @@ def _run_decode(args) -> int:
     check_device(args.device)
     if args.csv:
         check_writable_file(args.csv, "--csv")
-    rows = bench_decode.run(args.model, tuple(args.context or bench_decode.CONTEXTS), methods,
-                            batches=tuple(args.batch or bench_decode.BATCHES), steps=args.steps,
-                            warmup=args.warmup, fill=args.fill, tile_base=args.tile_base, device=args.device,
-                            dtype=args.dtype, csv_path=args.csv, prefill_chunk=args.prefill_chunk,
-                            max_throughput=args.max_throughput, max_batch=args.max_batch,
-                            offload_dtype=None if args.offload_dtype == "auto" else args.offload_dtype,
-                            linear=args.linear, forward=args.forward, malloc=args.malloc)
+    with heartbeat("bench decode"):  # a line at least every 30 s in a log
+        rows = bench_decode.run(args.model, tuple(args.context or bench_decode.CONTEXTS), methods,
+                                batches=tuple(args.batch or bench_decode.BATCHES), steps=args.steps,
+                                warmup=args.warmup, fill=args.fill, tile_base=args.tile_base, device=args.device,
+                                dtype=args.dtype, csv_path=args.csv, prefill_chunk=args.prefill_chunk,
+                                max_throughput=args.max_throughput, max_batch=args.max_batch,
+                                offload_dtype=None if args.offload_dtype == "auto" else args.offload_dtype,
+                                linear=args.linear, forward=args.forward, malloc=args.malloc)
     if not any(r["fits"] is True for r in rows):
         print("magicpig bench decode: no configuration fits in memory: "
               + "; ".join(sorted({r["reason"] for r in rows})), file=sys.stderr)

@@ -13,6 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from magicpig.harness.progress import heartbeat
+
 EXPERIMENTS = ("spread", "error", "kl-grid", "centering", "geometry")
 DEFAULT_OUT = "results/estimation"
 
@@ -132,10 +134,11 @@ def run_capture(args) -> int:
     check_device(args.device)
     check_writable_file(out, "--out")
     resolve(args.model)
-    cap = capture_for_model(args.model, args.context, layers=args.layers, decode_steps=args.decode_steps,
-                            prompt_queries=args.prompt_queries, depth=args.depth, seed=args.seed,
-                            kv_dtype=getattr(torch, args.kv_dtype), device=args.device,
-                            progress=lambda m: print(m, file=sys.stderr, flush=True))
+    with heartbeat(f"capture {args.model} @ {args.context}"):  # a line at least every 30 s in a log
+        cap = capture_for_model(args.model, args.context, layers=args.layers, decode_steps=args.decode_steps,
+                                prompt_queries=args.prompt_queries, depth=args.depth, seed=args.seed,
+                                kv_dtype=getattr(torch, args.kv_dtype), device=args.device,
+                                progress=lambda m: print(m, file=sys.stderr, flush=True))
     cap.meta["machine"] = machine_record(args.device)
     cap.save(out)
     print(json.dumps({"capture": str(out), "n_prompt": cap.n_prompt, "n_keys": cap.n_keys,
@@ -180,43 +183,44 @@ def run_experiment(args) -> int:
     cap = Capture.load(args.capture)
     report = {}
     spread_df = None  # which heads are long-tailed: the spread experiment's table, read by the error one
-    for name in names:
-        heavy = name in ("error", "kl-grid", "centering")
-        layer_spec = args.layers or ("every:3" if heavy else "all")
-        layers = [i for i in parse_layers(layer_spec, cap.num_layers) if i in cap.layers]
-        mq = args.max_queries if args.max_queries is not None else (8 if heavy else None)
-        print(f"[{name}] {len(layers)} layers, {mq or cap.queries.shape[1]} queries, "
-              f"{cap.n_keys} keys", file=sys.stderr, flush=True)
-        kw = dict(layers=layers, max_queries=mq)
-        if name == "spread":
-            df = spread_df = E.spread(cap, top_frac=args.top_frac, sink_tokens=args.sink_tokens, **kw)
-        elif name == "error":
-            df = E.error(cap, budgets=budgets, kl=kl, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
-        elif name == "kl-grid":
-            df = E.kl_grid(cap, Ks=Ks, Ls=Ls, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
-        elif name == "centering":
-            df = E.centering(cap, kl=kl, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
-        else:
-            df = E.geometry(cap, sinks=args.sinks, local=args.local, **kw)
-        summary = E.summary(name, df)
-        meta = {"model": cap.meta.get("model", ""), "n_prompt": cap.n_prompt, "capture": Path(args.capture).name,
-                "seed": args.seed}
-        stem = name.replace("-", "_")
-        df.assign(**meta).to_csv(out_dir / f"{stem}.csv", index=False)
-        summary.assign(**meta).to_csv(out_dir / f"{stem}_summary.csv", index=False)
-        report[name] = summary
-        if name == "error":
-            E.topk_vs_oracle(df).assign(**meta).to_csv(out_dir / "error_topk_vs_oracle.csv", index=False)
-            if spread_df is None:  # `estimate error` alone; `estimate all` reuses its spread table
-                spread_df = E.spread(cap, top_frac=args.top_frac, sink_tokens=args.sink_tokens, **kw)
-            E.topk_vs_oracle_heads(df, spread_df).assign(**meta).to_csv(
-                out_dir / "error_topk_vs_oracle_heads.csv", index=False)  # which heads are long-tailed
-        if name == "geometry":  # the per-key distributions of Fig. 5
-            E.geometry_hist(cap, sinks=args.sinks, local=args.local, **kw).assign(**meta).to_csv(
-                out_dir / "geometry_hist.csv", index=False)
-        if not args.json:
-            print(f"== {name} (means over MagicPIG's sparse layers) -> {out_dir / (stem + '.csv')}")
-            print(summary.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    with heartbeat(f"estimate {args.experiment_name}"):  # a line at least every 30 s in a log
+        for name in names:
+            heavy = name in ("error", "kl-grid", "centering")
+            layer_spec = args.layers or ("every:3" if heavy else "all")
+            layers = [i for i in parse_layers(layer_spec, cap.num_layers) if i in cap.layers]
+            mq = args.max_queries if args.max_queries is not None else (8 if heavy else None)
+            print(f"[{name}] {len(layers)} layers, {mq or cap.queries.shape[1]} queries, "
+                  f"{cap.n_keys} keys", file=sys.stderr, flush=True)
+            kw = dict(layers=layers, max_queries=mq)
+            if name == "spread":
+                df = spread_df = E.spread(cap, top_frac=args.top_frac, sink_tokens=args.sink_tokens, **kw)
+            elif name == "error":
+                df = E.error(cap, budgets=budgets, kl=kl, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
+            elif name == "kl-grid":
+                df = E.kl_grid(cap, Ks=Ks, Ls=Ls, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
+            elif name == "centering":
+                df = E.centering(cap, kl=kl, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
+            else:
+                df = E.geometry(cap, sinks=args.sinks, local=args.local, **kw)
+            summary = E.summary(name, df)
+            meta = {"model": cap.meta.get("model", ""), "n_prompt": cap.n_prompt, "capture": Path(args.capture).name,
+                    "seed": args.seed}
+            stem = name.replace("-", "_")
+            df.assign(**meta).to_csv(out_dir / f"{stem}.csv", index=False)
+            summary.assign(**meta).to_csv(out_dir / f"{stem}_summary.csv", index=False)
+            report[name] = summary
+            if name == "error":
+                E.topk_vs_oracle(df).assign(**meta).to_csv(out_dir / "error_topk_vs_oracle.csv", index=False)
+                if spread_df is None:  # `estimate error` alone; `estimate all` reuses its spread table
+                    spread_df = E.spread(cap, top_frac=args.top_frac, sink_tokens=args.sink_tokens, **kw)
+                E.topk_vs_oracle_heads(df, spread_df).assign(**meta).to_csv(
+                    out_dir / "error_topk_vs_oracle_heads.csv", index=False)  # which heads are long-tailed
+            if name == "geometry":  # the per-key distributions of Fig. 5
+                E.geometry_hist(cap, sinks=args.sinks, local=args.local, **kw).assign(**meta).to_csv(
+                    out_dir / "geometry_hist.csv", index=False)
+            if not args.json:
+                print(f"== {name} (means over MagicPIG's sparse layers) -> {out_dir / (stem + '.csv')}")
+                print(summary.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     if args.json:
         print(json.dumps({k: json.loads(v.to_json(orient="records")) for k, v in report.items()}, indent=2))
     return 0

@@ -21,6 +21,9 @@ def register(sub) -> None:
                    help="method specs separated by ';' (specs contain ','), e.g. 'dense;magicpig:K=10,L=150'")
     p.add_argument("--method", action="append", default=[],
                    help="one method spec (repeatable); list values inside it use '/', e.g. dense_layers=0/16")
+    p.add_argument("--methods-module", action="append", default=[], metavar="FILE.py|MODULE",
+                   help="import the user's module that registers more methods (magicpig.methods.register) "
+                        "first; repeatable. Entry points of the group 'magicpig.methods' load too")
     p.add_argument("--task", action="append", required=True,
                    help="task or group name (repeatable, or ',' separated); see `magicpig tasks`")
     p.add_argument("--length", action="append", required=True,
@@ -40,7 +43,9 @@ def register(sub) -> None:
                    help="local data file for a task (e.g. ruler/qa_1=dev-v2.0.json); repeatable")
     p.add_argument("--max-new-tokens", type=int, default=None, help="override every task's answer budget")
     p.add_argument("--allow-long-context", action="store_true", help="permit prompts beyond the model's context")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress output (default: a bar on a terminal, else a plain line at least every "
+                        "30 s: sample i of n, elapsed, ETA)")
     p.add_argument("--overwrite", action="store_true",
                    help="discard stored predictions made with other settings (model, method, setup, backend, "
                         "max-new-tokens, seed, device, task settings) instead of refusing to run")
@@ -97,9 +102,10 @@ def run(args) -> int:
 
     from magicpig.atomic_io import write_text_atomic
     from magicpig.harness.evaluate import EvalConfig, format_table, run_eval
-
+    from magicpig.methods.plugins import load_methods
     from magicpig.methods.spec_names import split_methods
 
+    load_methods(args.methods_module, "--methods-module")
     methods = (split_methods(args.methods) if args.methods else []) + list(args.method)
     if not methods:
         raise ValueError("methods: give --methods 'dense;magicpig:K=10,L=150' or --method SPEC")

@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from magicpig.harness.progress import heartbeat
+
 
 def register(sub) -> None:
     p = sub.add_parser("tune-kl", help="choose (K, L) for a target sampling cost from measured attention")
@@ -70,7 +72,8 @@ def run(args) -> int:
         raise FileNotFoundError(f"--capture: {path} does not exist")
     else:
         say(f"no capture at {path}; capturing {args.model} at {args.context} tokens")
-        cap = capture_for_model(args.model, args.context, progress=say)
+        with heartbeat(f"capture {args.model} @ {args.context}"):  # a line at least every 30 s in a log
+            cap = capture_for_model(args.model, args.context, progress=say)
         from magicpig.harness.machine import machine_record
 
         cap.meta["machine"] = machine_record()
@@ -78,8 +81,9 @@ def run(args) -> int:
     layers = None
     if args.layers:
         layers = [i for i in parse_layers(args.layers, cap.num_layers) if i in cap.layers]
-    res = tune_kl(cap, args.target_cost, layers=layers, Ks=Ks, max_L=args.max_L, verify=args.verify,
-                  tolerance=args.tolerance, seed=args.seed, max_queries=args.max_queries, progress=say)
+    with heartbeat(f"tune-kl {args.target_cost:g}"):
+        res = tune_kl(cap, args.target_cost, layers=layers, Ks=Ks, max_L=args.max_L, verify=args.verify,
+                      tolerance=args.tolerance, seed=args.seed, max_queries=args.max_queries, progress=say)
     out = res.to_dict()
     out.update({"model": args.model, "capture": str(path), "n_prompt": cap.n_prompt,
                 "no_worse_than_baseline": res.relative_error <= res.baseline["relative_error"],

@@ -1,4 +1,5 @@
-"""Assemble ``REPORT.md`` and the figures of one preset from its results tree."""
+"""Assemble ``REPORT.md`` (and its HTML rendering ``REPORT.html``) and the figures of one preset from its results
+tree."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -12,6 +13,7 @@ from magicpig.harness.report import figures
 from magicpig.harness.report.claims import claims_section
 from magicpig.harness.report.collect import canonical, collect_metrics, load_reference, read_csv
 from magicpig.harness.report.coverage import coverage_section, load_run
+from magicpig.harness.report.html import write_html
 from magicpig.harness.report.intervals import interval_table
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.report.tables_system import gpu_section, shapes_section, table7_section, table8_section
@@ -21,9 +23,9 @@ PAPER_MODEL = "llama-3.1-8b-instruct"
 
 def build_report(results: Path | str, out: Path | str, preset: str, preset_config: dict | None = None,
                  gpu_results: Path | str | None = None) -> Path:
-    """Write ``out/REPORT.md`` and every figure of ``figures.FIGURES`` beside it from ``results``; returns
-    the report path. The coverage table of the paper's items comes first, then the claims table, then one
-    section per benchmark / experiment. ``preset_config``: the preset's block of the pipeline config (default:
+    """Write ``out/REPORT.md``, its rendering ``out/REPORT.html`` and every figure of ``figures.FIGURES``
+    beside them from ``results``; returns the Markdown report's path. The coverage table of the paper's items
+    comes first, then the skipped items, the claims table and one section per benchmark / experiment. ``preset_config``: the preset's block of the pipeline config (default:
     the block of that name in config/*.yaml), which the coverage statuses read. ``gpu_results``: the
     ``make gpu-check`` output folder (default: ``gpu`` beside ``results``, i.e. results/gpu for
     results/<preset>)."""
@@ -39,7 +41,8 @@ def build_report(results: Path | str, out: Path | str, preset: str, preset_confi
     acc = collect_metrics(results / "accuracy") if (results / "accuracy").is_dir() else collect_metrics(out / "none")
     run = load_run(preset, preset_config, results, figs, acc)
     gpu_root = Path(gpu_results) if gpu_results is not None else results.parent / "gpu"
-    body = claims_section(results, ref, gpu_root)
+    body = skipped_section(acc, results / "ablations")
+    body += claims_section(results, ref, gpu_root)
     body += ruler_section(acc, ref, out, figs)
     body += longbench_section(acc, ref)
     body += gsm8k_section(acc, ref)
@@ -50,6 +53,7 @@ def build_report(results: Path | str, out: Path | str, preset: str, preset_confi
     parts += coverage_section(run, body) + body
     path = out / "REPORT.md"
     path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+    write_html(path)
     return path
 
 
@@ -72,6 +76,23 @@ def paper_only_rows(section: dict, matched: set, n_ours: int, columns: int | Non
     row of the paper's table is listed; ``columns``: how many of the paper's columns to show."""
     return [[f"`{spec}` (paper only)"] + ["—"] * n_ours + [fmt(x) for x in values[:columns]]
             for spec, values in section.get(PAPER_MODEL, {}).items() if canonical(spec) not in matched]
+
+
+def skipped_section(acc: pd.DataFrame, ablations: Path) -> list[str]:
+    """Every (task, length) of the run that was skipped or is incomplete, with its reason, in one list."""
+    frames = [acc] + ([collect_metrics(ablations)] if ablations.is_dir() else [])
+    df = pd.concat([f for f in frames if not f.empty]) if any(not f.empty for f in frames) else acc
+    if df.empty or (df["status"] == "ok").all():
+        return []
+    from magicpig_tasks.registry import DATA_TASKS
+
+    bad = df[df["status"] != "ok"].drop_duplicates(["task", "length", "status", "reason"])
+    lines = []
+    for r in bad.itertuples():
+        hint = (f" Give its file under `data:` in the config (`{r.task}: /path/to/file`): the job reruns."
+                if r.status == "skipped" and r.task in DATA_TASKS else "")
+        lines.append(f"- `{r.task}` @ {r.length}: **{r.status}**" + (f" — {r.reason}." if r.reason else ".") + hint)
+    return ["## Skipped or incomplete", "These results are missing from the tables below:\n" + "\n".join(lines)]
 
 
 def _skipped_notes(df: pd.DataFrame) -> list[str]:

@@ -10,6 +10,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 
@@ -39,6 +40,61 @@ def subplots(n: int, title: str, width: float = 5.5, height: float = 4.0):
     fig, axes = plt().subplots(1, n, figsize=(width * n, height), squeeze=False)
     fig.suptitle(title, fontsize=11)
     return fig, list(axes[0])
+
+
+def legend_below(ax, ncol: int = 2, fontsize: float = 7, right: bool = False) -> None:
+    """The panel's legend under it (``right``: beside it, for panels with rotated tick labels), outside the
+    plotting area, so it never covers data (nothing when no artist is labelled)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    if right:
+        ax.legend(handles, labels, fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
+    else:
+        ax.legend(handles, labels, fontsize=fontsize, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=ncol,
+                  frameon=False)
+
+
+def readable_log(ax, axis: str = "y") -> None:
+    """A log axis with plain tick labels at 1, 2, 5 x 10^k (matplotlib's minor labels such as 3x10^1 and
+    4x10^1 run into each other)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    a = ax.yaxis if axis == "y" else ax.xaxis
+    a.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    a.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    a.set_minor_formatter(NullFormatter())
+
+
+def log_if_wide(ax, values, axis: str = "y", decades: float = 1.0) -> bool:
+    """Switch ``axis`` to log scale when its positive ``values`` span at least ``decades`` decades (a linear
+    axis flattens the small ones to its floor); returns whether it did."""
+    v = np.asarray([x for x in np.asarray(values, dtype=float).ravel() if np.isfinite(x) and x > 0])
+    if len(v) and v.max() / v.min() >= 10 ** decades:
+        (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+        readable_log(ax, axis)
+        return True
+    return False
+
+
+def fit_single(ax, values, axis: str = "x", log: bool = False) -> None:
+    """With one distinct value on ``axis``: one tick at it and a span around it (matplotlib's default,
+    value +- 4%, prints ticks like 0.96 ... 1.04 for a batch of 1)."""
+    vals = sorted({float(x) for x in np.asarray(values, dtype=float).ravel() if np.isfinite(x)})
+    if len(vals) != 1:
+        return
+    v = vals[0]
+    lo, hi = (v / 2, v * 2) if log and v > 0 else ((v - 1, v + 1) if abs(v) < 16 else (0.5 * v, 1.5 * v))
+    (ax.set_xlim if axis == "x" else ax.set_ylim)(lo, hi)
+    (ax.set_xticks if axis == "x" else ax.set_yticks)([v], [f"{v:g}"])
+    (ax.set_xticks if axis == "x" else ax.set_yticks)([], minor=True)
+
+
+def bar_values(ax, xs, values, fontsize: float = 6) -> None:
+    """Each bar's value printed on top of it, so a bar of height 0 still reads as a result, not a gap."""
+    for x, v in zip(xs, values):
+        if np.isfinite(v):
+            ax.text(x, v, f"{v:.0f}", ha="center", va="bottom", fontsize=fontsize)
 
 
 def no_data(ax, what: str, missing: list[str]) -> None:
@@ -74,7 +130,8 @@ def save(fig, path: Path, title: str, missing: list[str]) -> FigureResult:
         fig.text(0.01, 0.005, text, fontsize=7.5, va="bottom", ha="left",
                  bbox={"boxstyle": "round", "facecolor": "lightyellow", "alpha": 0.9, "edgecolor": "0.6"})
     fig.tight_layout(rect=(0, bottom + (0.02 if n else 0), 1, 0.95))
-    fig.savefig(path, dpi=100, metadata={"Title": title, "Description": desc})
+    # bbox "tight": the legends under the panels stay inside the picture
+    fig.savefig(path, dpi=100, metadata={"Title": title, "Description": desc}, bbox_inches="tight")
     plt().close(fig)
     return FigureResult(path, title, list(missing))
 

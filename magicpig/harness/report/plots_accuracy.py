@@ -67,14 +67,15 @@ def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                 errs[1].append(max(0.0, hi - v))
             xs = np.arange(len(tasks)) + i * width
             ax.bar(xs, np.nan_to_num(vals), width, yerr=errs, capsize=2, label=method, color=f"C{i}")
+            canvas.bar_values(ax, xs, vals)
             if method in paper:
                 ax.axhline(paper[method][0], color=f"C{i}", ls="--", lw=1)
         ax.set_xticks(np.arange(len(tasks)) + 0.4 - width / 2)
         ax.set_xticklabels([t.removeprefix("ruler/") for t in tasks], rotation=45, ha="right")
         ax.set_ylim(0, 105)
         ax.set_ylabel("score (95% bootstrap whiskers)")
-        ax.set_title(f"ours at {n} tokens")
-        ax.legend(fontsize=7, loc="upper right")
+        ax.set_title(f"ours at {n} tokens" + ("; dashed: paper Table 3 average" if paper else ""), fontsize=9)
+        canvas.legend_below(ax, right=True)
         canvas.note(ax, cfg.get("note", ""))
     return canvas.save(fig, path, title, missing)
 
@@ -99,10 +100,12 @@ def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                 ax.errorbar(g["cost"].mean(), y, yerr=err, fmt="os^vD"[j % 5], color=f"C{i}", capsize=3,
                             label=f"{method} @ {n}" + ("" if g["task"].nunique() == ntasks else " (partial)"))
         ax.set_xscale("log")
+        canvas.readable_log(ax, "x")
+        canvas.fit_single(ax, ok.groupby("method")["cost"].mean(), log=True)
         ax.set_xlabel("cost2: fraction of offloaded keys used (measured)")
         ax.set_ylabel("RULER average (95% bootstrap)")
         ax.set_title("ours")
-        ax.legend(fontsize=6)
+        canvas.legend_below(ax, fontsize=6)
     cfg = ref.get("figures", {}).get("ruler_vs_cost", {})
     costs = {canonical(k): v for k, v in cfg.get("nominal_cost2", {}).items()}
     paper = _paper_rows(ref)
@@ -110,16 +113,22 @@ def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     if not paper or not costs:
         canvas.no_data(axp, "config/paper_reference.yaml: figures.ruler_vs_cost", missing)
     else:
-        for j, n in enumerate(lengths):
-            pts = sorted((costs[m], v[j], m) for m, v in paper.items() if m in costs)
-            axp.plot([p[0] for p in pts], [p[1] for p in pts], "o", color=f"C{j}", label=f"paper {n // 1024}K")
+        # one marker per setting, one colour per length: named in the legend, not by text beside the points
         written = {canonical(k): k for k in ref["ruler_table3"].get("llama-3.1-8b-instruct", {})}
-        for c, y, m in sorted((costs[m], v[0], m) for m, v in paper.items() if m in costs):
-            axp.annotate(written.get(m, m), (c, y), fontsize=6, rotation=20)
+        settings = sorted((m for m in paper if m in costs), key=lambda m: costs[m])
+        marker = {m: "osD^v<>ph*P"[i % 11] for i, m in enumerate(settings)}
+        for j, n in enumerate(lengths):
+            for m in settings:
+                axp.plot(costs[m], paper[m][j], marker[m], color=f"C{j}", mfc="none" if j else None, ms=6)
+        for j, n in enumerate(lengths):
+            axp.plot([], [], "s", color=f"C{j}", label=f"paper {n // 1024}K")
+        for m in settings:
+            axp.plot([], [], marker[m], color="0.3", mfc="none", label=written.get(m, m))
         axp.set_xscale("log")
+        canvas.readable_log(axp, "x")
         axp.set_xlabel("nominal cost2 (paper Sec. 5, Table 9)")
         axp.set_title("paper (Llama-3.1-8B-Instruct)")
-        axp.legend(fontsize=7)
+        canvas.legend_below(axp, ncol=3, fontsize=6)
         canvas.note(axp, cfg.get("note", ""))
     return canvas.save(fig, path, title, missing)
 
@@ -147,17 +156,20 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                 v, lo, hi = _task_interval(next(rows.itertuples()))
                 ax.bar(k + i * width, v, width, yerr=[[max(0, v - lo)], [max(0, hi - v)]], capsize=2,
                        color=f"C{i}", label=method if k == 0 else None)
+                canvas.bar_values(ax, [k + i * width], [v])
         xs = np.arange(len(tasks)) + 0.4 - width / 2
-        for k, t in enumerate(tasks):
+        uncentered = [i for i, m in enumerate(methods) if "centering=false" in m.replace(" ", "")]
+        for k, t in enumerate(tasks):  # the paper's no-centering score on our no-centering bar
+            x = k + uncentered[0] * width if uncentered else xs[k]
             for key, word in (("niah_accuracy", "niah"), ("fwe_accuracy", "fwe")):
                 if word in t and key in paper:
-                    ax.plot(xs[k], paper[key], "kx", ms=10, mew=2)
+                    ax.plot(x, paper[key], "kx", ms=10, mew=2)
         ax.plot([], [], "kx", label="paper, no centering")
         ax.set_xticks(xs)
         ax.set_xticklabels([t.removeprefix("ruler/") for t in tasks], rotation=30, ha="right")
         ax.set_ylim(0, 105)
         ax.set_ylabel("score (95% bootstrap whiskers)")
-        ax.legend(fontsize=7)
+        canvas.legend_below(ax, right=True)
     df = canvas.read(results / "estimation" / "centering_summary.csv")
     if df is None:
         canvas.no_data(axf, "estimation/centering_summary.csv", missing)
@@ -170,6 +182,9 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
             sub = df[flag == on]
             idx = [order.index(f"({k},{l})") for k, l in zip(sub["K"], sub["L"])]
             axf.bar(xs[idx] + (0 if on else 0.4), sub["cost2"], 0.4, color=color, label=name)
+            for x, v in zip(xs[idx] + (0 if on else 0.4), sub["cost2"]):
+                if not v > 0:  # a log axis draws no bar for 0: say it
+                    axf.text(x, 1e-4, "0: no key\nsampled", ha="center", va="bottom", fontsize=6, color=color)
         if "sampled_fraction_below" in paper:
             axf.axhline(paper["sampled_fraction_below"], color="k", ls="--", lw=1,
                         label=f"paper: no centering < {100 * paper['sampled_fraction_below']:g}%")
@@ -177,7 +192,8 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         axf.set_xticks(xs + 0.2)
         axf.set_xticklabels(order)
         axf.set_xlabel("(K, L)")
-        axf.set_ylabel("sampled fraction (measured, sparse layers)")
-        axf.legend(fontsize=7)
+        canvas.readable_log(axf)
+        axf.set_ylabel("sampled fraction (sparse layers)")
+        canvas.legend_below(axf)
     canvas.note(axf, ref.get("figures", {}).get("centering", {}).get("note", ""), where="top")
     return canvas.save(fig, path, title, missing)

@@ -12,6 +12,9 @@ from magicpig.harness.report import canvas
 
 # the per-key cosine distributions Fig. 5 draws (written by `magicpig estimate geometry`)
 GEOMETRY_HIST = "geometry_hist.csv"
+# its quantities as a reader knows them (c: the mean key)
+HIST_LABELS = {"k_cos_sink": "cos(k, sink key)", "k_cos_center": "cos(k, c)", "qk_cos": "cos(q, k)",
+               "qk_cos_centered": "cos(q, k - c)"}
 
 
 def _fig_cfg(ref: dict, name: str) -> dict:
@@ -41,14 +44,14 @@ def attention_spread(results: Path, ref: dict, path: Path) -> canvas.FigureResul
         ax.set_ylim(0, 1.05)
         ax.set_xlabel("layer")
         ax.set_ylabel("share of attention mass (mean over heads)")
-        ax.legend(fontsize=7)
+        canvas.legend_below(ax)
         sp = _sparse(df)
         bins = np.linspace(0, 1, 21)
         axh.hist(sp["top_mass_with_sink"], bins, alpha=0.6, label="with sink")
         axh.hist(sp["top_mass_without_sink"], bins, alpha=0.6, label="sink removed")
         axh.set_xlabel(f"mass in the top {frac:.0%} of keys, per head (sparse layers)")
         axh.set_ylabel("heads")
-        axh.legend(fontsize=7)
+        canvas.legend_below(axh)
         canvas.note(axh, _fig_cfg(ref, "attention_spread").get("note", ""), where="top")
     return canvas.save(fig, path, title, missing)
 
@@ -78,20 +81,24 @@ def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult
                     label=f"{name} at MagicPIG's key count")
         mp = df[df["setting"].astype(str).str.startswith("magicpig")]
         ax.plot(mp["cost2"], mp["rel_error_mean"], "*", ms=11, color="C2", label="MagicPIG (K, L)")
-        for r in mp.itertuples():
-            ax.annotate(str(r.setting).removeprefix("magicpig"), (r.cost2, r.rel_error_mean), fontsize=6)
+        for k, r in enumerate(mp.sort_values("cost2").itertuples()):  # labels alternate above / below
+            ax.annotate(str(r.setting).removeprefix("magicpig"), (r.cost2, r.rel_error_mean), fontsize=6,
+                        xytext=(0, 9 if k % 2 == 0 else -11), textcoords="offset points", ha="center")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        canvas.readable_log(ax, "x")
+        canvas.readable_log(ax, "y")
         ax.set_xlabel("cost2 (fraction of keys used, measured)")
         ax.set_ylabel("relative output error ||ô-o||/||o|| (mean)")
-        ax.legend(fontsize=7)
+        canvas.legend_below(ax)
     tv = canvas.read(results / "estimation" / "error_topk_vs_oracle.csv")
     if tv is None:
         canvas.no_data(axr, "estimation/error_topk_vs_oracle.csv", missing)
     else:
         dense = canvas.truthy(tv["dense_in_magicpig"]) if "dense_in_magicpig" in tv else tv["layer"] < 0
-        axr.scatter(tv.loc[~dense, "unique_keys"], tv.loc[~dense, "topk_over_oracle"], c=tv.loc[~dense, "layer"],
-                    cmap="viridis", label="sparse layers (colour: layer)")
+        points = axr.scatter(tv.loc[~dense, "unique_keys"], tv.loc[~dense, "topk_over_oracle"],
+                             c=tv.loc[~dense, "layer"], cmap="viridis", label="MagicPIG's sparse layers")
+        fig.colorbar(points, ax=axr, label="layer", pad=0.02)
         axr.scatter(tv.loc[dense, "unique_keys"], tv.loc[dense, "topk_over_oracle"], c="0.6", marker="x",
                     label="MagicPIG's dense layers")
         axr.axhline(1.0, color="k", lw=0.8)
@@ -103,9 +110,11 @@ def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult
             axr.axvline(keys, color="crimson", ls=":", lw=1, label=f"paper: oracle keeps accuracy at ~{keys} keys (16K)")
         axr.set_xscale("log")
         axr.set_yscale("log")
+        canvas.readable_log(axr, "x")
+        canvas.readable_log(axr, "y")
         axr.set_xlabel("distinct keys (oracle sampling's unique draws)")
-        axr.set_ylabel("TopK error / oracle error (equal keys)")
-        axr.legend(fontsize=7)
+        axr.set_ylabel("TopK / oracle error, equal keys")
+        canvas.legend_below(axr)
     canvas.note(axr, _fig_cfg(ref, "error_vs_budget").get("note", ""), where="top")
     return canvas.save(fig, path, title, missing)
 
@@ -125,12 +134,12 @@ def geometry(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         for col, style in (("q_cos_sink", "o-"), ("k_cos_sink", "s-"), ("q_cos_center", "o--"),
                            ("k_cos_center", "s--")):
             if col in by:
-                ax.plot(by.index, by[col], style, ms=3, label=col.replace("_cos_", " · ").replace("center", "key mean"))
+                ax.plot(by.index, by[col], style, ms=3, label=col.replace("_cos_", " · ").replace("center", "key mean c"))
         ax.axhline(0, color="k", lw=0.6)
         ax.set_ylim(-1, 1)
         ax.set_xlabel("layer")
         ax.set_ylabel("cosine (mean over kv-heads)")
-        ax.legend(fontsize=7)
+        canvas.legend_below(ax)
         for col, color, name in (("qk_cos", "C3", "cos(q, k)"), ("qk_cos_centered", "C0", "cos(q, k - c)")):
             if f"{col}_mean" in by:
                 m, s = by[f"{col}_mean"], by[f"{col}_std"]
@@ -139,7 +148,7 @@ def geometry(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         axc.axhline(0, color="k", lw=0.6)
         axc.set_xlabel("layer")
         axc.set_ylabel("cosine seen by the hash (mean ± std)")
-        axc.legend(fontsize=7)
+        canvas.legend_below(axc)
     hist = canvas.read(results / "estimation" / GEOMETRY_HIST)
     if hist is None:
         canvas.no_data(axh, f"estimation/{GEOMETRY_HIST}\n(per-key cosine distribution)", missing)
@@ -147,10 +156,10 @@ def geometry(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         for i, (q, g) in enumerate(_sparse(hist).groupby("quantity", sort=False)):
             g = g.groupby(["bin_lo", "bin_hi"], as_index=False)["count"].sum()
             axh.stairs(g["count"] / max(1, g["count"].sum()), np.append(g["bin_lo"].to_numpy(), g["bin_hi"].iloc[-1]),
-                       color=f"C{i}", label=str(q))
+                       color=f"C{i}", label=HIST_LABELS.get(str(q), str(q)))
         axh.set_xlabel("cosine")
         axh.set_ylabel("share of keys")
-        axh.legend(fontsize=7)
+        canvas.legend_below(axh)
     canvas.note(axh if hist is not None else axc, _fig_cfg(ref, "geometry").get("note", ""), where="top")
     return canvas.save(fig, path, title, missing)
 
@@ -179,6 +188,7 @@ def kl_grid(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     for j, K in enumerate(sorted(t9.get("K", {}))):
         ax.plot(t9["L"], t9["K"][K], "s--", color=color[K], alpha=0.6, ms=3,
                 label="paper Table 9 (dashed)" if j == 0 else None)
+    canvas.readable_log(ax)
     ax.set_title("solid: measured here, dashed: paper Table 9, dotted: p=1/2 formula", fontsize=8)
-    ax.legend(fontsize=7)
+    canvas.legend_below(ax, ncol=3)
     return canvas.save(fig, path, title, missing)

@@ -34,7 +34,8 @@ def _measured(ax, df, x: str, y: str, by: str) -> None:
             ax.plot(g.loc[bad, x], g.loc[bad, y], "o", mfc="white", color=f"C{i % 10}")
     if load.any():
         ax.plot([], [], "o", mfc="white", color="k", label="under load (not fitted)")
-    ax.legend(fontsize=6)
+    canvas.legend_below(ax, fontsize=6)
+    canvas.log_if_wide(ax, df[y])
 
 
 def _gpu_rows(df):
@@ -42,51 +43,65 @@ def _gpu_rows(df):
 
 
 def throughput_batch(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
-    """Tokens/s vs batch: measured on this machine | PROJECTION on one H200 and the paper's L20 points."""
+    """Tokens/s vs batch: measured on this machine | PROJECTION on one H200 | the paper's L20: its numbers
+    beside the projection of the same settings (each machine on its own axes)."""
     title = "Decoding throughput vs batch"
     missing: list[str] = []
-    fig, (ax, axp) = canvas.subplots(2, title)
+    fig, (ax, axp, axl) = canvas.subplots(3, title, width=4.8, height=4.4)
     thr = results / "throughput"
     df = canvas.read(thr / "decode.csv")
     if df is None:
         canvas.no_data(ax, "throughput/decode.csv", missing)
     else:
         _measured(ax, df, "batch", "tokens_per_s", "context")
+        canvas.fit_single(ax, df["batch"])
         ax.set_xlabel("batch")
         ax.set_ylabel("tokens / s")
     ax.set_title("MEASURED on this machine (" + ("no rows" if df is None else
-                                                 ", ".join(sorted(set(df["device"].astype(str))))) + ")")
+                                                 ", ".join(sorted(set(df["device"].astype(str))))) + ")", fontsize=9)
     proj = canvas.read(thr / "projection_h200.csv")
     if proj is None:
         canvas.no_data(axp, "throughput/projection_h200.csv", missing)
     else:
         for i, ((m, n), g) in enumerate(proj.groupby(["method", "context"], sort=False)):
             g = g.sort_values("batch")
-            axp.plot(g["batch"], g["tokens_per_s"], "o-", color=f"C{i % 10}", label=f"H200 {m}, {n // 1024}K")
-    lat = canvas.read(thr / "projection_paper_latency.csv")
-    if lat is not None:
-        sel = lat[lat["what"].astype(str).str.contains("tokens/s")]
-        axp.plot(sel["batch"], sel["projected"], "D", color="k", mfc="none", label="L20 projected (paper points)")
-    for row in _system(ref).get("max_throughput_tokens_per_s", []):
-        if row.get("batch") is not None:
-            axp.plot(row["batch"], row["tokens_per_s"], "*", ms=12, color="crimson",
-                     label=f"paper L20 {row['method']}: {row['tokens_per_s']} tok/s at batch {row['batch']}")
-        else:
-            axp.axhline(row["tokens_per_s"], color="crimson", ls="--", lw=1,
-                        label=f"paper L20 {row['method']} (GPU-only): {row['tokens_per_s']} tok/s")
-    axp.set_yscale("log")
+            axp.plot(g["batch"], g["tokens_per_s"], "o-", color=f"C{i % 10}", label=f"{m}, {n // 1024}K")
+        axp.set_yscale("log")
+        canvas.readable_log(axp)
+        canvas.legend_below(axp, fontsize=6)
     axp.set_xlabel("batch")
     axp.set_ylabel("tokens / s")
-    axp.set_title(PROJECTED, color="darkorange")
-    axp.legend(fontsize=6)
+    axp.set_title("H200: " + PROJECTED, color="darkorange", fontsize=9)
+    lat = canvas.read(thr / "projection_paper_latency.csv")
+    paper_rows = _system(ref).get("max_throughput_tokens_per_s", [])
+    if lat is None:
+        canvas.no_data(axl, "throughput/projection_paper_latency.csv", missing)
+    else:
+        sel = lat[lat["what"].astype(str).str.contains("tokens/s")]
+        axl.plot(sel["batch"], sel["projected"], "D", color="darkorange", mfc="none", ms=8,
+                 label="projected (bandwidth model)")
+    for row in paper_rows:
+        if row.get("batch") is not None:
+            axl.plot(row["batch"], row["tokens_per_s"], "*", ms=12, color="crimson",
+                     label=f"paper {row['method']}: {row['tokens_per_s']} tok/s at batch {row['batch']}")
+        else:
+            axl.axhline(row["tokens_per_s"], color="crimson", ls="--", lw=1,
+                        label=f"paper {row['method']} (GPU-only, largest batch): {row['tokens_per_s']} tok/s")
+    axl.set_ylim(bottom=0)
+    axl.set_xlabel("batch")
+    axl.set_ylabel("tokens / s")
+    hw = {str(r.get("hardware")) for r in paper_rows} or {"L20"}
+    axl.set_title(f"paper's {', '.join(sorted(hw))}: paper vs PROJECTION", color="darkorange", fontsize=9)
+    canvas.legend_below(axl, ncol=1, fontsize=6)
     return canvas.save(fig, path, title, missing)
 
 
 def throughput_context(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
-    """ms per token vs context: measured on this machine | PROJECTION (H200, batch 1) with the paper's 54 ms."""
+    """ms per token vs context: measured on this machine | PROJECTION (H200, batch 1) | the paper's
+    latency beside the projection of the same setting on the paper's machine."""
     title = "Decoding latency vs context"
     missing: list[str] = []
-    fig, (ax, axp) = canvas.subplots(2, title)
+    fig, (ax, axp, axl) = canvas.subplots(3, title, width=4.8, height=4.4)
     thr = results / "throughput"
     df = canvas.read(thr / "decode.csv")
     if df is None:
@@ -94,9 +109,10 @@ def throughput_context(results: Path, ref: dict, path: Path) -> canvas.FigureRes
     else:
         _measured(ax, df, "context", "ms_per_token", "batch")
         ax.set_xscale("log", base=2)
+        canvas.fit_single(ax, df["context"], log=True)
         ax.set_xlabel("context (tokens)")
         ax.set_ylabel("ms / token")
-    ax.set_title("MEASURED on this machine")
+    ax.set_title("MEASURED on this machine", fontsize=9)
     proj = canvas.read(thr / "projection_h200.csv")
     if proj is None:
         canvas.no_data(axp, "throughput/projection_h200.csv", missing)
@@ -104,15 +120,29 @@ def throughput_context(results: Path, ref: dict, path: Path) -> canvas.FigureRes
         one = proj[proj["batch"] == 1]
         for i, (m, g) in enumerate(one.groupby("method", sort=False)):
             g = g.sort_values("context")
-            axp.plot(g["context"], g["ms_per_token"], "o-", color=f"C{i % 10}", label=f"H200 {m}, batch 1")
+            axp.plot(g["context"], g["ms_per_token"], "o-", color=f"C{i % 10}", label=f"{m}, batch 1")
         axp.set_xscale("log", base=2)
-    for row in _system(ref).get("latency_ms_per_token", []):
-        axp.plot(row["context"], row["ms"], "*", ms=12, color="crimson",
-                 label=f"paper {row['hardware']} {row['method']}: {row['ms']} ms (batch {row['batch']})")
+        canvas.log_if_wide(axp, one["ms_per_token"])
+        canvas.legend_below(axp, ncol=1, fontsize=6)
     axp.set_xlabel("context (tokens)")
     axp.set_ylabel("ms / token")
-    axp.set_title(PROJECTED, color="darkorange")
-    axp.legend(fontsize=6)
+    axp.set_title("H200: " + PROJECTED, color="darkorange", fontsize=9)
+    lat = canvas.read(thr / "projection_paper_latency.csv")
+    paper_rows = _system(ref).get("latency_ms_per_token", [])
+    if lat is None:
+        canvas.no_data(axl, "throughput/projection_paper_latency.csv", missing)
+    else:
+        sel = lat[lat["what"].astype(str).str.contains("ms/token")]
+        names = [f"{h}\n{w}" for h, w in zip(sel["hardware"], sel["what"])]
+        xs = np.arange(len(sel))
+        axl.bar(xs - 0.2, sel["projected"], 0.4, color="darkorange", label="projected (bandwidth model)")
+        axl.bar(xs + 0.2, pd.to_numeric(sel["paper"], errors="coerce").fillna(0), 0.4, color="crimson",
+                alpha=0.7, label="paper")
+        axl.set_xticks(xs, names, fontsize=7)
+    axl.set_ylabel("ms / token")
+    hw = {str(r.get("hardware")) for r in paper_rows} or {"L20"}
+    axl.set_title(f"paper's {', '.join(sorted(hw))}: paper vs PROJECTION", color="darkorange", fontsize=9)
+    canvas.legend_below(axl, ncol=1, fontsize=6)
     return canvas.save(fig, path, title, missing)
 
 
@@ -133,9 +163,10 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
             if dense:
                 ax.plot(best.index, best[m] / best[dense[0]], "o-", color=f"C{i}", label=f"{m} / {dense[0]}")
         ax.axhline(1, color="k", lw=0.6)
+        canvas.fit_single(ax, best.index)
         ax.set_xlabel("context")
         ax.set_ylabel("max tokens/s ratio")
-        ax.legend(fontsize=7)
+        canvas.legend_below(ax)
     ax.set_title("MEASURED on a GPU")
     paper = _system(ref).get("throughput_speedup_vs_gpu_full", [])
     proj = canvas.read(thr / "projection_paper_hardware.csv")
@@ -164,12 +195,14 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
                     label=f"projected, CPU kernel {k}")
             for xi, v in zip(x, vals):
                 if not np.isfinite(v):
-                    axp.text(xi, cap * 0.05, "full attention does not fit" if v == np.inf else "no row",
+                    axp.text(xi, cap * 0.05, "full attention\ndoes not fit" if v == np.inf else "no row",
                              ha="center", va="bottom", fontsize=6, rotation=90)
+                else:
+                    axp.text(xi, min(v, cap), f"{v:.1f}x", ha="center", va="bottom", fontsize=6)
         xs = xs + width * len(kernels) / 2
     axp.set_xticks(xs)
     axp.set_xticklabels(names, fontsize=7)
     axp.set_ylabel("speed-up (x)")
     axp.set_title(PROJECTED, color="darkorange")
-    axp.legend(fontsize=7)
+    canvas.legend_below(axp, ncol=1)
     return canvas.save(fig, path, title, missing)

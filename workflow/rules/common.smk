@@ -26,8 +26,9 @@ def gpus(preset):
 def job_threads(cluster_cpus):
     """Threads of a job that uses every core it is given (Snakemake sets OMP_NUM_THREADS to them, which torch and
     the CPU module follow). A local run: every core of `--cores`. Submitted to a cluster: ``cluster_cpus``, which
-    the SLURM executor requests as --cpus-per-task (`--max-threads N` caps it for nodes of fewer cores). Inside
-    that SLURM job (the Snakefile is read again there): the CPUs SLURM allocated, SLURM_CPUS_PER_TASK."""
+    the SLURM executor requests as --cpus-per-task (`--max-threads N` caps it for nodes of fewer cores), and in a
+    dry run given no --cores. Inside that SLURM job (the Snakefile is read again there): the CPUs SLURM
+    allocated, SLURM_CPUS_PER_TASK."""
     from snakemake_interface_executor_plugins.settings import ExecMode
 
     allocated = os.environ.get("SLURM_CPUS_PER_TASK")

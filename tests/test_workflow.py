@@ -372,8 +372,12 @@ def test_slurm_profile_submits_ready_gpu_jobs_together_and_each_uses_its_cpus(tm
         time.sleep(3)
         assert len(_records(state / "submitted.jsonl")) == 8
     finally:
-        main.send_signal(signal.SIGINT)
-        out = main.communicate(timeout=120)[0]
+        main.send_signal(signal.SIGINT)  # it cancels its jobs (the stand-in scancel), then ends
+        try:
+            out = main.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:  # a loaded machine: its shutdown is not what is tested here
+            main.kill()
+            out = main.communicate()[0]
     assert not re.search(r"Provided resources:.*gpu", out), out
     wraps = []
     for job in jobs:

@@ -7,7 +7,7 @@ CORES ?= all
 # torch's CPU-only wheels (about 200 MB; PyPI's default torch build for Linux is the CUDA one, several GB)
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup test reproduce smoke lint clean-results gpu-check
+.PHONY: setup test reproduce smoke lint clean-results gpu-check slurm-check
 
 setup: $(STAMP)
 
@@ -60,3 +60,9 @@ clean-results:
 # .venv/bin/python, else python3); DRY=1 rehearses on the CPU in seconds.
 gpu-check:
 	PYTHON="$(if $(filter command line environment,$(origin PYTHON)),$(PYTHON))" bash bench/gpu_check.sh $(if $(filter 1,$(DRY)),--dry)
+
+# The smoke preset through `snakemake --profile profiles/slurm` on a real SLURM cluster: the one sinfo finds, else
+# (as root) a one-node cluster started from Debian's packages and stopped afterwards; one job cancelled and
+# resumed; REPORT.md's accuracy rows checked against a local run (bench/slurm_check.sh; results/slurm-check/).
+slurm-check: setup
+	bash bench/slurm_check.sh

@@ -3,6 +3,7 @@
 # outputs are those files themselves (metrics.json, CSVs, figures), so deleting one reruns its job and the report.
 #   snakemake --sdm conda ...                     every step in workflow/envs/magicpig.yaml instead of this Python
 #   snakemake --profile profiles/slurm ...        jobs on a SLURM cluster, placed by their declared resources
+#                                                 (README: On a SLURM cluster; `make slurm-check` runs it on a real one)
 #   snakemake --report figures/generated/<preset>/report.html   the figures as an HTML report
 import sys
 
@@ -48,6 +49,8 @@ PYTHON = "python" if uses_conda(workflow) else sys.executable
 MAGICPIG = f"{PYTHON} -m magicpig"
 ENV = "../envs/magicpig.yaml"  # a rule's conda: path is relative to its own file (workflow/rules/)
 GPUS = gpus(P)  # one for each job that runs the model when the preset's device is cuda
+# cores a job that uses every core asks a cluster for (job_threads; a local run gives it all of --cores)
+CPUS = sized(P, 4, 16)
 
 
 include: "workflow/rules/build.smk"

@@ -329,3 +329,92 @@ def test_plain_snakemake_runs_this_interpreter():
     shells = [j["shell"] for j in dry_run_jobs(dry_run("-p", "--configfile", "config/smoke.yaml").stdout)
               if j["shell"] and j["shell"] != "None"]
     assert shells and all(s.startswith(f"{sys.executable} ") for s in shells)
+
+
+def _fake_slurm(tmp_path) -> dict:
+    """A PATH whose sbatch/squeue/scancel/scontrol/sacct/srun are the scripted stand-ins of fixtures/fake_slurm.py,
+    with their state folder, as environment variables."""
+    import os
+
+    bin_dir, state = tmp_path / "bin", tmp_path / "slurm"
+    bin_dir.mkdir()
+    state.mkdir()
+    for command in ("sbatch", "squeue", "scancel", "scontrol", "sacct", "srun"):
+        (bin_dir / command).symlink_to(ROOT / "tests" / "fixtures" / "fake_slurm.py")
+    return dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_SLURM_DIR=str(state))
+
+
+def _records(path: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def test_slurm_profile_submits_ready_gpu_jobs_together_and_each_uses_its_cpus(tmp_path):
+    """With 8 GPU jobs ready (preset paper, 8 RULER jobs; the stand-in sbatch never lets one finish),
+    `--profile profiles/slurm` submits all 8 at once: no limit of the workstation profile holds them back. Each asks
+    for the CPUs its rule declares (--cpus-per-task) and passes no core count of the submit host. Run as SLURM
+    runs it (SLURM_CPUS_PER_TASK: the CPUs given, here at most this machine's), the job's step asks srun for
+    exactly those CPUs, and the rule's command inside it runs with that many threads."""
+    import os
+    import re
+    import signal
+    import time
+
+    pytest.importorskip("snakemake_executor_plugin_slurm",
+                        reason="snakemake-executor-plugin-slurm is not installed (the `dev` extra)")
+    work = tmp_path / "wf"
+    work.mkdir()
+    for name in ("Snakefile", "workflow", "config", "profiles"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
+    env = _fake_slurm(tmp_path)
+    state = Path(env["FAKE_SLURM_DIR"])
+    (work / "results/paper/build").mkdir(parents=True)
+    (work / "results/paper/build/cpu_module.txt").write_text("")  # the CPU module job: done
+    ruler = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["presets"]["paper"]["ruler"]
+    assert len(ruler["tasks"]) >= 8
+    targets = [f"results/paper/accuracy/ruler/{t}/{ruler['lengths'][0]}/dense/metrics.json" for t in ruler["tasks"][:8]]
+    main = subprocess.Popen([SNAKEMAKE, *targets, "--profile", "profiles/slurm", "--config", "preset=paper"], cwd=work,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while len(_records(state / "submitted.jsonl")) < 8 and main.poll() is None and time.monotonic() < deadline:
+            time.sleep(1)
+        jobs = _records(state / "submitted.jsonl")
+        # a job of the 8 in the queue before any other is submitted: they went together
+        assert len(jobs) == 8, (main.poll(), jobs)
+        # the wait for the (never ending) jobs, once all are queued, may not submit anything else
+        time.sleep(3)
+        assert len(_records(state / "submitted.jsonl")) == 8
+    finally:
+        main.send_signal(signal.SIGINT)  # it cancels its jobs (the stand-in scancel), then ends
+        try:
+            out = main.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:  # a loaded machine: its shutdown is not what is tested here
+            main.kill()
+            out = main.communicate()[0]
+    assert not re.search(r"Provided resources:.*gpu", out), out
+    wraps = []
+    for job in jobs:
+        argv = job["argv"]
+        assert "--gpus=1" in argv and argv[argv.index("-p") + 1] == "gpu", argv
+        assert "--cpus-per-task=16" in argv, argv  # job_threads: the rule's cluster CPUs, sized for the paper's model
+        [wrap] = [a.removeprefix("--wrap=") for a in argv if a.startswith("--wrap=")]
+        assert "--cores 'all'" in wrap, wrap  # the job takes the cores of its allocation, not the submit host's
+        wraps.append((job["id"], wrap))
+
+    # one job as SLURM would start it: its batch step is the wrapped command, with the CPUs it was given
+    given = min(16, len(os.sched_getaffinity(0)))
+    job_id, wrap = wraps[0]
+    # the folder the step waits for (the submit host's, removed when its main process ended)
+    for path in re.findall(r"--wait-for-files '([^']+)'", wrap):
+        Path(path).mkdir(parents=True, exist_ok=True)
+    step_env = dict(env, SLURM_JOB_ID=str(job_id), SLURM_CPUS_PER_TASK=str(given))
+    subprocess.run(wrap, shell=True, cwd=work, env=step_env, capture_output=True, text=True, timeout=300)
+    [step] = _records(state / "srun.jsonl")
+    assert f"--cpus-per-task={given}" in step["argv"] and "--gpus=1" in step["argv"], step["argv"]
+    assert step["returncode"] == 0, step["output"]
+    threads = re.findall(r"^\s*threads: (\d+)$", step["output"], flags=re.M)
+    assert threads == ([str(given)] if given > 1 else []), step["output"]  # Snakemake prints threads above 1
+    assert "magicpig eval" in step["output"]

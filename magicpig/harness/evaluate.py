@@ -366,8 +366,10 @@ def _run_units(cfg, units, model, tokenizer, engine_factory, log, built) -> list
         built.append((samples, preds))
         todo = [s for s in samples if any(s.id not in preds[spec] for spec, *_ in methods)]
         if todo:
+            kept = sum(s.id in preds[spec] for s in todo for spec, *_ in methods)
             log(f"{task_name} @ {length}: {len(todo)} of {len(samples)} samples to run "
-                f"x {sum(1 for spec, *_ in methods)} methods")
+                f"x {sum(1 for spec, *_ in methods)} methods"
+                + (f", resuming: {kept} of their (sample, method) rows kept from an earlier run" if kept else ""))
         eng = engine() if todo else None
         for _, method, _, _ in (methods if hasattr(eng, "check_method") else ()):
             eng.check_method(method)  # e.g. dense_layers beyond the model's layers, before any prefill

@@ -29,7 +29,7 @@ rule ablation_centering:
         magicpig=MAGICPIG,
         args=eval_args(P, SEED, ABLATION_TASKS, [ABLATION_LENGTH], A["centering_methods"], CENTERING_SAMPLES),
         out=lambda w, output: eval_root(output[0], ABLATION_TASKS[0]),
-    threads: workflow.cores
+    threads: job_threads(CPUS)
     conda:
         ENV
     resources:
@@ -51,7 +51,7 @@ rule ablation_kl_grid:
         magicpig=MAGICPIG,
         args=eval_args(P, SEED, ABLATION_TASKS, [ABLATION_LENGTH], A["kl_grid"], ABLATION_SAMPLES),
         out=lambda w, output: eval_root(output[0], ABLATION_TASKS[0]),
-    threads: workflow.cores
+    threads: job_threads(CPUS)
     conda:
         ENV
     resources:
@@ -74,7 +74,7 @@ rule ablation_setup:
         args=lambda w: eval_args(P, SEED, ABLATION_TASKS, [ABLATION_LENGTH], SETUP_METHODS, ABLATION_SAMPLES,
                                  setup=w.setup),
         out=lambda w, output: eval_root(output[0], ABLATION_TASKS[0]),
-    threads: workflow.cores
+    threads: job_threads(CPUS)
     conda:
         ENV
     resources:

@@ -31,7 +31,7 @@ rule eval_ruler:
         args=lambda w: eval_args(P, SEED, [f"ruler/{w.task}"], [w.length], P["ruler"]["methods"],
                                  P["ruler"]["samples"]),
         out=lambda w, output: eval_root(output[0], f"ruler/{w.task}"),
-    threads: workflow.cores
+    threads: job_threads(CPUS)
     conda:
         ENV
     resources:
@@ -55,7 +55,7 @@ rule eval_longbench:
         args=lambda w: eval_args(P, SEED, [f"longbench/{w.task}"], [LONGBENCH_LENGTH], P["longbench"]["methods"],
                                  P["longbench"]["samples"]),
         out=lambda w, output: eval_root(output[0], f"longbench/{w.task}"),
-    threads: workflow.cores
+    threads: job_threads(CPUS)
     conda:
         ENV
     resources:
@@ -78,7 +78,7 @@ rule eval_gsm8k:
         magicpig=MAGICPIG,
         args=eval_args(P, SEED, ["gsm8k"], [GSM8K_LENGTH], P["gsm8k"]["methods"], P["gsm8k"]["samples"]),
         out=lambda w, output: eval_root(output[0], "gsm8k"),
-    threads: workflow.cores
+    threads: job_threads(CPUS)
     conda:
         ENV
     resources:

@@ -2,6 +2,7 @@
 # The output helpers name what each command writes (see their docstrings), so rule outputs are the result files.
 import os
 import shlex
+import sys
 from pathlib import Path
 
 
@@ -20,6 +21,23 @@ def gpus(preset):
     """GPUs of a job that runs the preset's model: 1 when the preset sets `device: cuda`, else 0 (no device set:
     the commands pick cuda when they find one, and the job asks the scheduler for none)."""
     return 1 if preset.get("device") == "cuda" else 0
+
+
+def job_threads(cluster_cpus):
+    """Threads of a job that uses every core it is given (Snakemake sets OMP_NUM_THREADS to them, which torch and
+    the CPU module follow). A local run: every core of `--cores`. Submitted to a cluster: ``cluster_cpus``, which
+    the SLURM executor requests as --cpus-per-task (`--max-threads N` caps it for nodes of fewer cores), and in a
+    dry run given no --cores. Inside that SLURM job (the Snakefile is read again there): the CPUs SLURM
+    allocated, SLURM_CPUS_PER_TASK."""
+    from snakemake_interface_executor_plugins.settings import ExecMode
+
+    allocated = os.environ.get("SLURM_CPUS_PER_TASK")
+    if workflow.exec_mode != ExecMode.DEFAULT and allocated:
+        return int(allocated)
+    cores = workflow.global_resources["_cores"].value
+    if workflow.local_exec and cores is not None and cores != sys.maxsize:
+        return cores
+    return cluster_cpus
 
 
 def sized(preset, small, large):

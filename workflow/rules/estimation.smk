@@ -18,7 +18,7 @@ rule estimation_capture:
     params:
         magicpig=MAGICPIG,
         args=capture_args(P, E["length"], SEED),
-    threads: workflow.cores
+    threads: job_threads(CPUS)
     conda:
         ENV
     resources:
@@ -40,7 +40,7 @@ rule estimation_experiments:
         magicpig=MAGICPIG,
         out_dir=out_dir,
         seed=SEED,
-    threads: workflow.cores
+    threads: job_threads(CPUS)
     conda:
         ENV
     resources:
@@ -66,7 +66,7 @@ rule tune_kl:
         target_cost=E["target_cost"],
         out_dir=out_dir,
         seed=SEED,
-    threads: workflow.cores
+    threads: job_threads(CPUS)
     conda:
         ENV
     resources:

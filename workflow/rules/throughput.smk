@@ -19,7 +19,7 @@ rule bench_kernel:
     params:
         magicpig=MAGICPIG,
         grid=kernel_args(P["kernel_bench"]),
-    threads: workflow.cores
+    threads: job_threads(16)
     conda:
         ENV
     resources:
@@ -39,12 +39,12 @@ rule bench_decode:
     params:
         magicpig=MAGICPIG,
         args=decode_args(P),
-    threads: workflow.cores
+    threads: job_threads(CPUS)
     conda:
         ENV
     resources:
         # --max-throughput grows the batch until memory runs out: give it the node's memory
-        mem_mb=sized(P, 64000, 256000),
+        mem_mb=sized(P, 64000, 256000) if P["decode_bench"].get("max_throughput") else sized(P, 8000, 128000),
         runtime=sized(P, 480, 1440),
         gpu=GPUS,
     shell:

@@ -65,7 +65,7 @@ rule bench_decode_shape:
     params:
         magicpig=MAGICPIG,
         args=lambda wildcards: decode_args(shape_preset(P, wildcards.shape)),
-    threads: workflow.cores
+    threads: job_threads(CPUS)
     conda:
         ENV
     resources:

@@ -53,6 +53,7 @@ GPUS = gpus(P)  # one for each job that runs the model when the preset's device 
 include: "workflow/rules/build.smk"
 include: "workflow/rules/accuracy.smk"
 include: "workflow/rules/ablations.smk"
+include: "workflow/rules/sweeps.smk"
 include: "workflow/rules/estimation.smk"
 include: "workflow/rules/throughput.smk"
 include: "workflow/rules/report.smk"
@@ -71,6 +72,7 @@ rule all:
         rules.report.output,
         ACCURACY_METRICS,
         ABLATION_METRICS,
+        SWEEP_METRICS,
         ESTIMATION_FILES,
         THROUGHPUT_FILES,
     default_target: True

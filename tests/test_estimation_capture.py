@@ -84,10 +84,13 @@ def test_cli_runs_experiments_on_a_capture(tmp_path, capsys):
     out = tmp_path / "res"
     assert main(["estimate", "all", "--capture", str(path), "--out-dir", str(out), "--layers", "all",
                  "--kl", "7x40", "--K", "6", "--L", "20,40", "--budgets", "0.05", "--json"]) == 0
+    from magicpig.harness.commands.estimate import EXPERIMENTS
+
     report = json.loads(capsys.readouterr().out)
-    assert set(report) == {"spread", "error", "kl-grid", "centering", "geometry"}
-    for name in ("spread", "error", "kl_grid", "centering", "geometry"):
-        assert (out / f"{name}.csv").is_file() and (out / f"{name}_summary.csv").is_file()
+    assert set(report) == set(EXPERIMENTS)
+    for name in EXPERIMENTS:
+        stem = name.replace("-", "_")
+        assert (out / f"{stem}.csv").is_file() and (out / f"{stem}_summary.csv").is_file()
     assert (out / "error_topk_vs_oracle_heads.csv").is_file() and (out / "geometry_hist.csv").is_file()
     alone = tmp_path / "error_only"  # the error experiment alone also says which heads are long-tailed
     assert main(["estimate", "error", "--capture", str(path), "--out-dir", str(alone), "--layers", "all", "--kl", "7,40",

@@ -13,6 +13,7 @@ from magicpig.harness.report.claims import claims_section
 from magicpig.harness.report.collect import canonical, collect_metrics, load_reference, read_csv
 from magicpig.harness.report.intervals import interval_table
 from magicpig.harness.report.markdown import fmt, table
+from magicpig.harness.report.sections_sweeps import sweep_section, token_section
 
 PAPER_MODEL = "llama-3.1-8b-instruct"
 
@@ -35,7 +36,9 @@ def build_report(results: Path | str, out: Path | str, preset: str) -> Path:
     parts += longbench_section(acc, ref)
     parts += gsm8k_section(acc, ref)
     parts += ablation_section(results / "ablations", ref, out, figs)
+    parts += sweep_section(results, figs)
     parts += csv_sections(results, out, ref, figs)
+    parts += token_section(results, figs)
     path = out / "REPORT.md"
     path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
     return path
@@ -229,7 +232,7 @@ def table9(ref: dict, method: str) -> float | None:
     return row[t["L"].index(m.L)]
 
 
-META_COLUMNS = {"model", "n_prompt", "capture", "seed", "load_avg"}
+META_COLUMNS = {"model", "n_prompt", "capture", "seed", "load_avg", "prompts"}
 ESTIMATION_TITLES = {
     "spread_summary.csv": "Attention spread (Figures 2-3): mass in the top 20% of keys, with and without the sink",
     "error_summary.csv": "Relative output error vs budget: TopK, oracle sampling, MagicPIG (Figures 4, 6)",

@@ -75,6 +75,19 @@ def test_haystack_prompt_fits_and_holds_the_needle():
         build_prompt(tok, 3000, depth=1.5)
 
 
+def test_haystack_offset_gives_another_text_and_wraps_around():
+    from magicpig_tasks.experiments.haystack import essay_text
+
+    tok = CharTokenizer()
+    base = build_prompt(tok, 2000, seed=3)
+    other = build_prompt(tok, 2000, seed=3, offset=50_000)
+    assert other.text != base.text and other.key == base.key and 1900 <= other.n_tokens <= 2000
+    corpus = len(tok(essay_text(), add_special_tokens=False)["input_ids"])
+    assert build_prompt(tok, 2000, seed=3, offset=corpus).text == base.text
+    with pytest.raises(ValueError, match="offset"):
+        build_prompt(tok, 2000, offset=-1)
+
+
 def test_cli_runs_experiments_on_a_capture(tmp_path, capsys):
     from magicpig.harness.cli import main
     from test_estimation import isotropic

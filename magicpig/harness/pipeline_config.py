@@ -215,7 +215,8 @@ def model_problems(path: str, p: dict, warn: Callable[[str], None]) -> list[str]
     if context is None:
         warn(f"{path}.model: {label}; the lengths are not checked against its context")
         return []
-    # RULER's lengths (the first one is also the ablations' unless they set one); a benchmark block that does not run is not checked
+    # RULER's lengths (the first one is also the ablations' and the sweeps' unless they set one); a benchmark block
+    # that does not run is not checked
     sweep_tasks = (p.get("sweeps") or {}).get("tasks", [])
     ruler_tasks = [f"ruler/{t}" for t in p["ruler"]["tasks"] + p["ablations"]["tasks"] + sweep_tasks]
     budget = answer_budget(ruler_tasks)

@@ -153,7 +153,8 @@ def run_capture(args) -> int:
     resolve(args.model)
     cap = capture_for_model(args.model, args.context, layers=args.layers, decode_steps=args.decode_steps,
                             prompt_queries=args.prompt_queries, depth=args.depth, seed=args.seed,
-                            haystack_offset=args.haystack_offset, kv_dtype=getattr(torch, args.kv_dtype), device=args.device,
+                            haystack_offset=args.haystack_offset, kv_dtype=getattr(torch, args.kv_dtype),
+                            device=args.device,
                             progress=lambda m: print(m, file=sys.stderr, flush=True))
     cap.meta["machine"] = machine_record(args.device)
     cap.save(out)

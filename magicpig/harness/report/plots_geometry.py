@@ -64,8 +64,8 @@ def attention_mass_curve(results: Path, ref: dict, path: Path) -> canvas.FigureR
     axh.set_xscale("log")
     axh.set_ylim(0, 1.02)
     axh.set_xlabel("fraction of keys (sink removed)")
-    axh.set_title(f"per head (layer x head x prompt: {len(sp.groupby([c for c in ('prompt', 'layer', 'head') if c in sp]))})",
-                  fontsize=8)
+    units = len(sp.groupby([c for c in ("prompt", "layer", "head") if c in sp]))
+    axh.set_title(f"per head ({units} of layer x head x prompt)", fontsize=8)
     axh.legend(fontsize=7)
     canvas.note(axh, _fig_note(ref, "attention_mass_curve"))
     return canvas.save(fig, path, title, missing)

@@ -189,8 +189,9 @@ def centering_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult
     fig, axes = canvas.subplots(max(2, len(tasks)) + 1, title, width=4.4, height=4.4)
     paper = ref.get("ablations", {}).get("no_centering", {})
     if not tasks:
+        what = f"{SWEEPS}/ruler/{{niah,fwe}}*/*/magicpig@*centering-false*"
         for ax in axes:
-            canvas.no_data(ax, f"{SWEEPS}/ruler/{{niah,fwe}}*/*/magicpig@*centering-false*", missing if ax is axes[0] else [])
+            canvas.no_data(ax, what, missing if ax is axes[0] else [])
         return canvas.save(fig, path, title, missing)
     grid = mp[(mp["length"] == length) & (mp["K"] == K)]
     axf = axes[-1]

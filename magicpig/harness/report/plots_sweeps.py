@@ -246,7 +246,7 @@ def magicpig_vs_topk_cost(results: Path, ref: dict, path: Path) -> canvas.Figure
             canvas.no_data(ax, f"{SWEEPS}/ruler/{word}/*/{{magicpig,topk}}@*", missing)
             continue
         at = runs[(runs["task"] == tasks[0]) & (runs["length"] == length)]
-        tk, mp = at[at["family"] == "topk"], mp_all[mp_all["task"] == tasks[0]]
+        tk, mp = at[at["family"] == "topk"], mp_all[(mp_all["task"] == tasks[0]) & (mp_all["length"] == length)]
         if tk.empty:
             canvas.no_data(ax, f"{SWEEPS}/{tasks[0]}/{length}/topk@*", missing)
             continue

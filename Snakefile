@@ -56,6 +56,7 @@ CPUS = sized(P, 4, 16)
 include: "workflow/rules/build.smk"
 include: "workflow/rules/accuracy.smk"
 include: "workflow/rules/ablations.smk"
+include: "workflow/rules/sweeps.smk"
 include: "workflow/rules/estimation.smk"
 include: "workflow/rules/throughput.smk"
 include: "workflow/rules/report.smk"
@@ -74,6 +75,7 @@ rule all:
         rules.report.output,
         ACCURACY_METRICS,
         ABLATION_METRICS,
+        SWEEP_METRICS,
         ESTIMATION_FILES,
         THROUGHPUT_FILES,
     default_target: True

@@ -75,6 +75,19 @@ def test_haystack_prompt_fits_and_holds_the_needle():
         build_prompt(tok, 3000, depth=1.5)
 
 
+def test_haystack_offset_gives_another_text_and_wraps_around():
+    from magicpig_tasks.experiments.haystack import essay_text
+
+    tok = CharTokenizer()
+    base = build_prompt(tok, 2000, seed=3)
+    other = build_prompt(tok, 2000, seed=3, offset=50_000)
+    assert other.text != base.text and other.key == base.key and 1900 <= other.n_tokens <= 2000
+    corpus = len(tok(essay_text(), add_special_tokens=False)["input_ids"])
+    assert build_prompt(tok, 2000, seed=3, offset=corpus).text == base.text
+    with pytest.raises(ValueError, match="offset"):
+        build_prompt(tok, 2000, offset=-1)
+
+
 def test_cli_runs_experiments_on_a_capture(tmp_path, capsys):
     from magicpig.harness.cli import main
     from test_estimation import isotropic
@@ -84,10 +97,13 @@ def test_cli_runs_experiments_on_a_capture(tmp_path, capsys):
     out = tmp_path / "res"
     assert main(["estimate", "all", "--capture", str(path), "--out-dir", str(out), "--layers", "all",
                  "--kl", "7x40", "--K", "6", "--L", "20,40", "--budgets", "0.05", "--json"]) == 0
+    from magicpig.harness.commands.estimate import EXPERIMENTS
+
     report = json.loads(capsys.readouterr().out)
-    assert set(report) == {"spread", "error", "kl-grid", "centering", "geometry"}
-    for name in ("spread", "error", "kl_grid", "centering", "geometry"):
-        assert (out / f"{name}.csv").is_file() and (out / f"{name}_summary.csv").is_file()
+    assert set(report) == set(EXPERIMENTS)
+    for name in EXPERIMENTS:
+        stem = name.replace("-", "_")
+        assert (out / f"{stem}.csv").is_file() and (out / f"{stem}_summary.csv").is_file()
     assert (out / "error_topk_vs_oracle_heads.csv").is_file() and (out / "geometry_hist.csv").is_file()
     alone = tmp_path / "error_only"  # the error experiment alone also says which heads are long-tailed
     assert main(["estimate", "error", "--capture", str(path), "--out-dir", str(alone), "--layers", "all", "--kl", "7,40",

@@ -10,6 +10,7 @@ from PIL import Image
 from magicpig.harness.report import build_report
 from magicpig.harness.report.collect import load_reference
 from magicpig.harness.report.figures import FIGURES, write_all
+from synthetic_sweeps import write_sweep_runs, write_token_tables
 
 
 def description(path: Path) -> str:
@@ -60,6 +61,8 @@ def synthetic_tree(root: Path) -> Path:
                   for c, f in ((True, 0.03), (False, 0.0005))]).to_csv(est / "centering_summary.csv", index=False)
     pd.DataFrame([{"K": K, "L": L, "measured": 0.02 * (11 - K) * L / 150, "formula": 0.01}
                   for K in (9, 10) for L in (75, 150)]).to_csv(est / "kl_grid_summary.csv", index=False)
+    write_sweep_runs(root, write_run)
+    write_token_tables(est)
     thr = root / "throughput"
     thr.mkdir(parents=True)
     pd.DataFrame([{"device": "cpu", "context": n, "batch": b, "method": m, "backend": "offload",

@@ -168,7 +168,9 @@ def preset_problems(path: str, p: dict) -> list[str]:
         out += method_problems(f"{path}.{block}.{key}", p[block][key], eval_specs=eval_specs,
                                eval_backend=p["backend"])
     ruler_names = [t.removeprefix("ruler/") for t in TASK_NAMES if t.startswith("ruler/")]
-    for block in ("ruler", "ablations"):
+    if p.get("sweeps"):
+        out += sweep_problems(f"{path}.sweeps", p["sweeps"])
+    for block in [b for b in ("ruler", "ablations", "sweeps") if b in p]:
         for i, task in enumerate(p[block]["tasks"]):
             if task not in ruler_names:
                 close = difflib.get_close_matches(task, ruler_names, 1)
@@ -194,6 +196,66 @@ def shape_problems(path: str, shapes: list[dict]) -> list[str]:
     return [f"{path}[{i}].model: {s['model']!r} has no stored shape; known: "
             + ", ".join(f"shape:{k}" for k in sorted(MODELS))
             for i, s in enumerate(shapes) if s["model"].removeprefix("shape:") not in MODELS]
+
+
+def budget_text(budget: float) -> str:
+    """A budget as a method spec writes it: 32 -> '32', 0.02 -> '0.02'."""
+    return f"{float(budget):g}"
+
+
+def sweep_methods(sweeps: dict | None) -> list[str]:
+    """The method specs of a preset's ``sweeps`` block, in this order, each setting once (equivalent specs,
+    e.g. MagicPIG (10, 150) in both the centering grid and ``magicpig_kl``, by canonical spec): dense (the
+    reference line), TopK at each budget, oracle sampling at each budget, MagicPIG (K, L) with and without
+    centering for each L of ``centering``, then each (K, L) of ``magicpig_kl``. None / no tasks: []."""
+    if not sweeps or not sweeps.get("tasks"):
+        return []
+    from magicpig.methods import canonical_spec
+
+    specs = ["dense"]
+    specs += [f"topk:budget={budget_text(b)}" for b in sweeps.get("topk_budgets", [])]
+    specs += [f"oracle:budget={budget_text(b)}" for b in sweeps.get("oracle_budgets", [])]
+    centering = sweeps.get("centering")
+    if centering:
+        for L in centering["L"]:
+            specs += [f"magicpig:K={centering['K']},L={L}", f"magicpig:K={centering['K']},L={L},centering=false"]
+    for kl in sweeps.get("magicpig_kl", []):
+        K, L = kl.split(",")
+        specs.append(f"magicpig:K={int(K)},L={int(L)}")
+    out, seen = [], set()
+    for spec in specs:
+        try:
+            key = canonical_spec(spec)
+        except ValueError:  # reported by sweep_problems; kept so the rule and the check see the same list
+            key = spec
+        if key not in seen:
+            seen.add(key)
+            out.append(spec)
+    return out
+
+
+def sweep_problems(path: str, sweeps: dict) -> list[str]:
+    """Budgets and (K, L) settings of a ``sweeps`` block that no method accepts, by config path."""
+    from magicpig.lsh import check_kl, parse_kl
+    from magicpig.methods import parse_method
+
+    out = []
+    for key, name in (("topk_budgets", "topk"), ("oracle_budgets", "oracle")):
+        for i, b in enumerate(sweeps.get(key, [])):
+            try:
+                parse_method(f"{name}:budget={budget_text(b)}")
+            except ValueError as exc:
+                out.append(f"{path}.{key}[{i}]: {b!r}: {exc}")
+    centering = sweeps.get("centering")
+    pairs = [(f"{path}.centering.L[{i}]", centering["K"], L) for i, L in enumerate(centering["L"])] if centering else []
+    for i, kl in enumerate(sweeps.get("magicpig_kl", [])):
+        pairs.append((f"{path}.magicpig_kl[{i}]", *parse_kl(kl)))
+    for where, K, L in pairs:
+        try:
+            check_kl(K, L)
+        except ValueError as exc:
+            out.append(f"{where}: (K, L) = ({K}, {L}): {exc}")
+    return out
 
 
 def answer_budget(tasks: list[str]) -> int:
@@ -232,12 +294,15 @@ def model_problems(path: str, p: dict, warn: Callable[[str], None]) -> list[str]
         return []
     context = facts["context"]
     out = layer_problems(path, p, facts["layers"], label)
-    # RULER's lengths (the first one is also the ablations' unless they set one); a benchmark block that does not run is not checked
-    ruler_tasks = [f"ruler/{t}" for t in p["ruler"]["tasks"] + p["ablations"]["tasks"]]
+    # RULER's lengths (the first one is also the ablations' and the sweeps' unless they set one); a benchmark block
+    # that does not run is not checked
+    sweep_tasks = (p.get("sweeps") or {}).get("tasks", [])
+    ruler_tasks = [f"ruler/{t}" for t in p["ruler"]["tasks"] + p["ablations"]["tasks"] + sweep_tasks]
     budget = answer_budget(ruler_tasks)
     checks = [(f"{path}.ruler.lengths[{i}]", n, budget) for i, n in enumerate(p["ruler"]["lengths"])]
-    if "length" in p["ablations"]:
-        checks.append((f"{path}.ablations.length", p["ablations"]["length"], budget))
+    for block in ("ablations", "sweeps"):
+        if "length" in (p.get(block) or {}):
+            checks.append((f"{path}.{block}.length", p[block]["length"], budget))
     for block, tasks in (("longbench", [f"longbench/{t}" for t in p["longbench"]["tasks"]]), ("gsm8k", ["gsm8k"])):
         if tasks and (p[block]["samples"] == "all" or p[block]["samples"] > 0):
             checks.append((f"{path}.{block}.max_length", p[block].get("max_length", DEFAULT_MAX_LENGTH[block]),

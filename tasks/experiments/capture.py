@@ -172,10 +172,11 @@ def _output_cache(out):
 
 
 @torch.inference_mode()
-def capture_model(model, tokenizer, text: str, *, layers: list[int] | None = None, decode_steps: int = 15,
+def capture_model(model, tokenizer, text: str | None, *, layers: list[int] | None = None, decode_steps: int = 15,
                   prompt_queries: int = 1, dtype: torch.dtype = torch.float16,
-                  meta: dict[str, Any] | None = None) -> Capture:
-    """Prefill ``text`` exactly, then decode ``decode_steps`` tokens greedily, recording attention.
+                  meta: dict[str, Any] | None = None, input_ids: torch.Tensor | None = None) -> Capture:
+    """Prefill ``text`` (or the token ids ``input_ids``, (1, n)) exactly, then decode ``decode_steps`` tokens
+    greedily, recording attention.
 
     Queries kept: the last ``prompt_queries`` prompt positions and every decode step's query.
     Keys/values are stored in ``dtype`` (float16 halves the file; every experiment takes its exact
@@ -189,7 +190,10 @@ def capture_model(model, tokenizer, text: str, *, layers: list[int] | None = Non
     previous = model.config._attn_implementation
     model.set_attn_implementation(register_recording_attention())
     device = next(model.parameters()).device
-    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"].to(device)
+    if (text is None) == (input_ids is None):
+        raise ValueError("capture_model takes either text or input_ids")
+    ids = (tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"] if input_ids is None
+           else input_ids.reshape(1, -1)).to(device)
     n_prompt = int(ids.shape[1])
     if n_prompt <= prompt_queries:
         raise ValueError(f"prompt_queries={prompt_queries} must be smaller than the prompt ({n_prompt} tokens)")
@@ -233,10 +237,11 @@ def default_capture_path(model: str, context: int, root: str | Path = "results/e
 
 
 def capture_for_model(model: str, context: int, *, layers: str | None = None, decode_steps: int = 15,
-                      prompt_queries: int = 1, depth: float = 0.5, seed: int = 0,
+                      prompt_queries: int = 1, depth: float = 0.5, seed: int = 0, haystack_offset: int = 0,
                       kv_dtype: torch.dtype = torch.float16, device: str | None = None,
                       progress=None) -> Capture:
-    """Load ``model`` (see magicpig.models.resolve), build a haystack prompt of ``context`` tokens and capture."""
+    """Load ``model`` (see magicpig.models.resolve), build a haystack prompt of ``context`` tokens (its text
+    starting ``haystack_offset`` tokens into the essays) and capture."""
     from magicpig.models import load_model, max_context
 
     from magicpig_tasks.experiments.haystack import build_prompt
@@ -251,11 +256,12 @@ def capture_for_model(model: str, context: int, *, layers: str | None = None, de
         raise ValueError(f"context={context} + decode_steps={decode_steps} exceeds the model's trained "
                          f"context of {limit} tokens")
     layer_list = parse_layers(layers, int(net.config.num_hidden_layers))
-    prompt = build_prompt(tok, context, depth=depth, seed=seed)
+    prompt = build_prompt(tok, context, depth=depth, seed=seed, offset=haystack_offset)
     say(f"prefill of {prompt.n_tokens} tokens + {decode_steps} decode steps")
     cap = capture_model(net, tok, prompt.text, layers=layer_list, decode_steps=decode_steps,
                         prompt_queries=prompt_queries, dtype=kv_dtype,
                         meta={"model": model, "context": context, "needle_key": prompt.key,
-                              "needle_value": prompt.value, "depth": depth, "seed": seed})
+                              "needle_value": prompt.value, "depth": depth, "seed": seed,
+                              "haystack_offset": haystack_offset})
     cap.meta["needle_found"] = prompt.value in cap.meta["generated_text"]
     return cap

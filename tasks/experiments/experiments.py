@@ -456,7 +456,7 @@ def summary(name: str, df: pd.DataFrame) -> pd.DataFrame:
     if name == "geometry":
         return summarize(df, ["kv_head"], [c for c in df.columns if c not in
                                            ("layer", "kv_head", "dense_in_magicpig", "queries", "model",
-                                            "n_prompt", "capture", "seed")])
+                                            "n_prompt", "capture", "seed", "prompt")])
     raise ValueError(f"unknown experiment {name!r}; known: spread, error, kl-grid, centering, geometry")
 
 

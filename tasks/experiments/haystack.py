@@ -39,7 +39,7 @@ def essay_text() -> str:
 
 
 def build_prompt(tokenizer, n_tokens: int, *, depth: float = 0.5, seed: int = 0,
-                 chat_template: bool = True) -> HaystackPrompt:
+                 chat_template: bool = True, offset: int = 0) -> HaystackPrompt:
     """A needle-in-a-haystack prompt of at most ``n_tokens`` tokens (within a few tokens of it).
 
     ``depth`` in [0, 1] places the needle (at a sentence boundary) that far into the haystack; ``seed``
@@ -50,6 +50,8 @@ def build_prompt(tokenizer, n_tokens: int, *, depth: float = 0.5, seed: int = 0,
         raise ValueError(f"n_tokens must be an integer >= 64, got {n_tokens!r}")
     if not 0.0 <= depth <= 1.0:
         raise ValueError(f"depth must be in [0, 1], got {depth}")
+    if not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
     rng = random.Random(seed)
     key = KEYS[rng.randrange(len(KEYS))]
     value = str(rng.randrange(1_000_000, 10_000_000))
@@ -70,6 +72,8 @@ def build_prompt(tokenizer, n_tokens: int, *, depth: float = 0.5, seed: int = 0,
     if budget < 16:
         raise ValueError(f"n_tokens={n_tokens} leaves no room for a haystack (the template takes {overhead})")
     ids = tokenizer(essay_text(), add_special_tokens=False)["input_ids"]
+    start = offset % max(1, len(ids))
+    ids = ids[start:] + ids[:start]
     if len(ids) < budget:  # repeat the essays for very long contexts
         ids = (ids * (budget // max(1, len(ids)) + 1))
     hay = tokenizer.decode(ids[:budget])

@@ -102,6 +102,13 @@ def overwrite_arg():
     return "--overwrite" if config.get("overwrite") else ""
 
 
+def sweep_methods(sweeps):
+    """The method specs of a preset's sweeps block (magicpig.harness.pipeline_config.sweep_methods)."""
+    from magicpig.harness.pipeline_config import sweep_methods as methods_of
+
+    return methods_of(sweeps)
+
+
 def metrics_files(root, tasks, lengths, methods):
     """The metrics.json that `magicpig eval --out ROOT` writes per (task, length, method):
     ROOT/<task>/<length>/<method dir>/metrics.json (magicpig.harness.evaluate). ``tasks`` / ``lengths`` may
@@ -139,10 +146,27 @@ def experiment_files():
                                                                                    "geometry_hist.csv"]
 
 
-def capture_args(preset, length, seed):
-    """`magicpig estimate capture` options: one exact prefill of the preset's model at ``length`` tokens."""
-    return " ".join(filter(None, [f"--model {shlex.quote(preset['model'])} --context {int(length)} --seed {int(seed)}",
+def inputs_files():
+    """The CSVs of `magicpig estimate inputs` (magicpig.harness.estimate_inputs.OUT_FILES)."""
+    from magicpig.harness.estimate_inputs import OUT_FILES
+
+    return list(OUT_FILES)
+
+
+def capture_args(preset, length, seed, prompt=0):
+    """`magicpig estimate capture` options: one exact prefill of the preset's model at ``length`` tokens. Prompt
+    ``prompt`` (0, 1, ...) has its own needle (seed + prompt) and haystack text (starting prompt x length tokens
+    into the essays), so the captured prompts are distinct inputs."""
+    return " ".join(filter(None, [f"--model {shlex.quote(preset['model'])} --context {int(length)}",
+                                  f"--seed {int(seed) + int(prompt)} --haystack-offset {int(prompt) * int(length)}",
                                   device_args(preset)]))
+
+
+def inputs_args(preset, estimation, seed):
+    """`magicpig estimate inputs` options: the preset's model, its counts of random inputs and sentences."""
+    return " ".join(filter(None, [f"--model {shlex.quote(preset['model'])} --seed {int(seed)}",
+                                  f"--inputs {int(estimation.get('inputs', 32))}",
+                                  f"--sentences {int(estimation.get('sentences', 50))}", device_args(preset)]))
 
 
 def tune_kl_tag(target_cost):

@@ -1,10 +1,16 @@
-# Attention-level experiments on one captured prefill (Figures 2-6, 9a, Table 9) and automatic (K, L).
+# Attention-level experiments on captured prefills (Figures 2-6, 9a, 10, 11, Table 9) and automatic (K, L).
+# `estimation.prompts` prompts are captured (each its own needle and haystack text); every experiment runs on
+# all of them (a `prompt` column in its tables), tune-kl on the first. Keys across many short inputs (Fig. 5a/b)
+# come from their own job (`magicpig estimate inputs`).
 E = P["estimation"]
 ESTIMATION_DIR = f"{RES}/estimation"
-CAPTURE = f"{ESTIMATION_DIR}/captures/capture_{E['length']}.pt"
+PROMPTS = list(range(int(E.get("prompts", 1))))
+CAPTURES = [f"{ESTIMATION_DIR}/captures/capture_{E['length']}_p{i}.pt" for i in PROMPTS]
 TUNE_KL = f"{ESTIMATION_DIR}/tune_kl_{tune_kl_tag(E['target_cost'])}"
-# what the report reads: the experiments' CSVs and tune-kl's result (its JSON and the candidates it weighed)
-ESTIMATION_FILES = [f"{ESTIMATION_DIR}/{name}" for name in experiment_files()] + [
+INPUTS_FILES = [f"{ESTIMATION_DIR}/{name}" for name in inputs_files()]
+# what the report reads: the experiments' CSVs, the short-input tables and tune-kl's result (its JSON and the
+# candidates it weighed)
+ESTIMATION_FILES = [f"{ESTIMATION_DIR}/{name}" for name in experiment_files()] + INPUTS_FILES + [
     f"{TUNE_KL}.json",
     f"{TUNE_KL}_candidates.csv",
 ]
@@ -12,12 +18,14 @@ ESTIMATION_FILES = [f"{ESTIMATION_DIR}/{name}" for name in experiment_files()] +
 
 rule estimation_capture:
     output:
-        CAPTURE,
+        f"{ESTIMATION_DIR}/captures/capture_{E['length']}_p{{prompt}}.pt",
     log:
-        f"{RES}/logs/estimation_capture.log",
+        f"{RES}/logs/estimation_capture_p{{prompt}}.log",
     params:
         magicpig=MAGICPIG,
-        args=capture_args(P, E["length"], SEED),
+        args=lambda w: capture_args(P, E["length"], SEED, int(w.prompt)),
+    wildcard_constraints:
+        prompt="[0-9]+",
     threads: job_threads(CPUS)
     conda:
         ENV
@@ -29,9 +37,29 @@ rule estimation_capture:
         "{params.magicpig} estimate capture {params.args} --out {output} > {log} 2>&1"
 
 
+rule estimation_inputs:
+    output:
+        INPUTS_FILES,
+    log:
+        f"{RES}/logs/estimation_inputs.log",
+    params:
+        magicpig=MAGICPIG,
+        args=inputs_args(P, E, SEED),
+        out_dir=out_dir,
+    threads: job_threads(CPUS)
+    conda:
+        ENV
+    resources:
+        mem_mb=sized(P, 8000, 64000),
+        runtime=sized(P, 60, 240),
+        gpu=GPUS,
+    shell:
+        "{params.magicpig} estimate inputs {params.args} --out-dir {params.out_dir} > {log} 2>&1"
+
+
 rule estimation_experiments:
     input:
-        CAPTURE,
+        CAPTURES,
     output:
         [f"{ESTIMATION_DIR}/{name}" for name in experiment_files()],
     log:
@@ -40,6 +68,7 @@ rule estimation_experiments:
         magicpig=MAGICPIG,
         out_dir=out_dir,
         seed=SEED,
+        captures=lambda w, input: " ".join(f"--capture {c}" for c in input),
     threads: job_threads(CPUS)
     conda:
         ENV
@@ -47,14 +76,15 @@ rule estimation_experiments:
         mem_mb=sized(P, 8000, 64000),
         runtime=sized(P, 120, 720),
     shell:
-        "{params.magicpig} estimate all --capture {input} --out-dir {params.out_dir} --seed {params.seed} "
+        "{params.magicpig} estimate all {params.captures} --out-dir {params.out_dir} --seed {params.seed} "
         "> {log} 2>&1"
 
 
-# tune-kl writes its result to <out-dir>/tune_kl_<target>.json itself; its stdout goes to the log.
+# tune-kl writes its result to <out-dir>/tune_kl_<target>.json itself; its stdout goes to the log. It reads the
+# first prompt's capture.
 rule tune_kl:
     input:
-        CAPTURE,
+        CAPTURES[0],
     output:
         json=f"{TUNE_KL}.json",
         candidates=f"{TUNE_KL}_candidates.csv",

@@ -10,6 +10,7 @@ rule report:
     input:
         accuracy=ACCURACY_METRICS,
         ablations=ABLATION_METRICS,
+        sweeps=SWEEP_METRICS,
         estimation=ESTIMATION_FILES,
         throughput=THROUGHPUT_FILES,
         reference="config/paper_reference.yaml",

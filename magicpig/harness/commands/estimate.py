@@ -1,21 +1,30 @@
 """``magicpig estimate``: attention-level experiments on captured queries/keys/values.
 
     magicpig estimate capture  --model smollm2 --context 8192      # one exact prefill -> .pt capture
-    magicpig estimate spread|error|kl-grid|centering|geometry --capture PATH
-    magicpig estimate all --capture PATH                           # the five experiments
+    magicpig estimate spread|error|kl-grid|centering|geometry|mass-curve|... --capture PATH [--capture PATH2 ...]
+    magicpig estimate all --capture PATH [--capture PATH2 ...]     # every experiment of EXPERIMENTS
+    magicpig estimate inputs --model smollm2 --inputs 32 --sentences 50   # keys across many short inputs
 
-Each experiment writes ``<out-dir>/<name>.csv`` (per layer rows) and ``<name>_summary.csv`` (means over
-MagicPIG's sparse layers) and prints the summary.
+Each experiment writes ``<out-dir>/<name>.csv`` (rows per layer / head / key, one block per capture, named in
+the ``prompt`` column) and ``<name>_summary.csv`` (means over MagicPIG's sparse layers and the captures) and
+prints the summary.
 """
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
 from magicpig.harness.progress import heartbeat
 
-EXPERIMENTS = ("spread", "error", "kl-grid", "centering", "geometry")
+# the per-layer experiments (magicpig_tasks.experiments.experiments) and the per-key / per-token ones
+# (magicpig_tasks.experiments.token_level: Figs. 2a, 5c, 10, 11)
+# queries of the error, kl-grid and centering experiments (the costly ones), spread over the captures: 8 of one
+# capture, 4 of each of two, 2 (at least) of each of more
+HEAVY_QUERIES = 8
+EXPERIMENTS = ("spread", "error", "kl-grid", "centering", "geometry", "mass-curve", "sink-center", "value-output",
+               "value-norm")
 DEFAULT_OUT = "results/estimation"
 
 
@@ -73,7 +82,9 @@ def register(sub) -> None:
     c.add_argument("--prompt-queries", type=int, default=1, help="keep queries of the last N prompt positions")
     c.add_argument("--layers", default="all", help="all, every:N, or a list like 0,2,5-9")
     c.add_argument("--depth", type=float, default=0.5, help="needle depth in [0, 1]")
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--seed", type=int, default=0, help="picks the needle's key and value")
+    c.add_argument("--haystack-offset", type=int, default=0,
+                   help="token of the essay corpus the haystack starts at (several prompts of one length differ)")
     c.add_argument("--kv-dtype", choices=("float16", "float32", "bfloat16"), default="float16")
     c.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     c.add_argument("--out", default=None,
@@ -81,15 +92,22 @@ def register(sub) -> None:
     c.add_argument("--force", action="store_true", help="recapture even if the file exists")
     c.set_defaults(func=run_capture)
 
+    from magicpig.harness.estimate_inputs import add_parser as add_inputs_parser
+
+    add_inputs_parser(esub)
+
     for name in EXPERIMENTS + ("all",):
-        e = esub.add_parser(name, help=f"run the {name} experiment" if name != "all" else "run all five experiments")
-        e.add_argument("--capture", required=True, help="capture file from `magicpig estimate capture`")
+        e = esub.add_parser(name, help=f"run the {name} experiment" if name != "all" else "run every experiment")
+        e.add_argument("--capture", required=True, action="append",
+                       help="capture file from `magicpig estimate capture`; repeat for several prompts (every "
+                            "table gets a `prompt` column, the file's stem; summaries average over prompts)")
         e.add_argument("--out-dir", default=DEFAULT_OUT)
         e.add_argument("--layers", default=None,
                        help="captured layers to use: all, every:N, or a list (default: all for spread/geometry, "
                             "every:3 for the others)")
         e.add_argument("--max-queries", type=int, default=None,
-                       help="use at most N of the captured queries (default: all for spread/geometry, 8 otherwise)")
+                       help="use at most N of the captured queries (default: all for the light experiments; for "
+                            "error, kl-grid and centering 8 in total over the captures, at least 2 each)")
         e.add_argument("--seed", type=int, default=0)
         e.add_argument("--sinks", type=int, default=4)
         e.add_argument("--local", type=int, default=64)
@@ -131,13 +149,15 @@ def run_capture(args) -> int:
     check_layer_spec(args.layers)
     check_fraction(args.depth, "--depth", closed_low=True)
     check_seed(args.seed)
+    check_min(args.haystack_offset, 0, "--haystack-offset")
     check_device(args.device)
     check_writable_file(out, "--out")
     resolve(args.model)
     with heartbeat(f"capture {args.model} @ {args.context}"):  # a line at least every 30 s in a log
         cap = capture_for_model(args.model, args.context, layers=args.layers, decode_steps=args.decode_steps,
                                 prompt_queries=args.prompt_queries, depth=args.depth, seed=args.seed,
-                                kv_dtype=getattr(torch, args.kv_dtype), device=args.device,
+                                haystack_offset=args.haystack_offset, kv_dtype=getattr(torch, args.kv_dtype),
+                                device=args.device,
                                 progress=lambda m: print(m, file=sys.stderr, flush=True))
     cap.meta["machine"] = machine_record(args.device)
     cap.save(out)
@@ -150,8 +170,11 @@ def run_capture(args) -> int:
 
 
 def run_experiment(args) -> int:
+    import pandas as pd
+
     from magicpig_tasks.experiments import experiments as E
-    from magicpig_tasks.experiments.capture import Capture, parse_layers
+    from magicpig_tasks.experiments import token_level as T
+    from magicpig_tasks.experiments.capture import Capture
 
     names = EXPERIMENTS if args.experiment_name == "all" else (args.experiment_name,)
     # validate cheap arguments before loading the capture
@@ -177,50 +200,82 @@ def run_experiment(args) -> int:
     if hasattr(args, "top_frac"):
         check_fraction(args.top_frac, "--top-frac")
         check_min(args.sink_tokens, 0, "--sink-tokens")
-    if not Path(args.capture).is_file():
-        raise FileNotFoundError(f"--capture: {args.capture} does not exist (run `magicpig estimate capture` first)")
+    captures = [Path(c) for c in args.capture]
+    for c in captures:
+        if not c.is_file():
+            raise FileNotFoundError(f"--capture: {c} does not exist (run `magicpig estimate capture` first)")
+    labels = [c.stem for c in captures]
+    if len(set(labels)) < len(labels):
+        raise ValueError(f"--capture: two captures share a file name ({', '.join(labels)}); their rows would mix")
     out_dir = check_writable_dir(args.out_dir, "--out-dir")
-    cap = Capture.load(args.capture)
-    report = {}
-    spread_df = None  # which heads are long-tailed: the spread experiment's table, read by the error one
+    tables: dict[str, list] = {}  # file stem -> one frame per capture, each with its `prompt` column
+    meta = {}
     with heartbeat(f"estimate {args.experiment_name}"):  # a line at least every 30 s in a log
-        for name in names:
-            heavy = name in ("error", "kl-grid", "centering")
-            layer_spec = args.layers or ("every:3" if heavy else "all")
-            layers = [i for i in parse_layers(layer_spec, cap.num_layers) if i in cap.layers]
-            mq = args.max_queries if args.max_queries is not None else (8 if heavy else None)
-            print(f"[{name}] {len(layers)} layers, {mq or cap.queries.shape[1]} queries, "
-                  f"{cap.n_keys} keys", file=sys.stderr, flush=True)
-            kw = dict(layers=layers, max_queries=mq)
-            if name == "spread":
-                df = spread_df = E.spread(cap, top_frac=args.top_frac, sink_tokens=args.sink_tokens, **kw)
-            elif name == "error":
-                df = E.error(cap, budgets=budgets, kl=kl, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
-            elif name == "kl-grid":
-                df = E.kl_grid(cap, Ks=Ks, Ls=Ls, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
-            elif name == "centering":
-                df = E.centering(cap, kl=kl, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
-            else:
-                df = E.geometry(cap, sinks=args.sinks, local=args.local, **kw)
-            summary = E.summary(name, df)
-            meta = {"model": cap.meta.get("model", ""), "n_prompt": cap.n_prompt, "capture": Path(args.capture).name,
-                    "seed": args.seed}
-            stem = name.replace("-", "_")
-            df.assign(**meta).to_csv(out_dir / f"{stem}.csv", index=False)
-            summary.assign(**meta).to_csv(out_dir / f"{stem}_summary.csv", index=False)
-            report[name] = summary
-            if name == "error":
-                E.topk_vs_oracle(df).assign(**meta).to_csv(out_dir / "error_topk_vs_oracle.csv", index=False)
-                if spread_df is None:  # `estimate error` alone; `estimate all` reuses its spread table
-                    spread_df = E.spread(cap, top_frac=args.top_frac, sink_tokens=args.sink_tokens, **kw)
-                E.topk_vs_oracle_heads(df, spread_df).assign(**meta).to_csv(
-                    out_dir / "error_topk_vs_oracle_heads.csv", index=False)  # which heads are long-tailed
-            if name == "geometry":  # the per-key distributions of Fig. 5
-                E.geometry_hist(cap, sinks=args.sinks, local=args.local, **kw).assign(**meta).to_csv(
-                    out_dir / "geometry_hist.csv", index=False)
-            if not args.json:
-                print(f"== {name} (means over MagicPIG's sparse layers) -> {out_dir / (stem + '.csv')}")
-                print(summary.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        for path, label in zip(captures, labels):
+            cap = Capture.load(path)
+            meta = {"model": cap.meta.get("model", ""), "seed": args.seed}
+            row_meta = {"prompt": label, "n_prompt": cap.n_prompt, "capture": path.name, **meta}
+            tables_of = _experiment_tables(cap, names, args, budgets=budgets, kl=kl, Ks=Ks, Ls=Ls,
+                                           heavy_queries=max(2, math.ceil(HEAVY_QUERIES / len(captures))))
+            for stem, df in tables_of.items():
+                tables.setdefault(stem, []).append(df.assign(**row_meta))
+    report = {}
+    all_meta = {**meta, "prompts": len(captures), "capture": ";".join(c.name for c in captures)}
+    for stem, frames in tables.items():
+        df = pd.concat(frames, ignore_index=True)
+        df.to_csv(out_dir / f"{stem}.csv", index=False)
+        name = stem.replace("_", "-")
+        if name not in names:  # the extra tables of an experiment (error_topk_vs_oracle, geometry_hist)
+            continue
+        summary = (T.summary(name, df) if name in T.TOKEN_EXPERIMENTS else E.summary(name, df)).assign(**all_meta)
+        summary.to_csv(out_dir / f"{stem}_summary.csv", index=False)
+        report[name] = summary
+        if not args.json:
+            print(f"== {name} (means over MagicPIG's sparse layers and {len(captures)} prompt(s)) -> "
+                  f"{out_dir / (stem + '.csv')}")
+            print(summary.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     if args.json:
         print(json.dumps({k: json.loads(v.to_json(orient="records")) for k, v in report.items()}, indent=2))
     return 0
+
+
+def _experiment_tables(cap, names, args, *, budgets, kl, Ks, Ls, heavy_queries: int) -> dict:
+    """The tables of experiments ``names`` on one capture: file stem -> frame (the experiment's own table and
+    the extra ones: error_topk_vs_oracle[_heads], geometry_hist). ``heavy_queries``: the queries of the
+    error, kl-grid and centering experiments unless --max-queries says otherwise."""
+    from magicpig_tasks.experiments import experiments as E
+    from magicpig_tasks.experiments import token_level as T
+    from magicpig_tasks.experiments.capture import parse_layers
+
+    out = {}
+    spread_df = None  # which heads are long-tailed: the spread experiment's table, read by the error one
+    for name in names:
+        heavy = name in ("error", "kl-grid", "centering")
+        layer_spec = args.layers or ("every:3" if heavy else "all")
+        layers = [i for i in parse_layers(layer_spec, cap.num_layers) if i in cap.layers]
+        mq = args.max_queries if args.max_queries is not None else (heavy_queries if heavy else None)
+        print(f"[{name}] {len(layers)} layers, {mq or cap.queries.shape[1]} queries, "
+              f"{cap.n_keys} keys", file=sys.stderr, flush=True)
+        kw = dict(layers=layers, max_queries=mq)
+        if name == "spread":
+            df = spread_df = E.spread(cap, top_frac=args.top_frac, sink_tokens=args.sink_tokens, **kw)
+        elif name == "error":
+            df = E.error(cap, budgets=budgets, kl=kl, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
+        elif name == "kl-grid":
+            df = E.kl_grid(cap, Ks=Ks, Ls=Ls, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
+        elif name == "centering":
+            df = E.centering(cap, kl=kl, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
+        elif name == "geometry":
+            df = E.geometry(cap, sinks=args.sinks, local=args.local, **kw)
+        else:
+            df = T.run(name, cap, **kw)
+        stem = name.replace("-", "_")
+        out[stem] = df
+        if name == "error":
+            out["error_topk_vs_oracle"] = E.topk_vs_oracle(df)
+            if spread_df is None:  # `estimate error` alone; `estimate all` reuses its spread table
+                spread_df = E.spread(cap, top_frac=args.top_frac, sink_tokens=args.sink_tokens, **kw)
+            out["error_topk_vs_oracle_heads"] = E.topk_vs_oracle_heads(df, spread_df)  # which heads are long-tailed
+        if name == "geometry":  # the per-key distributions of Fig. 5
+            out["geometry_hist"] = E.geometry_hist(cap, sinks=args.sinks, local=args.local, **kw)
+    return out

@@ -16,6 +16,7 @@ from magicpig.harness.report.coverage import coverage_section, load_run
 from magicpig.harness.report.html import write_html
 from magicpig.harness.report.intervals import interval_table
 from magicpig.harness.report.markdown import fmt, table
+from magicpig.harness.report.sections_sweeps import sweep_section, token_section
 from magicpig.harness.report.tables_system import gpu_section, shapes_section, table7_section, table8_section
 
 PAPER_MODEL = "llama-3.1-8b-instruct"
@@ -47,7 +48,9 @@ def build_report(results: Path | str, out: Path | str, preset: str, preset_confi
     body += longbench_section(acc, ref)
     body += gsm8k_section(acc, ref)
     body += ablation_section(results / "ablations", ref, out, figs)
+    body += sweep_section(results, figs)
     body += csv_sections(results, out, ref, figs)
+    body += token_section(results, figs)
     body += table7_section(results, ref) + table8_section(ref, run.config.get("model")) + shapes_section(results)
     body += gpu_section(gpu_root)
     parts += coverage_section(run, body) + body
@@ -263,7 +266,7 @@ def table9(ref: dict, method: str) -> float | None:
     return row[t["L"].index(m.L)]
 
 
-META_COLUMNS = {"model", "n_prompt", "capture", "seed", "load_avg"}
+META_COLUMNS = {"model", "n_prompt", "capture", "seed", "load_avg", "prompts"}
 ESTIMATION_TITLES = {
     "spread_summary.csv": "Attention spread (Figures 2-3): mass in the top 20% of keys, with and without the sink",
     "error_summary.csv": "Relative output error vs budget: TopK, oracle sampling, MagicPIG (Figures 4, 6)",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from magicpig.harness.report import plots_accuracy, plots_attention, plots_throughput
+from magicpig.harness.report import plots_accuracy, plots_attention, plots_geometry, plots_sweeps, plots_throughput
 from magicpig.harness.report.canvas import FigureResult
 
 Plot = Callable[[Path, dict, Path], FigureResult]
@@ -20,6 +20,15 @@ PLOTS: dict[str, Plot] = {
     "geometry.png": plots_attention.geometry,
     "centering.png": plots_accuracy.centering,
     "kl_grid.png": plots_attention.kl_grid,
+    "topk_budget_sweep.png": plots_sweeps.topk_budget_sweep,
+    "oracle_vs_topk_budget.png": plots_sweeps.oracle_vs_topk_budget,
+    "centering_sweep.png": plots_sweeps.centering_sweep,
+    "magicpig_vs_topk_cost.png": plots_sweeps.magicpig_vs_topk_cost,
+    "attention_mass_curve.png": plots_geometry.attention_mass_curve,
+    "sink_key_similarity.png": plots_geometry.sink_key_similarity,
+    "sink_vs_mean_key.png": plots_geometry.sink_vs_mean_key,
+    "value_vs_logit.png": plots_geometry.value_vs_logit,
+    "value_norms.png": plots_geometry.value_norms,
     "throughput_batch.png": plots_throughput.throughput_batch,
     "throughput_context.png": plots_throughput.throughput_context,
     "speedup_paper_hardware.png": plots_throughput.speedup_paper_hardware,

@@ -1,0 +1,270 @@
+"""Budget / cost sweep figures on RULER (paper Figs. 1, 6c, 9a, 9b/c) from ``results/<preset>/sweeps/`` (the
+``sweeps`` block of the preset) and the RULER runs of ``accuracy/`` at the same (task, length): TopK and oracle
+sampling at several budgets, MagicPIG with and without centering at several L, and several (K, L).
+
+Every point is one (task, length, method) run: its mean score over samples with a 95% percentile bootstrap
+interval over those samples (whiskers), at its measured cost2 (fraction of the keys used)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from magicpig.harness.report import canvas
+from magicpig.harness.report.bootstrap import mean_interval
+from magicpig.harness.report.collect import collect_metrics, sample_scores
+
+SWEEPS = "sweeps"
+WHISKERS = "whiskers: 95% percentile bootstrap over samples"
+
+
+def _runs_below(root: Path, source: str) -> pd.DataFrame:
+    df = collect_metrics(root) if root.is_dir() else collect_metrics(root / "__none__")
+    df = df[(df["status"] == "ok") & df["task"].fillna("").str.startswith("ruler/")].copy()
+    df["source"] = source
+    return df
+
+
+def sweep_runs(results: Path) -> pd.DataFrame:
+    """Finished RULER runs of the sweeps and of the accuracy tree, one row per (task, length, method) (the
+    sweep's run first), with the method's parsed fields: family (dense / topk / oracle / magicpig / other),
+    budget, K, L, centering."""
+    from magicpig.methods import parse_method
+
+    df = pd.concat([_runs_below(results / SWEEPS, "sweeps"), _runs_below(results / "accuracy", "accuracy")],
+                   ignore_index=True)
+    df = df.drop_duplicates(["task", "length", "method"], keep="first")
+    fields = []
+    for spec in df["method"]:
+        try:
+            m = parse_method(spec)
+        except ValueError:
+            fields.append({"family": "other"})
+            continue
+        fields.append({"family": m.name if m.name in ("dense", "topk", "oracle", "magicpig") else "other",
+                       "budget": getattr(m, "budget", None), "K": getattr(m, "K", None), "L": getattr(m, "L", None),
+                       "centering": getattr(m, "centering", None)})
+    parsed = pd.DataFrame(fields, index=range(len(df)), columns=["family", "budget", "K", "L", "centering"])
+    return pd.concat([df.reset_index(drop=True), parsed], axis=1)
+
+
+def point(row) -> tuple[float, float, float, int]:
+    """(mean, lo, hi, n) of one run from its per-sample scores (the metrics' score, zero width, without them)."""
+    scores = list(sample_scores(row.path).values())
+    if not scores:
+        return float(row.score), float(row.score), float(row.score), int(row.samples or 0)
+    iv = mean_interval(scores)
+    return iv.value, iv.lo, iv.hi, len(scores)
+
+
+def _line(ax, rows: pd.DataFrame, x: str, style: str, color: str, label: str) -> list[int]:
+    """Plot the runs of ``rows`` sorted by column ``x`` with 95% whiskers; returns their sample counts."""
+    rows = rows.sort_values(x)
+    pts = [point(r) for r in rows.itertuples()]
+    if not pts:
+        return []
+    ys = np.array([p[0] for p in pts])
+    err = np.array([[max(0.0, p[0] - p[1]) for p in pts], [max(0.0, p[2] - p[0]) for p in pts]])
+    ax.errorbar(rows[x].astype(float), ys, yerr=err, fmt=style, color=color, capsize=2, ms=4, label=label)
+    return [p[3] for p in pts]
+
+
+def _dense_line(ax, runs: pd.DataFrame, task: str, length: int, color: str = "k", label: str = "dense") -> None:
+    d = runs[(runs["task"] == task) & (runs["length"] == length) & (runs["family"] == "dense")]
+    if not d.empty:
+        ax.axhline(point(next(d.itertuples()))[0], color=color, ls="--", lw=1, label=label)
+
+
+def _main_length(runs: pd.DataFrame, family: str) -> int | None:
+    """The context length with the most runs of ``family`` (the sweep's length)."""
+    fam = runs[runs["family"] == family]
+    return None if fam.empty else int(fam.groupby("length").size().idxmax())
+
+
+def _samples_text(counts: list[int]) -> str:
+    counts = sorted(set(counts))
+    return "samples per point: " + ("-".join(str(c) for c in (counts[0], counts[-1])) if len(counts) > 1
+                                    else str(counts[0] if counts else 0))
+
+
+def _budgets_text(rows: pd.DataFrame) -> str:
+    return ", ".join(f"{b:g}" for b in sorted(rows["budget"].dropna().astype(float).unique()))
+
+
+def _short(task: str) -> str:
+    return task.removeprefix("ruler/")
+
+
+def _family_tasks(runs: pd.DataFrame, length: int, words: tuple[str, ...]) -> list[str]:
+    """The tasks at ``length`` whose names contain one of ``words`` (niah, cwe, fwe), in that order."""
+    tasks = sorted(runs.loc[runs["length"] == length, "task"].unique())
+    return [t for w in words for t in tasks if w in _short(t)]
+
+
+def _fig_note(ref: dict, name: str) -> str:
+    return (ref.get("figures", {}).get(name, {}) or {}).get("note", "")
+
+
+def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
+    """Fig. 1: TopK accuracy vs the fraction of keys it keeps, per task (NIAH, CWE, FWE), dense dashed."""
+    title = "TopK accuracy vs fraction of keys (paper Fig. 1)"
+    missing: list[str] = []
+    fig, (ax,) = canvas.subplots(1, title, width=7.5, height=4.8)
+    runs = sweep_runs(results)
+    length = _main_length(runs, "topk")
+    tasks = [] if length is None else _family_tasks(runs, length, ("niah", "cwe", "fwe"))
+    topk = runs[(runs["family"] == "topk") & (runs["length"] == length)]
+    if topk.empty or not tasks:
+        canvas.no_data(ax, f"{SWEEPS}/ruler/*/*/topk@*/metrics.json", missing)
+        return canvas.save(fig, path, title, missing)
+    counts = []
+    for i, task in enumerate(tasks):
+        counts += _line(ax, topk[topk["task"] == task], "cost", "o-", f"C{i}", f"TopK, {_short(task)}")
+        _dense_line(ax, runs, task, length, f"C{i}", f"dense, {_short(task)}")
+    for word in ("niah", "cwe", "fwe"):
+        if not any(word in _short(t) for t in tasks):
+            missing.append(f"{SWEEPS}/ruler/{word}*/{length}/topk@*")
+    ax.set_xscale("log")
+    ax.set_ylim(-3, 105)
+    ax.set_xlabel("fraction of keys TopK keeps (cost2, measured)")
+    ax.set_ylabel(f"score at {length} tokens")
+    ax.set_title(f"TopK budgets {_budgets_text(topk)} (< 1: fraction, >= 1: keys); {_samples_text(counts)}; "
+                 f"{WHISKERS}", fontsize=7)
+    ax.legend(fontsize=7, ncol=2)
+    canvas.note(ax, _fig_note(ref, "topk_budget_sweep"))
+    return canvas.save(fig, path, title, missing)
+
+
+def oracle_vs_topk_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
+    """Fig. 6c: oracle sampling against TopK, accuracy vs budget, one panel per task; the paper's ~32 keys of
+    16K marked, and 32 keys at the length run here."""
+    title = "Oracle sampling vs TopK: accuracy vs budget (paper Fig. 6c)"
+    missing: list[str] = []
+    runs = sweep_runs(results)
+    length = _main_length(runs, "oracle")
+    tasks = [] if length is None else _family_tasks(runs, length, ("niah", "cwe", "fwe"))
+    fig, axes = canvas.subplots(max(1, len(tasks)), title, width=4.6, height=4.4)
+    if not tasks:
+        canvas.no_data(axes[0], f"{SWEEPS}/ruler/*/*/oracle@*/metrics.json", missing)
+        return canvas.save(fig, path, title, missing)
+    keys_16k = ref.get("ablations", {}).get("oracle_sampling_unique_keys_16k")
+    for ax, task in zip(axes, tasks):
+        at = runs[(runs["task"] == task) & (runs["length"] == length)]
+        counts = []
+        for i, fam in enumerate(("topk", "oracle")):
+            rows = at[at["family"] == fam]
+            if rows.empty:
+                canvas.no_data(ax, f"{SWEEPS}/{task}/{length}/{fam}@*", missing)
+                break
+            counts += _line(ax, rows, "cost", "o-" if fam == "topk" else "s-", f"C{i}",
+                            f"{'TopK' if fam == 'topk' else 'oracle sampling'} ({_budgets_text(rows)})")
+        else:
+            _dense_line(ax, runs, task, length)
+            ax.axvline(32 / length, color="0.4", ls=":", lw=1, label=f"32 keys of {length}")
+            if keys_16k:
+                ax.axvline(keys_16k / 16384, color="crimson", ls=":", lw=1,
+                           label=f"paper: ~{keys_16k} keys of 16K (oracle keeps accuracy)")
+            ax.set_xscale("log")
+            ax.set_ylim(-3, 105)
+            ax.set_xlabel("cost2: fraction of keys used (oracle: distinct draws)")
+            ax.set_title(f"{_short(task)} at {length}; {_samples_text(counts)}", fontsize=8)
+            ax.legend(fontsize=6)
+    axes[0].set_ylabel(f"score ({WHISKERS})", fontsize=8)
+    canvas.note(axes[0], _fig_note(ref, "oracle_vs_topk_budget"))
+    return canvas.save(fig, path, title, missing)
+
+
+def centering_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
+    """Fig. 9a: MagicPIG with and without centering at several L (K fixed) on NIAH and FWE, and the sampled
+    fraction of each run (the paper's < 0.1% without centering)."""
+    title = "Centering on / off across L (paper Fig. 9a)"
+    missing: list[str] = []
+    runs = sweep_runs(results)
+    mp = runs[runs["family"] == "magicpig"]
+    off = mp[mp["centering"] == False]  # noqa: E712 (a column of bools and None)
+    length = None if off.empty else int(off.groupby("length").size().idxmax())
+    K = None if off.empty else int(off[off["length"] == length].groupby("K").size().idxmax())
+    tasks = [] if length is None else _family_tasks(runs, length, ("niah", "fwe"))
+    fig, axes = canvas.subplots(max(2, len(tasks)) + 1, title, width=4.4, height=4.4)
+    paper = ref.get("ablations", {}).get("no_centering", {})
+    if not tasks:
+        what = f"{SWEEPS}/ruler/{{niah,fwe}}*/*/magicpig@*centering-false*"
+        for ax in axes:
+            canvas.no_data(ax, what, missing if ax is axes[0] else [])
+        return canvas.save(fig, path, title, missing)
+    grid = mp[(mp["length"] == length) & (mp["K"] == K)]
+    axf = axes[-1]
+    for j, (ax, task) in enumerate(zip(axes, tasks)):
+        at = grid[grid["task"] == task]
+        counts = []
+        for on, style, color, name in ((True, "o-", "C0", "centered"), (False, "s--", "C3", "not centered")):
+            rows = at[at["centering"] == on]
+            if rows.empty:
+                missing.append(f"{SWEEPS}/{task}/{length}/magicpig K={K} {name}")
+                continue
+            counts += _line(ax, rows, "L", style, color, name)
+            if j == 0:
+                axf.plot(rows.sort_values("L")["L"], rows.sort_values("L")["cost"], style, color=color,
+                         label=f"{name} ({_short(task)})")
+        _dense_line(ax, runs, task, length)
+        key = "niah_accuracy" if "niah" in task else "fwe_accuracy"
+        if key in paper:
+            ax.axhline(paper[key], color="crimson", ls=":", lw=1, label=f"paper, no centering: {paper[key]:g}")
+        ax.set_ylim(-3, 105)
+        ax.set_xlabel(f"L (K = {K})")
+        ax.set_title(f"{_short(task)} at {length}; {_samples_text(counts)}", fontsize=8)
+        ax.legend(fontsize=6)
+    axes[0].set_ylabel(f"score ({WHISKERS})", fontsize=8)
+    for ax in axes[len(tasks):-1]:
+        canvas.no_data(ax, f"{SWEEPS}/ruler/fwe or niah*/{length}", missing)
+    if "sampled_fraction_below" in paper:
+        axf.axhline(paper["sampled_fraction_below"], color="crimson", ls=":", lw=1,
+                    label=f"paper: < {100 * paper['sampled_fraction_below']:g}% without centering")
+    axf.set_yscale("log")
+    axf.set_xlabel(f"L (K = {K})")
+    axf.set_ylabel("sampled fraction (cost2, measured in the run)")
+    axf.set_title("keys sampled", fontsize=8)
+    axf.legend(fontsize=6)
+    canvas.note(axf, _fig_note(ref, "centering_sweep"))
+    return canvas.save(fig, path, title, missing)
+
+
+def magicpig_vs_topk_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
+    """Figs. 9b/c: MagicPIG (several (K, L), centered) against TopK (several budgets) on CWE and FWE,
+    accuracy vs measured cost2, so equal cost reads off vertically."""
+    title = "MagicPIG vs TopK across cost on CWE and FWE (paper Figs. 9b/c)"
+    missing: list[str] = []
+    runs = sweep_runs(results)
+    mp_all = runs[(runs["family"] == "magicpig") & (runs["centering"] != False)]  # noqa: E712
+    length = None if mp_all.empty else int(mp_all.groupby("length").size().idxmax())
+    fig, axes = canvas.subplots(2, title, width=5.2, height=4.6)
+    gains = ref.get("ablations", {}).get("magicpig_vs_topk_16k", {})
+    for ax, word in zip(axes, ("cwe", "fwe")):
+        tasks = [] if length is None else _family_tasks(runs, length, (word,))
+        if not tasks:
+            canvas.no_data(ax, f"{SWEEPS}/ruler/{word}/*/{{magicpig,topk}}@*", missing)
+            continue
+        at = runs[(runs["task"] == tasks[0]) & (runs["length"] == length)]
+        tk, mp = at[at["family"] == "topk"], mp_all[(mp_all["task"] == tasks[0]) & (mp_all["length"] == length)]
+        if tk.empty:
+            canvas.no_data(ax, f"{SWEEPS}/{tasks[0]}/{length}/topk@*", missing)
+            continue
+        counts = _line(ax, tk, "cost", "o-", "C0", f"TopK ({_budgets_text(tk)})")
+        mp = mp.sort_values("cost")
+        counts += _line(ax, mp, "cost", "*", "C2", "MagicPIG (K, L)")
+        for r in mp.itertuples():
+            ax.annotate(f"({int(r.K)},{int(r.L)})", (r.cost, point(r)[0]), fontsize=6, xytext=(3, 3),
+                        textcoords="offset points")
+        _dense_line(ax, runs, tasks[0], length)
+        gain = gains.get(f"{word}_gain_points_up_to")
+        if gain is not None:
+            ax.plot([], [], " ", label=f"paper (16K): MagicPIG up to +{gain:g} points over TopK at equal cost")
+        ax.set_xscale("log")
+        ax.set_ylim(-3, 105)
+        ax.set_xlabel("cost2: fraction of keys used (measured)")
+        ax.set_title(f"{word} at {length}; {_samples_text(counts)}", fontsize=8)
+        ax.legend(fontsize=6)
+    axes[0].set_ylabel(f"score ({WHISKERS})", fontsize=8)
+    canvas.note(axes[0], _fig_note(ref, "magicpig_vs_topk_cost"))
+    return canvas.save(fig, path, title, missing)

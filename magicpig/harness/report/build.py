@@ -13,8 +13,8 @@ from magicpig.harness.report.claims import claims_section
 from magicpig.harness.report.collect import canonical, collect_metrics, load_reference, read_csv
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.report.paper_tables import intervals as _intervals
-from magicpig.harness.report.paper_tables import (paper_match, paper_model, paper_only_rows, paper_rows,
-                                                  ruler_model_section, table1_section, table6_section, task_table)
+from magicpig.harness.report.paper_tables import (paper_model, ruler_model_section, ruler_rows, table1_section,
+                                                  table6_section, task_table)
 from magicpig.harness.report.paper_tables import skipped_notes as _skipped_notes
 
 
@@ -60,24 +60,9 @@ def ruler_section(acc: pd.DataFrame, ref: dict, out: Path, figs: dict | None = N
     tasks = sorted(ok["task"].unique())
     paper = ref["ruler_table3"]
     model = paper_model(ok, ref)
-    rows_ref = paper_rows(paper, model)
     header = ["method"] + [f"ours {n}" for n in lengths] + ["tasks", "cost2"] + \
              [f"paper {n // 1024}K" for n in paper["lengths"]]
-    rows, matched = [], set()
-    for method, g in ok.groupby("method", sort=False):
-        cells = [f"`{method}`"]
-        counts = []
-        for n in lengths:
-            s = g[g["length"] == n]
-            cells.append(fmt(s["score"].mean()) if len(s) else "—")
-            counts.append(len(s))
-        cells.append(f"{min(counts)}/{len(tasks)}" if counts else "0")
-        cells.append(fmt(g["cost"].mean(), pct=True))
-        key, pv = paper_match(rows_ref, g)
-        matched.add(key)
-        cells += [fmt(x) for x in pv] if pv else ["—"] * len(paper["lengths"])
-        rows.append(cells)
-    rows += paper_only_rows(paper, matched, len(lengths) + 2, model=model)
+    rows = ruler_rows(ok, lengths, len(tasks), paper, model)
     parts.append("Average score over tasks (string match ×100); `cost2` = mean fraction of offloaded keys used. "
                  f"Paper rows: `{model}`.")
     parts.append(table(header, rows))

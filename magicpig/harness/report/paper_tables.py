@@ -122,7 +122,9 @@ def table1_section(acc: pd.DataFrame, ref: dict) -> list[str]:
     return parts + [table(header, rows)] + intervals(df, "") + skipped_notes(df)
 
 
-def _ruler_rows(ok: pd.DataFrame, lengths: list[int], tasks: int, paper: dict, model: str) -> list[list[str]]:
+def ruler_rows(ok: pd.DataFrame, lengths: list[int], tasks: int, paper: dict, model: str) -> list[list[str]]:
+    """One row per method of finished RULER runs: the task average per length, tasks done, cost2, the
+    paper's row of the same setting; then the paper's rows this run lacks."""
     rows_ref = paper_rows(paper, model)
     rows, matched = [], set()
     for method, g in ok.groupby("method", sort=False):
@@ -150,14 +152,15 @@ def ruler_model_section(acc: pd.DataFrame, ref: dict, table_key: str, title: str
         lengths = sorted(ok["length"].unique())
         parts.append(f"Average RULER score over tasks (×100) of this run's model beside the paper's `{model}` rows.")
         parts.append(table(["method"] + [f"ours {n // 1024}K" for n in lengths] + ["tasks", "cost2"] + header_paper,
-                           _ruler_rows(ok, lengths, ok["task"].nunique(), paper, model)))
+                           ruler_rows(ok, lengths, ok["task"].nunique(), paper, model)))
         return parts + intervals(ok, "ruler/") + skipped_notes(df)
     for m in models:
         preset, needs = MODEL_PRESETS.get(m, ("—", "its weights"))
-        parts.append(f"`{m}`: not run in this preset: needs {needs} (preset `{preset}`). The paper's rows:")
+        parts.append(f"`{m}`: no finished run of this model here" if m == model else
+                     f"`{m}`: not run in this preset: needs {needs} (preset `{preset}`). The paper's rows:")
         parts.append(table(["method"] + header_paper,
                            [[f"`{spec}`"] + [fmt(x) for x in values] for spec, values in paper[m].items()]))
-    return parts
+    return parts + (skipped_notes(df) if model in models else [])
 
 
 def table6_section(acc: pd.DataFrame, ref: dict) -> list[str]:

@@ -33,14 +33,16 @@ def problems(config, warnings=None):
     return str(info.value)
 
 
-@pytest.mark.parametrize("file,preset", [("config.yaml", "cpu"), ("config.yaml", "paper"), ("smoke.yaml", "smoke")])
+@pytest.mark.parametrize("file,preset", [("config.yaml", "cpu"), ("config.yaml", "paper"), ("smoke.yaml", "smoke"),
+                                         ("config.yaml", "paper-long"), ("config.yaml", "paper-long-prolong"),
+                                         ("config.yaml", "paper-70b")])
 def test_real_configs_pass(file, preset):
     cfg = load(file)
     cfg["preset"] = preset
     warnings = []
     validate_pipeline_config(cfg, warn=warnings.append)
-    if preset == "paper":  # a hub id not in the local cache: accepted, with a warning naming the field
-        assert all("presets.paper.model" in w for w in warnings)
+    if preset.startswith("paper"):  # a hub id not in the local cache: accepted, with a warning naming the field
+        assert warnings and all(f"presets.{preset}.model" in w for w in warnings)
     else:
         assert warnings == []
 
@@ -310,3 +312,26 @@ def test_decode_bench_shapes_need_a_stored_shape_and_valid_methods(smoke):
     assert "shapes[0]" not in msg
     smoke["presets"]["smoke"]["decode_bench"]["shapes"] = [{"model": "codellama-13b", "lengths": [1024]}]
     assert "shapes[0].model" in problems(smoke)  # the schema asks for the shape: prefix
+
+
+def test_optional_benchmark_blocks_are_checked(smoke):
+    """The `lm_eval` (Table 1's CoQA / MMLU-CoT) and `reasoning` (Table 6) blocks: schema (task names), method
+    specs and the prompt cap against the model's context, each by its config path; absent: nothing to check."""
+    p = smoke["presets"]["smoke"]
+    validate_pipeline_config(smoke)
+    p["lm_eval"] = {"tasks": ["coqa", "gsm8k"], "samples": 2, "methods": ["dense"]}
+    assert "presets.smoke.lm_eval.tasks[1]: 'gsm8k' is not one of ['coqa', 'mmlu_cot']" in problems(smoke)
+    p["lm_eval"] = {"tasks": ["coqa", "mmlu_cot"], "samples": 2, "max_length": 8000,
+                    "methods": ["dense", "quest:ratio=2"]}
+    p["reasoning"] = {"tasks": ["4k_close_op2"], "samples": "all", "methods": ["dense", "dense"]}
+    msg = problems(smoke)
+    assert "presets.smoke.lm_eval.methods[1]: " in msg and "'ratio' must be in (0, 1]" in msg
+    assert "presets.smoke.reasoning.methods[1]: 'dense' is the same method as" in msg
+    p["lm_eval"]["methods"] = ["dense"]
+    p["reasoning"]["methods"] = ["dense"]
+    msg = problems(smoke)
+    assert "presets.smoke.lm_eval.max_length: 8000 + 256 answer tokens is beyond" in msg
+    assert "presets.smoke.reasoning.max_length: 16384 + 1024 answer tokens is beyond" in msg  # the default cap
+    p["reasoning"]["max_length"] = 7168
+    p["lm_eval"]["samples"] = 0  # not run: its cap is not checked
+    validate_pipeline_config(smoke)

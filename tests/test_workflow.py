@@ -16,7 +16,9 @@ def dry_run(*args, cwd=ROOT):
                           timeout=300)
 
 
-@pytest.mark.parametrize("args", [[], ["--configfile", "config/smoke.yaml"], ["--config", "preset=paper"]])
+@pytest.mark.parametrize("args", [[], ["--configfile", "config/smoke.yaml"], ["--config", "preset=paper"],
+                                  ["--config", "preset=paper-long"], ["--config", "preset=paper-long-prolong"],
+                                  ["--config", "preset=paper-70b"]])
 def test_dry_run_resolves(args):
     r = dry_run(*args)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -36,6 +38,11 @@ def job_counts(stdout: str) -> dict[str, int]:
 def test_paper_preset_runs_the_papers_grid():
     counts = job_counts(dry_run("--config", "preset=paper").stdout)
     assert counts["eval_ruler"] == 13 * 4  # 13 tasks x 16K/32K/64K/96K
+    assert counts["eval_lm_eval"] == 2 and counts["eval_reasoning"] == 6  # Table 1's COQA, MMLU-CoT; Table 6
+    assert job_counts(dry_run("--config", "preset=paper-long").stdout)["eval_ruler"] == 13 * 6  # Table 4: to 256K
+    assert job_counts(dry_run("--config", "preset=paper-70b").stdout)["eval_ruler"] == 13 * 4  # Table 5
+    smoke = job_counts(dry_run("--configfile", "config/smoke.yaml").stdout)
+    assert "eval_lm_eval" not in smoke and "eval_reasoning" not in smoke  # blocks absent: not run
     assert counts["eval_longbench"] == 6
     assert counts["ablation_setup"] == 2
 
@@ -63,7 +70,7 @@ def test_each_benchmark_runs_its_paper_tables_settings():
     assert all("--chat-template tokenizer" in c for c in eval_commands(cpu, "ruler/vt"))
 
 
-@pytest.mark.parametrize("args", [[], ["--config", "preset=paper"]])
+@pytest.mark.parametrize("args", [[], ["--config", "preset=paper"], ["--config", "preset=paper-long"]])
 def test_every_eval_command_parses(args):
     """The rules' `magicpig eval` lines are accepted by its own parser (--samples all, --chat-template ...), and
     none turns progress off: a job's log shows its plain progress lines."""
@@ -236,8 +243,9 @@ def test_deleting_one_result_reruns_exactly_its_job_and_the_report(tmp_path):
 
 # ---- software environment and resources ---------------------------------------------------------------
 
-MODEL_RULES = {"eval_ruler", "eval_longbench", "eval_gsm8k", "ablation_centering", "ablation_kl_grid",
-               "ablation_setup", "estimation_capture", "bench_decode", "bench_decode_shape"}
+MODEL_RULES = {"eval_ruler", "eval_longbench", "eval_gsm8k", "eval_lm_eval", "eval_reasoning", "ablation_centering",
+               "ablation_kl_grid", "ablation_setup", "estimation_capture", "bench_decode", "bench_decode_shape",
+               "sweep_ruler"}
 
 
 @pytest.mark.parametrize("preset", ["cpu", "paper"])

@@ -25,8 +25,10 @@ SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.
 METHOD_LISTS = (("ruler", "methods", True), ("longbench", "methods", True), ("gsm8k", "methods", True),
                 ("ablations", "centering_methods", True), ("ablations", "kl_grid", True),
                 ("decode_bench", "methods", False))
+# optional benchmark blocks (absent: not run): block -> the task-name prefix of its tasks
+OPTIONAL_BLOCKS = {"lm_eval": "", "reasoning": "infini_igsm/"}
 # prompt caps the rules pass as --length when a block leaves them out (the schema's defaults)
-DEFAULT_MAX_LENGTH = {"longbench": 7680, "gsm8k": 4096}
+DEFAULT_MAX_LENGTH = {"longbench": 7680, "gsm8k": 4096, "lm_eval": 4096, "reasoning": 16384}
 
 
 def validate_pipeline_config(config: dict, *, warn: Callable[[str], None] | None = None) -> None:
@@ -167,6 +169,10 @@ def preset_problems(path: str, p: dict) -> list[str]:
     for block, key, eval_specs in METHOD_LISTS:
         out += method_problems(f"{path}.{block}.{key}", p[block][key], eval_specs=eval_specs,
                                eval_backend=p["backend"])
+    for block in OPTIONAL_BLOCKS:
+        if block in p:
+            out += method_problems(f"{path}.{block}.methods", p[block]["methods"], eval_specs=True,
+                                   eval_backend=p["backend"])
     ruler_names = [t.removeprefix("ruler/") for t in TASK_NAMES if t.startswith("ruler/")]
     if p.get("sweeps"):
         out += sweep_problems(f"{path}.sweeps", p["sweeps"])
@@ -303,7 +309,9 @@ def model_problems(path: str, p: dict, warn: Callable[[str], None]) -> list[str]
     for block in ("ablations", "sweeps"):
         if "length" in (p.get(block) or {}):
             checks.append((f"{path}.{block}.length", p[block]["length"], budget))
-    for block, tasks in (("longbench", [f"longbench/{t}" for t in p["longbench"]["tasks"]]), ("gsm8k", ["gsm8k"])):
+    blocks = [("longbench", [f"longbench/{t}" for t in p["longbench"]["tasks"]]), ("gsm8k", ["gsm8k"])]
+    blocks += [(b, [prefix + t for t in p[b]["tasks"]]) for b, prefix in OPTIONAL_BLOCKS.items() if b in p]
+    for block, tasks in blocks:
         if tasks and (p[block]["samples"] == "all" or p[block]["samples"] > 0):
             checks.append((f"{path}.{block}.max_length", p[block].get("max_length", DEFAULT_MAX_LENGTH[block]),
                            answer_budget(tasks)))

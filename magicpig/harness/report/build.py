@@ -14,12 +14,13 @@ from magicpig.harness.report.claims import claims_section
 from magicpig.harness.report.collect import canonical, collect_metrics, load_reference, read_csv
 from magicpig.harness.report.coverage import coverage_section, load_run
 from magicpig.harness.report.html import write_html
-from magicpig.harness.report.intervals import interval_table
 from magicpig.harness.report.markdown import fmt, table
+from magicpig.harness.report.paper_tables import intervals as _intervals
+from magicpig.harness.report.paper_tables import (paper_model, ruler_model_section, ruler_rows, table1_section,
+                                                  table6_section, task_table)
+from magicpig.harness.report.paper_tables import skipped_notes as _skipped_notes
 from magicpig.harness.report.sections_sweeps import sweep_section, token_section
 from magicpig.harness.report.tables_system import gpu_section, shapes_section, table7_section, table8_section
-
-PAPER_MODEL = "llama-3.1-8b-instruct"
 
 
 def build_report(results: Path | str, out: Path | str, preset: str, preset_config: dict | None = None,
@@ -45,8 +46,11 @@ def build_report(results: Path | str, out: Path | str, preset: str, preset_confi
     body = skipped_section(acc, results / "ablations")
     body += claims_section(results, ref, gpu_root)
     body += ruler_section(acc, ref, out, figs)
+    body += ruler_model_section(acc, ref, "ruler_table4", "RULER at 16K-256K on 512K-context models (paper Table 4)")
+    body += ruler_model_section(acc, ref, "ruler_table5", "RULER on Llama-3.1-70B-Instruct (paper Table 5)")
     body += longbench_section(acc, ref)
-    body += gsm8k_section(acc, ref)
+    body += table1_section(acc, ref)
+    body += table6_section(acc, ref)
     body += ablation_section(results / "ablations", ref, out, figs)
     body += sweep_section(results, figs)
     body += csv_sections(results, out, ref, figs)
@@ -58,27 +62,6 @@ def build_report(results: Path | str, out: Path | str, preset: str, preset_confi
     path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
     write_html(path)
     return path
-
-
-def paper_rows(section: dict) -> dict:
-    """The paper's rows of one table for our model key, keyed by canonical method spec."""
-    return {canonical(k): v for k, v in section.get(PAPER_MODEL, {}).items()}
-
-
-def paper_match(rows_ref: dict, runs: pd.DataFrame) -> tuple[str | None, list | None]:
-    """(key, values) of the paper's row for the runs of one method: by canonical spec, the effective spec
-    first (what the task ran, e.g. GSM8K's local=24 override), then the spec as written."""
-    for key in list(dict.fromkeys(runs["method_effective"].dropna())) + list(dict.fromkeys(runs["method"])):
-        if key in rows_ref:
-            return key, rows_ref[key]
-    return None, None
-
-
-def paper_only_rows(section: dict, matched: set, n_ours: int, columns: int | None = None) -> list[list[str]]:
-    """The paper's settings this run has no results for (named as the reference file writes them), so every
-    row of the paper's table is listed; ``columns``: how many of the paper's columns to show."""
-    return [[f"`{spec}` (paper only)"] + ["—"] * n_ours + [fmt(x) for x in values[:columns]]
-            for spec, values in section.get(PAPER_MODEL, {}).items() if canonical(spec) not in matched]
 
 
 def skipped_section(acc: pd.DataFrame, ablations: Path) -> list[str]:
@@ -98,23 +81,8 @@ def skipped_section(acc: pd.DataFrame, ablations: Path) -> list[str]:
     return ["## Skipped or incomplete", "These results are missing from the tables below:\n" + "\n".join(lines)]
 
 
-def _skipped_notes(df: pd.DataFrame) -> list[str]:
-    bad = df[df["status"] != "ok"]
-    if bad.empty:
-        return []
-    lines = [f"- `{r.task}` @ {r.length} / `{r.method}`: **{r.status}**" + (f" — {r.reason}" if r.reason else "")
-             for r in bad.drop_duplicates(["task", "length", "status"]).itertuples()]
-    return ["Not run or incomplete:\n" + "\n".join(lines)]
-
-
 def _embed(figs: dict | None, *names: str) -> list[str]:
     return [figures.embed(figs[n]) for n in names if figs and n in figs]
-
-
-def _intervals(df: pd.DataFrame, prefix: str, by: str = "length") -> list[str]:
-    return ["Every accuracy number above with its 95% interval and sample count (per task: Clopper-Pearson "
-            "for 0/100 scores, else a percentile bootstrap over samples widened to an exact bound when nearly "
-            "every score is the same; task averages: MOVER over the task intervals):", interval_table(df, prefix, by)]
 
 
 def ruler_section(acc: pd.DataFrame, ref: dict, out: Path, figs: dict | None = None) -> list[str]:
@@ -127,25 +95,12 @@ def ruler_section(acc: pd.DataFrame, ref: dict, out: Path, figs: dict | None = N
     lengths = sorted(ok["length"].unique())
     tasks = sorted(ok["task"].unique())
     paper = ref["ruler_table3"]
-    rows_ref = paper_rows(paper)
+    model = paper_model(ok, ref)
     header = ["method"] + [f"ours {n}" for n in lengths] + ["tasks", "cost2"] + \
              [f"paper {n // 1024}K" for n in paper["lengths"]]
-    rows, matched = [], set()
-    for method, g in ok.groupby("method", sort=False):
-        cells = [f"`{method}`"]
-        counts = []
-        for n in lengths:
-            s = g[g["length"] == n]
-            cells.append(fmt(s["score"].mean()) if len(s) else "—")
-            counts.append(len(s))
-        cells.append(f"{min(counts)}/{len(tasks)}" if counts else "0")
-        cells.append(fmt(g["cost"].mean(), pct=True))
-        key, pv = paper_match(rows_ref, g)
-        matched.add(key)
-        cells += [fmt(x) for x in pv] if pv else ["—"] * len(paper["lengths"])
-        rows.append(cells)
-    rows += paper_only_rows(paper, matched, len(lengths) + 2)
-    parts.append("Average score over tasks (string match ×100); `cost2` = mean fraction of offloaded keys used.")
+    rows = ruler_rows(ok, lengths, len(tasks), paper, model)
+    parts.append("Average score over tasks (string match ×100); `cost2` = mean fraction of offloaded keys used. "
+                 f"Paper rows: `{model}`.")
     parts.append(table(header, rows))
     for n in lengths:
         s = ok[ok["length"] == n].pivot_table(index="task", columns="method", values="score", aggfunc="mean")
@@ -157,51 +112,16 @@ def ruler_section(acc: pd.DataFrame, ref: dict, out: Path, figs: dict | None = N
     return parts + _skipped_notes(df)
 
 
-def _task_table(df: pd.DataFrame, tasks: list[str], prefix: str, paper: dict) -> str:
-    ok = df[df["status"] == "ok"]
-    rows_ref = paper_rows(paper)
-    header = ["method"] + [f"ours {t}" for t in tasks] + ["ours avg", "cost2"] + \
-             [f"paper {t}" for t in paper["tasks"]]
-    rows, matched = [], set()
-    methods = list(dict.fromkeys(df["method"]))
-    for method in methods:
-        g = ok[ok["method"] == method]
-        scores = [g[g["task"] == f"{prefix}{t}"]["score"].mean() for t in tasks]
-        have = [s for s in scores if s == s]
-        key, pv = paper_match(rows_ref, df[df["method"] == method])
-        matched.add(key)
-        rows.append([f"`{method}`"] + [fmt(s) for s in scores] +
-                    [fmt(sum(have) / len(have)) + ("" if len(have) == len(tasks) else f" ({len(have)}/{len(tasks)})")
-                     if have else "—", fmt(g["cost"].mean(), pct=True)] +
-                    ([fmt(x) for x in pv] if pv else ["—"] * len(paper["tasks"])))
-    rows += paper_only_rows(paper, matched, len(tasks) + 2)
-    return table(header, rows)
-
-
 def longbench_section(acc: pd.DataFrame, ref: dict) -> list[str]:
     parts = ["## LongBench (paper Table 2)"]
     df = acc[acc["task"].fillna("").str.startswith("longbench/")]
     if df.empty:
         return parts + ["No LongBench results in this run (the preset runs none)."]
-    tasks = ref["longbench_table2"]["tasks"][:-1]
-    return parts + [_task_table(df, tasks, "longbench/", ref["longbench_table2"])] + \
-        _intervals(df, "longbench/") + _skipped_notes(df)
-
-
-def gsm8k_section(acc: pd.DataFrame, ref: dict) -> list[str]:
-    parts = ["## GSM8K-CoT (paper Table 1, first column)"]
-    df = acc[acc["task"].fillna("") == "gsm8k"]
-    if df.empty:
-        return parts + ["No GSM8K results in this run (the preset runs none)."]
-    rows_ref = {k: v[:1] for k, v in paper_rows(ref["lm_eval_table1"]).items()}  # the GSM8K-CoT column
-    rows, matched = [], set()
-    for method, g in df[df["status"] == "ok"].groupby("method", sort=False):
-        key, pv = paper_match(rows_ref, g)
-        matched.add(key)
-        rows.append([f"`{method}`", fmt(g["score"].mean()), fmt(g["cost"].mean(), pct=True),
-                     fmt(pv[0]) if pv else "—"])
-    rows += paper_only_rows(ref["lm_eval_table1"], matched, 2, columns=1)
-    return parts + [table(["method", "ours", "cost2", "paper"], rows)] + _intervals(df, "") + _skipped_notes(df)
+    paper = ref["longbench_table2"]
+    tasks = paper["tasks"][:-1]
+    header = ["method"] + [f"ours {t}" for t in tasks] + ["ours avg", "cost2"] + [f"paper {t}" for t in paper["tasks"]]
+    rows = task_table(df, [f"longbench/{t}" for t in tasks], paper, paper_model(df, ref))
+    return parts + [table(header, rows)] + _intervals(df, "longbench/") + _skipped_notes(df)
 
 
 def ablation_section(root: Path, ref: dict, out: Path, figs: dict | None = None) -> list[str]:

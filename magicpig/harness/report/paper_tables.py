@@ -1,0 +1,193 @@
+"""Report sections of the paper's model-specific accuracy tables: Table 1 (GSM8K-CoT, COQA, MMLU-CoT),
+Tables 4 and 5 (RULER on the 512K-context models and on Llama-3.1-70B) and Table 6 (infini_igsm), and the
+lookup of the paper's rows for a run's model that every accuracy table uses.
+
+A run is put beside the paper's rows of its own model (``paper_models`` of the reference file maps a
+preset's Hugging Face id to the paper's model key); a model the paper does not evaluate (the embedded
+SmolLM2, Qwen) is put beside Llama-3.1-8B-Instruct's rows, to compare trends. A table whose model this
+preset does not run lists the paper's rows and says which preset runs it and what that needs.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from magicpig.harness.report.collect import canonical
+from magicpig.harness.report.intervals import interval_table
+from magicpig.harness.report.markdown import fmt, table
+
+PAPER_MODEL = "llama-3.1-8b-instruct"
+# Table 1's columns: our task name -> the paper's column name (lm_eval_table1.tasks)
+TABLE1_TASKS = {"gsm8k": "gsm8k_cot", "coqa": "coqa", "mmlu_cot": "mmlu_cot"}
+# the presets that run each model of Tables 4-6 and what they need (for the "not run" lines)
+MODEL_PRESETS = {
+    "megabeam-mistral-7b-512k": ("paper-long", "a GPU, the weights of aws-prototyping/MegaBeam-Mistral-7B-512k "
+                                               "and host memory for a 256K-token cache"),
+    "llama3-8b-prolong-512k": ("paper-long-prolong", "a GPU, the weights of "
+                                                     "princeton-nlp/Llama-3-8B-ProLong-512k-Instruct and host memory "
+                                                     "for a 256K-token cache"),
+    "llama-3.1-70b-instruct": ("paper-70b", "GPUs for 140 GB of bf16 weights and the weights of "
+                                            "meta-llama/Llama-3.1-70B-Instruct"),
+}
+
+
+def paper_model(acc: pd.DataFrame, ref: dict) -> str:
+    """The paper's key of the model the runs in ``acc`` used (the most frequent one), or PAPER_MODEL."""
+    models = acc["model"].dropna() if "model" in acc else pd.Series(dtype=object)
+    if models.empty:
+        return PAPER_MODEL
+    ours = str(models.mode().iloc[0]).rstrip("/").lower()
+    for hub_id, key in (ref.get("paper_models") or {}).items():
+        if ours == hub_id.lower() or ours.endswith("/" + hub_id.split("/")[-1].lower()):
+            return key
+    return PAPER_MODEL
+
+
+def paper_rows(section: dict, model: str = PAPER_MODEL) -> dict:
+    """The paper's rows of one table for ``model``, keyed by canonical method spec."""
+    return {canonical(k): v for k, v in (section.get(model) or {}).items()}
+
+
+def paper_match(rows_ref: dict, runs: pd.DataFrame) -> tuple[str | None, list | None]:
+    """(key, values) of the paper's row for the runs of one method: by canonical spec, the effective spec
+    first (what the task ran, e.g. GSM8K's local=24 override), then the spec as written."""
+    for key in list(dict.fromkeys(runs["method_effective"].dropna())) + list(dict.fromkeys(runs["method"])):
+        if key in rows_ref:
+            return key, rows_ref[key]
+    return None, None
+
+
+def paper_only_rows(section: dict, matched: set, n_ours: int, columns: int | None = None,
+                    model: str = PAPER_MODEL) -> list[list[str]]:
+    """The paper's settings this run has no results for (named as the reference file writes them), so every
+    row of the paper's table is listed; ``columns``: how many of the paper's columns to show."""
+    return [[f"`{spec}` (paper only)"] + ["—"] * n_ours + [fmt(x) for x in values[:columns]]
+            for spec, values in (section.get(model) or {}).items() if canonical(spec) not in matched]
+
+
+def skipped_notes(df: pd.DataFrame) -> list[str]:
+    """One line per (task, length, status) that did not finish, with its reason."""
+    bad = df[df["status"] != "ok"]
+    if bad.empty:
+        return []
+    lines = [f"- `{r.task}` @ {r.length} / `{r.method}`: **{r.status}**" + (f" — {r.reason}" if r.reason else "")
+             for r in bad.drop_duplicates(["task", "length", "status"]).itertuples()]
+    return ["Not run or incomplete:\n" + "\n".join(lines)]
+
+
+def intervals(df: pd.DataFrame, prefix: str, by: str = "length") -> list[str]:
+    return ["Every accuracy number above with its 95% interval and sample count (per task: Clopper-Pearson "
+            "for 0/100 scores, else a percentile bootstrap over samples widened to an exact bound when nearly "
+            "every score is the same; task averages: MOVER over the task intervals):", interval_table(df, prefix, by)]
+
+
+def task_table(df: pd.DataFrame, tasks: list[str], paper: dict, model: str,
+               paper_values=lambda values: values) -> list[list[str]]:
+    """One row per method: our score per task (``tasks``: task names), their average, measured cost2, then
+    the paper's columns of that setting (``paper_values`` picks them from a row); the paper's other rows
+    follow as 'paper only'."""
+    ok = df[df["status"] == "ok"]
+    rows_ref = {k: paper_values(v) for k, v in paper_rows(paper, model).items()}
+    n_paper = len(next(iter(rows_ref.values()), []))
+    rows, matched = [], set()
+    for method in dict.fromkeys(df["method"]):
+        g = ok[ok["method"] == method]
+        scores = [g[g["task"] == t]["score"].mean() for t in tasks]
+        have = [s for s in scores if s == s]
+        key, pv = paper_match(rows_ref, df[df["method"] == method])
+        matched.add(key)
+        avg = (fmt(sum(have) / len(have)) + ("" if len(have) == len(tasks) else f" ({len(have)}/{len(tasks)})")
+               if have else "—")
+        rows.append([f"`{method}`"] + [fmt(s) for s in scores] + [avg, fmt(g["cost"].mean(), pct=True)]
+                    + ([fmt(x) for x in pv] if pv else ["—"] * n_paper))
+    rows += [[f"`{spec}` (paper only)"] + ["—"] * (len(tasks) + 2) + [fmt(x) for x in paper_values(values)]
+             for spec, values in (paper.get(model) or {}).items() if canonical(spec) not in matched]
+    return rows
+
+
+def table1_section(acc: pd.DataFrame, ref: dict) -> list[str]:
+    """Table 1: GSM8K-CoT, COQA (F1) and MMLU-CoT beside the paper's three columns."""
+    parts = ["## GSM8K-CoT, COQA, MMLU-CoT (paper Table 1, lm-evaluation-harness tasks)"]
+    df = acc[acc["task"].fillna("").isin(list(TABLE1_TASKS))]
+    if df.empty:
+        return parts + ["No Table 1 results in this run (the preset runs none of gsm8k, coqa, mmlu_cot)."]
+    paper = ref["lm_eval_table1"]
+    model = paper_model(df, ref)
+    cols = [paper["tasks"].index(c) for c in TABLE1_TASKS.values()]
+    header = (["method"] + [f"ours {t}" for t in TABLE1_TASKS] + ["ours avg", "cost2"]
+              + [f"paper {paper['tasks'][c]}" for c in cols])
+    rows = task_table(df, list(TABLE1_TASKS), paper, model, lambda v: [v[c] for c in cols])
+    parts.append(f"Scores ×100: GSM8K strict match, COQA token F1 (exact match is recorded in each run's "
+                 f"metrics; the paper does not say which of lm-eval's two CoQA metrics its column shows), MMLU-CoT "
+                 f"exact match of the extracted choice. MagicPIG keeps a 24-token local window on these tasks, as "
+                 f"the paper's lm-eval runs do. Paper rows: `{model}`.")
+    return parts + [table(header, rows)] + intervals(df, "") + skipped_notes(df)
+
+
+def ruler_rows(ok: pd.DataFrame, lengths: list[int], tasks: int, paper: dict, model: str) -> list[list[str]]:
+    """One row per method of finished RULER runs: the task average per length, tasks done, cost2, the
+    paper's row of the same setting; then the paper's rows this run lacks."""
+    rows_ref = paper_rows(paper, model)
+    rows, matched = [], set()
+    for method, g in ok.groupby("method", sort=False):
+        counts = [g[g["length"] == n]["task"].nunique() for n in lengths]
+        key, pv = paper_match(rows_ref, g)
+        matched.add(key)
+        rows.append([f"`{method}`"] + [fmt(g[g["length"] == n]["score"].mean()) if c else "—"
+                                       for n, c in zip(lengths, counts)]
+                    + [f"{min(counts)}/{tasks}", fmt(g["cost"].mean(), pct=True)]
+                    + ([fmt(x) for x in pv] if pv else ["—"] * len(paper["lengths"])))
+    return rows + paper_only_rows(paper, matched, len(lengths) + 2, model=model)
+
+
+def ruler_model_section(acc: pd.DataFrame, ref: dict, table_key: str, title: str) -> list[str]:
+    """Table 4 or 5: the RULER average of this run beside the paper's rows of the same model when the run's
+    model is one of the table's; otherwise the paper's rows and the preset that runs them."""
+    paper = ref[table_key]
+    models = [m for m in paper if m != "lengths"]
+    header_paper = [f"paper {n // 1024}K" for n in paper["lengths"]]
+    df = acc[acc["task"].fillna("").str.startswith("ruler/")]
+    ok = df[df["status"] == "ok"]
+    model = paper_model(df, ref) if not df.empty else None
+    parts = [f"## {title}"]
+    if model in models and not ok.empty:
+        lengths = sorted(ok["length"].unique())
+        parts.append(f"Average RULER score over tasks (×100) of this run's model beside the paper's `{model}` rows.")
+        parts.append(table(["method"] + [f"ours {n // 1024}K" for n in lengths] + ["tasks", "cost2"] + header_paper,
+                           ruler_rows(ok, lengths, ok["task"].nunique(), paper, model)))
+        return parts + intervals(ok, "ruler/") + skipped_notes(df)
+    for m in models:
+        preset, needs = MODEL_PRESETS.get(m, ("—", "its weights"))
+        parts.append(f"`{m}`: no finished run of this model here" if m == model else
+                     f"`{m}`: not run in this preset: needs {needs} (preset `{preset}`). The paper's rows:")
+        parts.append(table(["method"] + header_paper,
+                           [[f"`{spec}`"] + [fmt(x) for x in values] for spec, values in paper[m].items()]))
+    return parts + (skipped_notes(df) if model in models else [])
+
+
+def table6_section(acc: pd.DataFrame, ref: dict) -> list[str]:
+    """Table 6: infini_igsm accuracy by set and number of operations beside the paper's."""
+    paper = ref["infini_igsm_table6"]
+    parts = ["## infini_igsm reasoning (paper Table 6)"]
+    df = acc[acc["task"].fillna("").str.startswith("infini_igsm/")]
+    if df.empty:
+        return parts + ["Not run in this preset: needs the hub data sets YangZhoumill/infini_igsm_4k_noise_close "
+                        "and _8k_noise_close and a model with an 8K+ context (block `reasoning`; preset `paper` "
+                        "runs all six (set, operations) tasks)."]
+    model = paper_model(df, ref)
+    ops = paper["ops"]
+    for set_name in paper["sets"]:
+        tasks = [f"infini_igsm/{set_name}_op{n}" for n in ops]
+        sub = df[df["task"].isin(tasks)]
+        section = {model: (paper.get(model) or {}).get(set_name, {})}
+        header = (["method"] + [f"ours {n}-ops" for n in ops] + ["ours avg", "cost2"]
+                  + [f"paper {n}-ops" for n in ops])
+        parts.append(f"### {set_name}")
+        if sub.empty:
+            parts.append(f"Not run in this preset (block `reasoning` lists none of {', '.join(tasks)}). The paper's rows:")
+            parts.append(table(["method"] + [f"paper {n}-ops" for n in ops],
+                               [[f"`{s}`"] + [fmt(x) for x in v] for s, v in section[model].items()]))
+            continue
+        parts.append(table(header, task_table(sub, tasks, section, model)))
+    return parts + ["Accuracy ×100 (the integer after 'Answer:' equals the solution's). The paper's TopK setting "
+                    "is its fraction of keys, oracle sampling's its fraction of drawn keys."] \
+        + intervals(df, "infini_igsm/") + skipped_notes(df)

@@ -1,0 +1,158 @@
+"""MMLU with few-shot chain of thought as lm-evaluation-harness 0.4.5 (the paper's era) runs it
+(``mmlu_flan_cot_fewshot``, version 2; the paper's "MMLU-Flan-Cot-Fewshot"), task ``mmlu_cot``.
+
+Prompt per question of subject S (no chat template, no BOS by default): S's task description, then its
+first 4 chain-of-thought exemplars (lm-eval's ``first_n`` sampler, ``num_fewshot: 4``), each
+``Q: <question with its choices>\\nA: <worked answer ending in "The answer is (X).">\\n\\n``, then
+``Q: <question>\\n(A) <c0> (B) <c1> (C) <c2> (D) <c3>\\nA: Let's think step by step.`` The description is
+followed directly by the first ``Q:``, with no separator, as that lm-eval version renders it.
+Greedy generation, at most 256 new tokens (lm-eval's default ``max_gen_toks``; its only stop string is
+``</s>``, so the end-of-sequence token ends an answer). Answer: the first match of
+``(?<=answer is )(.*)(?=.)`` (the rest of that line less its last character; ``[invalid]`` when absent),
+compared with the gold ``(A)``-``(D)`` ignoring case and punctuation (lm-eval's ``exact_match``). The
+score is the mean over all questions (lm-eval's ``weight_by_size``).
+
+Data: test questions from a local file (``data_path``: records with ``subject``, ``question``, ``choices``
+(4 strings), ``answer`` (0-3 or A-D)) or the hub parquet of cais/mmlu (``all``, test split, 14042
+questions). Exemplars: each subject's lm-eval task file at the pinned commit ``LM_EVAL_COMMIT`` (its
+``description`` and ``fewshot_config.samples``), fetched and cached by the one fetcher; or, in a local
+``.json`` data file ``{"data": [...], "exemplars": {subject: {"description": ..., "samples": [{"question",
+"target"}, ...]}}}``, from that file.
+"""
+from __future__ import annotations
+
+import json
+import re
+import string
+from pathlib import Path
+
+from magicpig_tasks.common import PromptEncoder, Sample, Task, check_build_args, record_order
+from magicpig_tasks.records import read_hub_parquet, read_records
+
+HUB_URL = "https://huggingface.co/datasets/cais/mmlu/resolve/main/all/test-00000-of-00001.parquet"
+LM_EVAL_COMMIT = "7785577ceac539f7e25cf98bbe11264466326803"  # lm-evaluation-harness, 2024-10-15
+EXEMPLAR_URL = ("https://raw.githubusercontent.com/EleutherAI/lm-evaluation-harness/{commit}/lm_eval/tasks/mmlu/"
+                "flan_cot_fewshot/mmlu_{subject}.yaml")
+NUM_FEWSHOT = 4
+LETTERS = ("(A)", "(B)", "(C)", "(D)")
+INVALID = "[invalid]"
+_ANSWER = re.compile(r"(?<=answer is )(.*)(?=.)")
+_PUNCT = str.maketrans("", "", string.punctuation)
+
+
+def extract_answer(text: str) -> str:
+    """lm-eval's regex filter + take_first: the first match, stripped, or ``[invalid]``."""
+    found = _ANSWER.findall(text)
+    return found[0].strip() if found else INVALID
+
+
+def matches(extracted: str, target: str) -> bool:
+    """lm-eval's ``exact_match`` with ignore_case and ignore_punctuation (no other normalisation)."""
+    return extracted.lower().translate(_PUNCT) == target.lower().translate(_PUNCT)
+
+
+def gold_letter(answer) -> str:
+    if isinstance(answer, str) and answer.strip().upper() in "ABCD" and len(answer.strip()) == 1:
+        return LETTERS["ABCD".index(answer.strip().upper())]
+    if isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < 4:
+        return LETTERS[answer]
+    raise ValueError(f"mmlu_cot: answer must be 0-3 or A-D, got {answer!r}")
+
+
+def question_text(question: str, choices: list[str]) -> str:
+    return f"Q: {question.strip()}\n" + " ".join(f"{LETTERS[i]} {c}" for i, c in enumerate(choices)) + \
+        "\nA: Let's think step by step."
+
+
+def fewshot_text(exemplars: dict) -> str:
+    """The subject's description and its first NUM_FEWSHOT exemplars, as lm-eval joins them."""
+    samples = exemplars.get("samples") or []
+    if len(samples) < NUM_FEWSHOT:
+        raise ValueError(f"mmlu_cot: a subject needs {NUM_FEWSHOT} exemplars, got {len(samples)}")
+    shots = "".join(f"Q: {s['question'].strip()}\nA: {s['target']}\n\n" for s in samples[:NUM_FEWSHOT])
+    return str(exemplars.get("description") or "") + shots
+
+
+def lm_eval_exemplars(path: Path) -> dict:
+    """``description`` and ``fewshot_config.samples`` of one lm-eval subject task file."""
+    import yaml
+
+    cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+    samples = (cfg.get("fewshot_config") or {}).get("samples") if isinstance(cfg, dict) else None
+    if not isinstance(samples, list) or not all(isinstance(s, dict) and "question" in s and "target" in s
+                                                for s in samples):
+        raise ValueError(f"mmlu_cot: {path} has no fewshot_config.samples with question/target")
+    return {"description": cfg.get("description", ""), "samples": samples}
+
+
+class MMLUCoT(Task):
+    name = "mmlu_cot"
+    metric = "exact_match (lm-eval mmlu_flan_cot_fewshot, get-answer filter)"
+    max_new_tokens = 256
+    sized = False
+    method_overrides = {"magicpig": {"local": 24}}  # the paper's lm-eval runs: a 24-token local window
+
+    def __init__(self, data_path: str | None = None, add_bos: bool = False):
+        if not isinstance(add_bos, bool):
+            raise ValueError(f"mmlu_cot: add_bos must be true or false, got {add_bos!r}")
+        self.data_path = data_path
+        self.add_bos = add_bos
+        self._records: list[dict] | None = None
+        self._exemplars: dict[str, dict] = {}
+
+    def settings(self) -> dict:
+        return {"chat_template": "none", "add_bos": self.add_bos, "num_fewshot": NUM_FEWSHOT,
+                "exemplars": "data file" if self._file_exemplars() else f"lm-eval {LM_EVAL_COMMIT[:10]}"}
+
+    def _file_exemplars(self) -> dict | None:
+        if not self.data_path or Path(self.data_path).suffix != ".json":
+            return None
+        data = json.loads(Path(self.data_path).read_text(encoding="utf-8"))
+        return data.get("exemplars") if isinstance(data, dict) else None
+
+    def records(self) -> list[dict]:
+        if self._records is None:
+            rows = (read_records(self.data_path, self.name) if self.data_path
+                    else read_hub_parquet(HUB_URL, self.name))
+            for i, r in enumerate(rows):
+                for key in ("subject", "question", "choices", "answer"):
+                    if key not in r:
+                        raise ValueError(f"mmlu_cot: record {i} needs field {key!r}")
+                if not isinstance(r["choices"], list) or len(r["choices"]) != 4:
+                    raise ValueError(f"mmlu_cot: record {i} needs 4 choices, got {r['choices']!r}")
+                gold_letter(r["answer"])
+            self._records = rows
+        return self._records
+
+    def exemplars(self, subject: str) -> dict:
+        if subject not in self._exemplars:
+            local = self._file_exemplars()
+            if local is not None:
+                if subject not in local:
+                    raise ValueError(f"mmlu_cot: {self.data_path} has no exemplars for subject {subject!r}")
+                self._exemplars[subject] = local[subject]
+            else:
+                from magicpig_tasks.download import fetch
+
+                url = EXEMPLAR_URL.format(commit=LM_EVAL_COMMIT, subject=subject)
+                self._exemplars[subject] = lm_eval_exemplars(fetch(url, None, f"{self.name} exemplars"))
+        return self._exemplars[subject]
+
+    def build(self, tokenizer, length: int, count: int, seed: int = 0) -> list[Sample]:
+        check_build_args(self.name, length, count)
+        rows = self.records()
+        enc = PromptEncoder(tokenizer, "none", add_bos=self.add_bos)
+        out = []
+        for j in record_order(len(rows), seed)[:count]:
+            row = rows[j]
+            ctx, q = enc.encode(fewshot_text(self.exemplars(row["subject"])),
+                                question_text(row["question"], row["choices"]))
+            if len(ctx) + len(q) > length:
+                raise ValueError(f"mmlu_cot: prompt of record {j} has {len(ctx) + len(q)} tokens > length {length}")
+            out.append(Sample(id=f"mmlu_cot/{j}", context_ids=ctx, question_ids=q,
+                              references=[gold_letter(row["answer"])], max_new_tokens=self.max_new_tokens,
+                              stop=[], meta={"index": j, "subject": row["subject"]}))
+        return out
+
+    def score(self, prediction: str, sample: Sample) -> float:
+        return 100.0 * matches(extract_answer(prediction), sample.references[0])

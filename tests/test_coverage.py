@@ -18,7 +18,8 @@ PAPER_ITEMS = [f"Table {i}" for i in range(1, 14)] + [f"Figure {i}" for i in ran
 CPU_CONFIG = {"model": "smollm2", "ruler": {"tasks": ["cwe"], "lengths": [1024], "samples": 1, "methods": ["dense"]},
               "longbench": {"tasks": [], "samples": 0}, "gsm8k": {"samples": 0},
               "ablations": {"kl_grid": ["magicpig:K=8,L=75"], "centering_methods": ["magicpig"]},
-              "estimation": {"length": 1024}, "decode_bench": {"lengths": [2048], "methods": ["dense"]}}
+              "estimation": {"length": 1024}, "decode_bench": {"lengths": [2048], "methods": ["dense"]},
+              "sweeps": {"tasks": ["cwe", "fwe"], "length": 1024, "topk_budgets": [32]}}
 
 
 def coverage_rows(report: str) -> dict[str, list[str]]:
@@ -57,7 +58,9 @@ def test_every_item_has_a_row_with_a_status_and_its_links_resolve(tmp_path, tree
             assert (target[1:] in anchors) if target.startswith("#") else target in FIGURES, (label, target)
         if status == REPRODUCED and item.section:
             assert "(#" in where, (label, where)  # an item this run reproduced links to its section
-    assert "not produced by this build" in rows["Figure 10"][3]
+    for label in ("Figure 1", "Figure 2a", "Figure 5a", "Figure 6c", "Figure 9b", "Figure 10", "Figure 11"):
+        assert "not produced by this build" not in rows[label][3], (label, rows[label][3])
+        assert ".png](" in rows[label][2], (label, rows[label][2])  # links its figure
 
 
 def test_status_follows_the_config_and_the_results(tmp_path):

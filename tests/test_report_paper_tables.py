@@ -39,13 +39,13 @@ def test_tables_4_5_6_say_what_runs_them_when_not_run(tmp_path):
     acc = tmp_path / "results" / "accuracy"
     write_metrics(acc, "ruler/vt", 4096, "dense", 80.0, 1.0)
     report = build_report(tmp_path / "results", tmp_path / "fig", "test").read_text()
-    t4 = report.split("(paper Table 4)")[1].split("\n## ")[0]
+    t4 = report.split("(paper Table 4)\n")[1].split("\n## ")[0]
     assert "`megabeam-mistral-7b-512k`: not run in this preset: needs a GPU, the weights of " \
            "aws-prototyping/MegaBeam-Mistral-7B-512k" in t4 and "(preset `paper-long`)" in t4
     assert "| `dense` | 91.7 | 88.1 | 83.5 | 83.7 | 83.5 | 82.5 |" in t4 and "(preset `paper-long-prolong`)" in t4
-    t5 = report.split("(paper Table 5)")[1].split("\n## ")[0]
+    t5 = report.split("(paper Table 5)\n")[1].split("\n## ")[0]
     assert "(preset `paper-70b`)" in t5 and "| `magicpig:K=9,L=110` | 95.7 | 93.5 | 88.4 | 79.4 |" in t5
-    t6 = report.split("(paper Table 6)")[1].split("\n## ")[0]
+    t6 = report.split("(paper Table 6)\n")[1].split("\n## ")[0]
     assert "Not run in this preset: needs the hub data sets YangZhoumill/infini_igsm_4k_noise_close" in t6
 
 
@@ -56,7 +56,7 @@ def test_a_megabeam_run_sits_beside_the_megabeam_rows(tmp_path):
         write_metrics(acc, "ruler/vt", n, "magicpig:K=9,L=120", s - 1, 0.04)
     set_model(acc, "aws-prototyping/MegaBeam-Mistral-7B-512k")
     report = build_report(tmp_path / "results", tmp_path / "fig", "test").read_text()
-    t3, rest = report.split("(paper Table 3)")[1].split("(paper Table 4)")
+    t3, rest = report.split("(paper Table 3)\n")[1].split("(paper Table 4)\n")
     assert "| `magicpig:K=9,L=120` | 89 | 79 | 1/1 | 4.00% | 90.7 | 88.5 | 82.9 | 82.4 |" in t3  # MegaBeam's row
     assert "Paper rows: `megabeam-mistral-7b-512k`." in t3
     t4 = rest.split("\n## ")[0]
@@ -72,7 +72,7 @@ def test_table6_by_set_and_operations(tmp_path):
     write_metrics(acc, "infini_igsm/4k_close_op2", 7168, "dense", 50.0, 1.0)
     write_metrics(acc, "infini_igsm/4k_close_op2", 7168, "topk:budget=0.02", 25.0, 0.02)
     report = build_report(tmp_path / "results", tmp_path / "fig", "test").read_text()
-    t6 = report.split("(paper Table 6)")[1].split("\n## ")[0]
+    t6 = report.split("(paper Table 6)\n")[1].split("\n## ")[0]
     k4, k8 = t6.split("### 4k_close")[1].split("### 8k_close")
     assert "| `dense` | 50 | — | — | 50 (1/3) | 100.0% | 87.4 | 71.4 | 26.8 |" in k4
     assert "| `topk` | 25 | — | — | 25 (1/3) | 2.00% | 71.5 | 44 | 11.3 |" in k4  # budget 0.02 is the default

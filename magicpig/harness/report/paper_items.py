@@ -18,6 +18,8 @@ from magicpig.harness.report.tables_system import TABLE7_TITLE, TABLE8_TITLE
 PAPER_MODEL = "Llama-3.1-8B-Instruct"
 HUB = {"ruler/qa_1": "SQuAD v2.0 dev", "ruler/qa_2": "HotpotQA dev", "longbench/": "THUDM/LongBench",
        "gsm8k": "openai/gsm8k", "coqa": "stanfordnlp/coqa", "mmlu": "cais/mmlu", "igsm": "infini_igsm"}
+SWEEPS = "Budget and cost sweeps"  # report headings (sections_sweeps)
+PER_TOKEN = "Attention per key and per token"
 LONG_WEIGHTS = "aws-prototyping/MegaBeam-Mistral-7B-512k, princeton-nlp/Llama-3-8B-ProLong-512k-Instruct"
 
 
@@ -250,6 +252,21 @@ def throughput(model: str, context: int, hardware: str) -> Callable[[Run], str]:
     return check
 
 
+def sweep(run: Run) -> str:
+    """A budget / cost sweep figure (Figs. 1, 6c, 9a, 9b/c): run by the preset's ``sweeps`` block at its
+    length; without one the figure shows only the RULER runs' single budgets."""
+    block = run.config.get("sweeps") or {}
+    if not block.get("tasks"):
+        elsewhere = run.elsewhere(lambda p: bool((p.get("sweeps") or {}).get("tasks")))
+        ruler = run.rows(lambda t: t.startswith("ruler/"))
+        if ruler["method"].astype(str).str.startswith(("topk", "oracle")).any():
+            return partial("no budget sweep in this preset: the RULER runs' budgets only", elsewhere)
+        return not_run(elsewhere)
+    length = int(block.get("length") or _longest_ruler(run.config))
+    return partial(_length_note(run, [length], [16384]), _model_note(run)) if length != 16384 or _model_note(run) \
+        else REPRODUCED
+
+
 def diagram(run: Run) -> str:
     return not_run("a diagram of the system design, no data to reproduce (the offload backend implements its "
                    "split: linear layers and hashing on the accelerator, tables and sampled attention on the CPU)")
@@ -265,11 +282,11 @@ ITEMS: tuple[PaperItem, ...] = (
     PaperItem("Table 3", "RULER 13-task average at 16K-96K: full, MagicPIG, Quest (Llama-3.1-8B, MegaBeam-7B)",
               "RULER", ("ruler_per_task.png", "ruler_vs_cost.png"), table3),
     PaperItem("Table 4", "RULER at 128K-256K on 512K-context models (MegaBeam-Mistral-7B, ProLong-8B), (11,300)",
-              "RULER", check=table4),
+              "RULER at 16K-256K", check=table4),
     PaperItem("Table 5", "RULER on Llama-3.1-70B-Instruct: full vs MagicPIG (10,150), (9,110), (9,120), (10,135)",
-              "RULER", check=table5),
+              "RULER on Llama-3.1-70B", check=table5),
     PaperItem("Table 6", "reasoning (infini_igsm) accuracy: full vs MagicPIG (10,300), (10,220), (10,150)",
-              None, check=table6),
+              "infini_igsm reasoning", check=table6),
     PaperItem("Table 7", "(K, L) against ms/token at batch 1, max throughput, throughput under 200 ms/token",
               TABLE7_TITLE, check=table7),
     PaperItem("Table 8", "memory/compute overhead: hash tables (14 GB / 4.7 GB), projector, projection FLOPs",
@@ -283,8 +300,10 @@ ITEMS: tuple[PaperItem, ...] = (
               check=kl_grid_table("Table 12")),
     PaperItem("Table 13", "accuracy over further (K, L) settings (appendix: selection of (K, L))", "(K, L) grid",
               check=kl_grid_table("Table 13")),
-    PaperItem("Figure 1", "TopK accuracy against the fraction of keys on NIAH, CWE, FWE", None),
-    PaperItem("Figure 2a", "attention mass covered against the fraction of keys kept (the full curve)", None),
+    PaperItem("Figure 1", "TopK accuracy against the fraction of keys on NIAH, CWE, FWE", SWEEPS,
+              ("topk_budget_sweep.png",), sweep),
+    PaperItem("Figure 2a", "attention mass covered against the fraction of keys kept (the full curve)", PER_TOKEN,
+              ("attention_mass_curve.png",), estimation("mass_curve.csv")),
     PaperItem("Figure 2b", "attention is long-tailed once the sink is removed: mass of the top keys, per layer",
               "Attention spread", ("attention_spread.png",),
               estimation("spread_summary.csv")),
@@ -292,15 +311,18 @@ ITEMS: tuple[PaperItem, ...] = (
               "Attention spread", ("attention_spread.png",), estimation("spread_summary.csv")),
     PaperItem("Figure 4", "relative output error of TopK vs sampling against the budget", "Relative output error",
               ("error_vs_budget.png",), estimation("error_summary.csv")),
-    PaperItem("Figure 5a", "the sink key's direction across >= 32 random inputs", None),
-    PaperItem("Figure 5b", "the key mean's direction across >= 50 sentences", None),
+    PaperItem("Figure 5a", "the sink key's direction across >= 32 random inputs", PER_TOKEN,
+              ("sink_key_similarity.png",), estimation("inputs_similarity.csv")),
+    PaperItem("Figure 5b", "the key mean's direction across >= 50 sentences", PER_TOKEN,
+              ("sink_key_similarity.png",), estimation("inputs_similarity.csv")),
     PaperItem("Figure 5c", "per head: cosines of queries and keys to the sink key and the key mean", "Geometry",
-              ("geometry.png",), estimation("geometry_summary.csv", "the paper's per-head panel spans many inputs")),
+              ("geometry.png", "sink_vs_mean_key.png"), estimation("sink_center.csv")),
     PaperItem("Figure 6a", "oracle sampling vs TopK: relative output error at equal distinct keys", "TopK vs oracle",
               ("error_vs_budget.png",), estimation("error_topk_vs_oracle.csv")),
     PaperItem("Figure 6b", "oracle sampling keeps accuracy with ~32 unique keys of 16K; TopK does not",
               "TopK vs oracle", ("error_vs_budget.png",), estimation("error_topk_vs_oracle.csv")),
-    PaperItem("Figure 6c", "oracle sampling vs TopK accuracy against the budget", None),
+    PaperItem("Figure 6c", "oracle sampling vs TopK accuracy against the budget", SWEEPS,
+              ("oracle_vs_topk_budget.png",), sweep),
     PaperItem("Figure 7", "the system: memory hierarchy and MagicPIG's GPU/CPU workload split", None,
               check=diagram),
     PaperItem("Figure 8a", "throughput vs batch, A100, CodeLlama-34B, 16K: MagicPIG 1.5x GPU-only full attention",
@@ -313,9 +335,11 @@ ITEMS: tuple[PaperItem, ...] = (
               "Throughput and latency", ("throughput_context.png", "speedup_paper_hardware.png"),
               throughput("llama-3.1-8b", 98304, "RTX 4090 (simulated)")),
     PaperItem("Figure 9a", "centering on/off: without it NIAH ~ 0, FWE ~ 65, under 0.1% of keys sampled",
-              "Centering on", ("centering.png",), centering),
-    PaperItem("Figure 9b", "MagicPIG vs TopK on CWE across cost", None),
-    PaperItem("Figure 9c", "MagicPIG vs TopK on FWE across cost", None),
-    PaperItem("Figure 10", "log |v_i - o| against q·k_i/√d in one decode step", None),
-    PaperItem("Figure 11", "value norm per token, the sink's marked", None),
+              "Centering on", ("centering.png", "centering_sweep.png"), centering),
+    PaperItem("Figure 9b", "MagicPIG vs TopK on CWE across cost", SWEEPS, ("magicpig_vs_topk_cost.png",), sweep),
+    PaperItem("Figure 9c", "MagicPIG vs TopK on FWE across cost", SWEEPS, ("magicpig_vs_topk_cost.png",), sweep),
+    PaperItem("Figure 10", "log |v_i - o| against q·k_i/√d in one decode step", PER_TOKEN, ("value_vs_logit.png",),
+              estimation("value_output.csv")),
+    PaperItem("Figure 11", "value norm per token, the sink's marked", PER_TOKEN, ("value_norms.png",),
+              estimation("value_norm.csv")),
 )

@@ -245,7 +245,7 @@ def test_deleting_one_result_reruns_exactly_its_job_and_the_report(tmp_path):
 
 MODEL_RULES = {"eval_ruler", "eval_longbench", "eval_gsm8k", "eval_lm_eval", "eval_reasoning", "ablation_centering",
                "ablation_kl_grid", "ablation_setup", "estimation_capture", "bench_decode", "bench_decode_shape",
-               "sweep_ruler"}
+               "sweep_ruler", "estimation_inputs"}
 
 
 @pytest.mark.parametrize("preset", ["cpu", "paper"])
@@ -426,3 +426,10 @@ def test_slurm_profile_submits_ready_gpu_jobs_together_and_each_uses_its_cpus(tm
     threads = re.findall(r"^\s*threads: (\d+)$", step["output"], flags=re.M)
     assert threads == ([str(given)] if given > 1 else []), step["output"]  # Snakemake prints threads above 1
     assert "magicpig eval" in step["output"]
+
+
+def test_no_rule_takes_the_submit_hosts_core_count():
+    """Threads come from job_threads (the CPUs a cluster job is given), never from `workflow.cores`, which on a
+    cluster is the submit host's count and fails without --cores under the SLURM profile."""
+    for path in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        assert "workflow.cores" not in path.read_text(), path.name

@@ -112,7 +112,7 @@ rule eval_lm_eval:
         magicpig=MAGICPIG,
         args=lambda w: eval_args(P, SEED, [w.lm_task], [LM_EVAL_LENGTH], LM_EVAL["methods"], LM_EVAL["samples"]),
         out=lambda w, output: eval_root(output[0], w.lm_task),
-    threads: workflow.cores
+    threads: job_threads(CPUS)
     conda:
         ENV
     resources:
@@ -135,7 +135,7 @@ rule eval_reasoning:
         args=lambda w: eval_args(P, SEED, [f"infini_igsm/{w.task}"], [REASONING_LENGTH], REASONING["methods"],
                                  REASONING["samples"]),
         out=lambda w, output: eval_root(output[0], f"infini_igsm/{w.task}"),
-    threads: workflow.cores
+    threads: job_threads(CPUS)
     conda:
         ENV
     resources:

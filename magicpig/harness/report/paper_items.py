@@ -220,7 +220,14 @@ def estimation(csv: str, one_capture_note: str = "") -> Callable[[Run], str]:
         df = run.csv(f"estimation/{csv}")
         if df is None:
             return absent(run, lambda p: bool(p.get("estimation")), f"`estimation/{csv}`")
-        captures = df["capture"].nunique() if "capture" in df.columns else 1
+        if "inputs" in df.columns:  # drawn over many short inputs (Fig. 5a/b), not over captured prompts
+            captures = 2
+        elif "prompt" in df.columns:
+            captures = df["prompt"].nunique()
+        elif "prompts" in df.columns:  # a summary over the captures
+            captures = int(df["prompts"].max())
+        else:
+            captures = df["capture"].nunique() if "capture" in df.columns else 1
         gaps = [f"from {captures} capture (one prompt; the paper's units are prompts)" if captures < 2 else "",
                 one_capture_note if captures < 2 else "", _model_note(run)]
         return partial(*gaps) if any(gaps) else REPRODUCED

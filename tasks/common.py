@@ -86,6 +86,26 @@ class Task:
                 "method_overrides": self.method_overrides, **self.settings()}
 
 
+class LmEvalTask(Task):
+    """A data-backed task of the paper's Table 1, run as lm-evaluation-harness 0.4 runs it: a plain prompt (no
+    chat template), a BOS token only when asked, a 256-token answer and MagicPIG's 24-token local window. The
+    records come from ``data_path`` (``--data TASK=PATH``) or the hub, read once (``self._records``)."""
+
+    max_new_tokens: ClassVar[int] = 256
+    sized: ClassVar[bool] = False
+    method_overrides = {"magicpig": {"local": 24}}
+
+    def __init__(self, data_path: str | None = None, add_bos: bool = False):
+        if not isinstance(add_bos, bool):
+            raise ValueError(f"{self.name}: add_bos must be true or false, got {add_bos!r}")
+        self.data_path = data_path
+        self.add_bos = add_bos
+        self._records: list[dict] | None = None
+
+    def settings(self) -> dict[str, Any]:
+        return {"chat_template": "none", "add_bos": self.add_bos}
+
+
 def sample_rng(task: str, length: int, index: int, seed: int) -> random.Random:
     """A private RNG per (task, length, sample index, seed): samples do not depend on how many are drawn."""
     key = f"{task}|{length}|{index}|{seed}".encode()

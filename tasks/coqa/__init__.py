@@ -21,7 +21,7 @@ and the Hugging Face one (``questions`` / ``answers`` dicts of lists: ``{"input_
 from __future__ import annotations
 
 from magicpig_tasks.coqa.metrics import coqa_scores
-from magicpig_tasks.common import PromptEncoder, Sample, Task, check_build_args, record_order
+from magicpig_tasks.common import LmEvalTask, PromptEncoder, Sample, check_build_args, record_order
 from magicpig_tasks.records import read_records
 
 HUB_URL = "https://nlp.stanford.edu/data/coqa/coqa-dev-v1.0.json"
@@ -61,22 +61,9 @@ def gold_answers(record: dict, answers: list[str]) -> list[str]:
     return gold
 
 
-class CoQA(Task):
+class CoQA(LmEvalTask):
     name = "coqa"
     metric = "f1 (SQuAD token F1, lm-eval coqa; em recorded)"
-    max_new_tokens = 256
-    sized = False
-    method_overrides = {"magicpig": {"local": 24}}  # the paper's lm-eval runs: a 24-token local window
-
-    def __init__(self, data_path: str | None = None, add_bos: bool = False):
-        if not isinstance(add_bos, bool):
-            raise ValueError(f"coqa: add_bos must be true or false, got {add_bos!r}")
-        self.data_path = data_path
-        self.add_bos = add_bos
-        self._records: list[dict] | None = None
-
-    def settings(self) -> dict:
-        return {"chat_template": "none", "add_bos": self.add_bos}
 
     def records(self) -> list[dict]:
         if self._records is None:

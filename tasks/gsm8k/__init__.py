@@ -14,7 +14,7 @@ hub parquet mirror of openai/gsm8k (main, test).
 from __future__ import annotations
 
 
-from magicpig_tasks.common import PromptEncoder, Sample, Task, check_build_args, record_order
+from magicpig_tasks.common import LmEvalTask, PromptEncoder, Sample, check_build_args, record_order
 from magicpig_tasks.records import read_hub_parquet, read_records
 from magicpig_tasks.gsm8k.exemplars import EXEMPLARS
 from magicpig_tasks.gsm8k.extract import exact_match, flexible_answer, gold_answer, strict_answer
@@ -27,22 +27,9 @@ def fewshot_prefix() -> str:
     return "".join(f"Q: {q}\nA: {a}\n\n" for q, a in EXEMPLARS)
 
 
-class GSM8KCoT(Task):
+class GSM8KCoT(LmEvalTask):
     name = "gsm8k"
     metric = "exact_match (strict; flexible recorded)"
-    max_new_tokens = 256
-    sized = False
-    method_overrides = {"magicpig": {"local": 24}}
-
-    def __init__(self, data_path: str | None = None, add_bos: bool = False):
-        if not isinstance(add_bos, bool):
-            raise ValueError(f"gsm8k: add_bos must be true or false, got {add_bos!r}")
-        self.data_path = data_path
-        self.add_bos = add_bos
-        self._records: list[dict] | None = None
-
-    def settings(self) -> dict:
-        return {"chat_template": "none", "add_bos": self.add_bos}
 
     def records(self) -> list[dict]:
         if self._records is None:

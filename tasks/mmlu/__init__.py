@@ -26,7 +26,7 @@ import re
 import string
 from pathlib import Path
 
-from magicpig_tasks.common import PromptEncoder, Sample, Task, check_build_args, record_order
+from magicpig_tasks.common import LmEvalTask, PromptEncoder, Sample, check_build_args, record_order
 from magicpig_tasks.records import read_hub_parquet, read_records
 
 HUB_URL = "https://huggingface.co/datasets/cais/mmlu/resolve/main/all/test-00000-of-00001.parquet"
@@ -85,23 +85,16 @@ def lm_eval_exemplars(path: Path) -> dict:
     return {"description": cfg.get("description", ""), "samples": samples}
 
 
-class MMLUCoT(Task):
+class MMLUCoT(LmEvalTask):
     name = "mmlu_cot"
     metric = "exact_match (lm-eval mmlu_flan_cot_fewshot, get-answer filter)"
-    max_new_tokens = 256
-    sized = False
-    method_overrides = {"magicpig": {"local": 24}}  # the paper's lm-eval runs: a 24-token local window
 
     def __init__(self, data_path: str | None = None, add_bos: bool = False):
-        if not isinstance(add_bos, bool):
-            raise ValueError(f"mmlu_cot: add_bos must be true or false, got {add_bos!r}")
-        self.data_path = data_path
-        self.add_bos = add_bos
-        self._records: list[dict] | None = None
+        super().__init__(data_path, add_bos)
         self._exemplars: dict[str, dict] = {}
 
     def settings(self) -> dict:
-        return {"chat_template": "none", "add_bos": self.add_bos, "num_fewshot": NUM_FEWSHOT,
+        return {**super().settings(), "num_fewshot": NUM_FEWSHOT,
                 "exemplars": "data file" if self._file_exemplars() else f"lm-eval {LM_EVAL_COMMIT[:10]}"}
 
     def _file_exemplars(self) -> dict | None:

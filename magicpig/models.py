@@ -26,6 +26,7 @@ from pathlib import Path
 
 from magicpig import model_parts
 from magicpig.gguf_cache import parsed_once
+from magicpig.shapes import model_shape
 
 EMBEDDED = "smollm2"
 SHAPE_PREFIX = "shape:"
@@ -68,7 +69,7 @@ def resolve(model: str, *, allow_shape: bool = False) -> ModelSource:
     Accepted: ``smollm2`` (embedded, 8K context), ``qwen2.5-coder-0.5b`` (assembled from its chunk
     packages into the user's cache on first use, 32K context; see ``magicpig.model_parts``), a path to a
     ``.gguf`` file, a local model folder, or a Hugging Face hub id (which needs the weights in the local
-    cache or network access); with ``allow_shape`` also ``shape:NAME`` (see ``shape_names()``). GGUF files
+    cache or network access); with ``allow_shape`` also ``shape:NAME`` (``magicpig.shapes.shape_names()``). GGUF files
     are checked for truncation here.
     """
     if not model or not isinstance(model, str):
@@ -80,7 +81,7 @@ def resolve(model: str, *, allow_shape: bool = False) -> ModelSource:
                 f"model: {model!r} is a shape-only model (random weights), usable only by the throughput "
                 "benchmarks (magicpig bench decode); this command needs real weights: pass "
                 f"{_named()}, a .gguf file, a model folder or a hub id")
-        shape_facts(name)  # unknown names fail here
+        model_shape(name)  # unknown names fail here
         return ModelSource(model, None, model, shape=name)
     if model == EMBEDDED:
         path = embedded_gguf_path()
@@ -170,66 +171,6 @@ def load_model(model: str, *, device: str | None = None, dtype=None, attn_implem
 
 
 # ---- shape-only models -------------------------------------------------------------------------------
-_SHAPE_FIELDS = ("hf_id", "model_type", "num_layers", "num_heads", "num_kv_heads", "head_dim", "hidden",
-                 "intermediate", "vocab", "rope_theta", "max_position_embeddings", "tie_embeddings",
-                 "attention_bias", "params_b")
-_SHAPE_TYPES = ("llama", "mistral", "qwen2")
-
-
-@functools.lru_cache(maxsize=1)
-def _shapes() -> dict:
-    import yaml
-
-    path = Path(__file__).parent / "data" / "model_shapes.yaml"
-    with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh)
-    for name, facts in data.items():
-        missing = [f for f in _SHAPE_FIELDS if f not in facts]
-        if missing:
-            raise ValueError(f"{path}: entry {name!r} lacks {', '.join(missing)}")
-        if facts["model_type"] not in _SHAPE_TYPES:
-            raise ValueError(f"{path}: entry {name!r} has model_type {facts['model_type']!r}; "
-                             f"supported: {', '.join(_SHAPE_TYPES)}")
-    return data
-
-
-def shape_names() -> list[str]:
-    """Names accepted by ``shape:NAME``."""
-    return list(_shapes())
-
-
-def shape_facts(name: str) -> dict:
-    """The architecture facts of ``name`` (a copy of its model_shapes.yaml entry)."""
-    shapes = _shapes()
-    if name not in shapes:
-        raise ValueError(f"model: unknown shape-only model 'shape:{name}'; known: "
-                         + ", ".join(f"shape:{n}" for n in shapes))
-    return dict(shapes[name])
-
-
-def shape_config(name: str):
-    """A transformers config with the architecture of ``name`` (full attention in every layer)."""
-    from transformers import AutoConfig
-
-    f = shape_facts(name)
-    kw = dict(vocab_size=f["vocab"], hidden_size=f["hidden"], intermediate_size=f["intermediate"],
-              num_hidden_layers=f["num_layers"], num_attention_heads=f["num_heads"],
-              num_key_value_heads=f["num_kv_heads"], head_dim=f["head_dim"],
-              max_position_embeddings=f["max_position_embeddings"], rope_theta=float(f["rope_theta"]),
-              tie_word_embeddings=bool(f["tie_embeddings"]), bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    if f.get("rope_scaling"):
-        kw["rope_scaling"] = dict(f["rope_scaling"])
-    if f["model_type"] == "llama":
-        kw["attention_bias"] = bool(f["attention_bias"])
-    elif f["model_type"] == "mistral":
-        kw["sliding_window"] = None
-    elif f["model_type"] == "qwen2":
-        kw.update(use_sliding_window=False, sliding_window=None)
-    config = AutoConfig.for_model(f["model_type"], **kw)
-    config.magicpig_shape_only = name
-    return config
-
-
 def shape_weight_bytes(name: str, dtype) -> int:
     """Bytes of the weights of ``shape:name`` in ``dtype`` (exact: counted on a meta-device model)."""
     net = build_shape_model(name, device="meta", dtype=dtype)
@@ -254,7 +195,7 @@ def build_shape_model(name: str, *, device: str = "cpu", dtype=None, attn_implem
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
-    config = shape_config(name)
+    config = model_shape(name).config()
     dtype = dtype or torch.float32
     dev = torch.device(device)
     with torch.device(dev), no_init_weights():

@@ -8,7 +8,7 @@ from tiny_models import random_prompt, tiny_model
 from magicpig.harness import bench_decode
 from magicpig.harness.cli import main
 from magicpig.engine import Engine, GenerationConfig
-from magicpig.models import shape_config
+from magicpig.shapes import ModelShape, model_shape
 
 
 class ByteTokenizer:
@@ -65,7 +65,7 @@ def test_repeat_batch_is_a_view_and_every_row_decodes_alike():
 
 
 def _shape(dtype=torch.float32):
-    return bench_decode.Shape.of(shape_config("llama-3.1-8b"), dtype)
+    return ModelShape.of_config(model_shape("llama-3.1-8b").config(), dtype)
 
 
 def test_estimate_counts_the_kv_cache_and_tables():
@@ -132,7 +132,7 @@ def test_context_that_cannot_fit_is_refused_with_the_numbers_not_allocated(tmp_p
 
 def test_max_throughput_finds_the_largest_batch_the_memory_allows(tmp_path, monkeypatch):
     n = 4096  # the weights and the prefill need less than a 3-sequence row
-    s = bench_decode.Shape.of(shape_config("tiny-llama"), torch.float32)
+    s = ModelShape.of_config(model_shape("tiny-llama").config(), torch.float32)
     need = {b: bench_decode.estimate_row(s, "dense", "stock", n, b, 2)["device"] for b in (3, 4)}
     assert bench_decode.estimate_prefill(s, n, n, 64)["device"] < need[3]
     free = (need[3] + need[4]) / 2 / bench_decode.MEMORY_MARGIN  # room for 3 sequences, not 4

@@ -2,19 +2,30 @@
 import pytest
 import torch
 
-from magicpig import models
+from magicpig import models, shapes
 from magicpig.harness.cli import main
 
 
-@pytest.mark.parametrize("name", models.shape_names())
+@pytest.mark.parametrize("name", shapes.shape_names())
 def test_every_stored_shape_builds_with_its_published_parameter_count(name):
-    facts = models.shape_facts(name)
-    cfg = models.shape_config(name)
+    shape = shapes.model_shape(name)
+    cfg = shape.config()
     assert (cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim) == (
-        facts["num_layers"], facts["num_heads"], facts["num_kv_heads"], facts["head_dim"])
+        shape.layers, shape.heads, shape.kv_heads, shape.head_dim)
     assert not getattr(cfg, "sliding_window", None)  # MagicPIG decodes full-attention layers only
     params = models.shape_weight_bytes(name, torch.bfloat16) / 2
-    assert params == pytest.approx(facts["params_b"] * 1e9, rel=0.01)
+    assert params == pytest.approx(shape.params_b * 1e9, rel=0.01)
+    back = shapes.ModelShape.of_config(cfg, torch.bfloat16, name)
+    assert (back.layers, back.heads, back.kv_heads, back.head_dim, back.hidden, back.intermediate, back.vocab,
+            back.tie_embeddings) == (shape.layers, shape.heads, shape.kv_heads, shape.head_dim, shape.hidden,
+                                     shape.intermediate, shape.vocab, shape.tie_embeddings)
+
+
+def test_a_shapes_file_missing_a_field_names_the_entry_and_the_field(tmp_path):
+    bad = tmp_path / "shapes.yaml"
+    bad.write_text("toy:\n  hf_id: a/b\n  model_type: llama\n  num_layers: 2\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"'toy' lacks .*num_heads"):
+        shapes.load_shapes(bad)
 
 
 def test_shape_model_is_built_on_the_target_device_in_the_target_dtype():

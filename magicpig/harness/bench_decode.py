@@ -77,7 +77,6 @@ import math
 import os
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -88,6 +87,7 @@ from magicpig.decoders import TIMING_KEYS  # the parts of a decode step the engi
 from magicpig.harness import allocator
 from magicpig.harness.csv_rows import load_rows  # noqa: F401 (the reader of what this module writes)
 from magicpig.harness.machine import device_name, machine_record
+from magicpig.shapes import ModelShape, model_shape
 
 CONTEXTS = (8192, 32768)
 BATCHES = (1,)
@@ -210,33 +210,7 @@ def resolve_dtype(name: str | None, device: str):
 
 
 # ---- memory estimate -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Shape:
-    """What the memory estimate needs to know of a model."""
-
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    hidden: int
-    intermediate: int
-    vocab: int
-    elem: int  # bytes per element of the model dtype
-
-    @classmethod
-    def of(cls, config, dtype) -> "Shape":
-        heads = int(config.num_attention_heads)
-        d = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
-        return cls(int(config.num_hidden_layers), heads, int(getattr(config, "num_key_value_heads", None) or heads),
-                   d, int(config.hidden_size), int(config.intermediate_size), int(config.vocab_size),
-                   torch.empty((), dtype=dtype).element_size())
-
-    def kv_bytes(self, n: int, batch: int = 1, layers: int | None = None) -> int:
-        """Keys + values of ``n`` tokens of ``batch`` sequences over ``layers`` (default all) layers."""
-        return 2 * batch * (self.layers if layers is None else layers) * self.kv_heads * n * self.head_dim * self.elem
-
-
-def estimate_prefill(shape: Shape, base: int, n: int, chunk: int) -> dict[str, int]:
+def estimate_prefill(shape: ModelShape, base: int, n: int, chunk: int) -> dict[str, int]:
     """Device bytes to prefill ``base`` tokens exactly (batch 1) and tile the cache to ``n`` keys."""
     from magicpig.attention import PREFILL_BLOCK
 
@@ -248,7 +222,7 @@ def estimate_prefill(shape: Shape, base: int, n: int, chunk: int) -> dict[str, i
     return {"device": shape.kv_bytes(base) + acts + scores + layer_cat + tiled + shape.vocab * 4}
 
 
-def estimate_row(shape: Shape, spec: str, backend: str, n: int, batch: int, steps: int) -> dict[str, int]:
+def estimate_row(shape: ModelShape, spec: str, backend: str, n: int, batch: int, steps: int) -> dict[str, int]:
     """Bytes a row allocates on top of the model and the batch-1 prefill at ``n`` keys.
 
     Returns {"device", "host", "kv", "tables"}: device = on the model's device, host = in CPU memory
@@ -563,7 +537,7 @@ class _Bench:
         self.csv, self.verbose, self.offload_dtype = CsvAppender(csv_path, COLUMNS), verbose, offload_dtype
         self.linear, self.forward = linear, forward
         self.trim = malloc_policy == "converged"  # each row starts from a trimmed heap (allocator docstring)
-        self.shape = Shape.of(config, dtype)
+        self.shape = ModelShape.of_config(config, dtype)
         self.stream_gbps = measure_stream_gbps() if device.type == "cpu" else None
         self.stream_buffer = None  # read between a CPU row's timed steps (StepBandwidth)
         if self.stream_gbps:
@@ -721,7 +695,7 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
     ``csv_path``, one appended row at a time: ``magicpig.atomic_io.CsvAppender``). methods: (spec, backend)
     pairs or ``SPEC[@BACKEND]`` strings.
     malloc: the host allocator policy (``allocator``), set for the rest of the process before the model loads."""
-    from magicpig.models import load_model, resolve, shape_config, shape_weight_bytes
+    from magicpig.models import load_model, resolve, shape_weight_bytes
 
     fill = "exact" if fill == "prefill" else fill  # "prefill": the old name of "exact"
     if fill not in FILLS:
@@ -763,7 +737,7 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
 
     malloc_policy = allocator.apply(malloc)
     if src.shape is not None:  # a shape model whose weights cannot fit is refused before it is built
-        bench = _Bench(model, shape_config(src.shape), True, dev, torch_dtype, steps, warmup, csv_path, verbose,
+        bench = _Bench(model, model_shape(src.shape).config(), True, dev, torch_dtype, steps, warmup, csv_path, verbose,
                        offload_dtype, linear, forward, malloc_policy)
         need = shape_weight_bytes(src.shape, torch_dtype)
         reason = fit_reason({"device": need}, dev)

@@ -15,9 +15,9 @@ Quantities (per sequence; ``n`` = context length, ``H_kv`` kv heads, ``d`` head 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-SHAPES_FILE = Path(__file__).resolve().parents[1] / "data" / "model_shapes.yaml"
+from magicpig.shapes import model_shape
+
 GIB = 1024 ** 3
 
 
@@ -42,36 +42,17 @@ class Overhead:
                 "projector_kb": self.projector_bytes / 1000, "projection_flops_share": self.projection_flops_share}
 
 
-def shape_fields(model: str, path: Path | str = SHAPES_FILE) -> dict:
-    """The config.json fields of ``model`` (a key of model_shapes.yaml, or ``shape:KEY``)."""
-    import yaml
-
-    with open(path, encoding="utf-8") as fh:
-        shapes = yaml.safe_load(fh)
-    key = model.removeprefix("shape:")
-    if key not in shapes:
-        raise ValueError(f"model: {model!r} is not in {Path(path).name}; known: {sorted(shapes)}")
-    return shapes[key]
-
-
-def linear_macs_per_layer(s: dict) -> int:
-    """Multiply-adds of one layer's linear layers for one token: q, k, v, o projections and a gated MLP."""
-    h, d, hidden = s["num_heads"], s["head_dim"], s["hidden"]
-    attn = hidden * (h * d + 2 * s["num_kv_heads"] * d) + h * d * hidden
-    return attn + 3 * hidden * s["intermediate"]
-
-
 def overhead(model: str, K: int, L: int, context: int, dense_layers: int = 2) -> Overhead:
     """Table 8's quantities of ``model`` with MagicPIG (K, L) at ``context`` tokens; ``dense_layers``: layers
     that attend exactly and keep no tables (magicpig's default keeps 2)."""
     if K < 1 or L < 1 or context < 1:
         raise ValueError(f"K, L, context: must be positive, got K={K}, L={L}, context={context}")
-    s = shape_fields(model)
-    layers, kv, d = s["num_layers"], s["num_kv_heads"], s["head_dim"]
+    s = model_shape(model)
+    layers, kv, d = s.layers, s.kv_heads, s.head_dim
     ids = layers * kv * L * context
     held = (layers - dense_layers) * kv * L * (((1 << K) + 1) * 4 + context * (2 if context <= 65536 else 4))
-    proj_macs = (s["num_heads"] + kv) * d * K * L
-    return Overhead(model.removeprefix("shape:"), K, L, context,
+    proj_macs = (s.heads + kv) * d * K * L
+    return Overhead(s.name, K, L, context,
                     tables_int16_bytes=ids * 2 if context <= 65536 else None, tables_int32_bytes=ids * 4,
                     tables_held_bytes=held, projector_bytes=d * K * L * 2,
-                    projection_flops_share=proj_macs / linear_macs_per_layer(s))
+                    projection_flops_share=proj_macs / s.linear_macs_per_layer())

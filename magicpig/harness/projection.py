@@ -33,86 +33,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from functools import lru_cache
-from pathlib import Path
+
+from magicpig.shapes import ModelShape, load_shapes, model_shape  # noqa: F401 (re-exported)
 
 GB = 1e9
-SHAPES_FILE = Path(__file__).resolve().parents[1] / "data" / "model_shapes.yaml"
-# the real models magicpig.models loads by name -> their shape (Qwen2.5-Coder-0.5B has Qwen2.5-0.5B's)
-ALIASES = {"smollm2": "smollm2-135m", "qwen2.5-coder-0.5b": "qwen2.5-0.5b"}
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "float": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2,
                "half": 2}
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """Architecture facts of one model (magicpig/data/model_shapes.yaml)."""
-
-    name: str
-    params_b: float  # parameters, billions
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int = 128
-    bytes_per_param: int = 2  # bf16 / fp16
-    hidden: int = 0
-    vocab: int = 0
-    tie_embeddings: bool = False
-
-    def kv_bytes_per_token_layer(self, elem: int | None = None) -> int:
-        return 2 * self.kv_heads * self.head_dim * (elem or self.bytes_per_param)
-
-    @property
-    def weight_bytes(self) -> float:
-        """Bytes of all parameters (what GPU memory must hold)."""
-        return self.params_b * 1e9 * self.bytes_per_param
-
-    @property
-    def params_read(self) -> float:
-        """Parameters a decode step reads: all but an untied input-embedding table (a lookup of B rows)."""
-        embed = 0 if self.tie_embeddings else self.vocab * self.hidden
-        return self.params_b * 1e9 - embed
-
-    def with_dtype(self, elem: int) -> "ModelShape":
-        return replace(self, bytes_per_param=elem)
-
-
-def load_shapes(path: Path | str = SHAPES_FILE) -> dict[str, ModelShape]:
-    import yaml
-
-    with open(path, encoding="utf-8") as fh:
-        raw = yaml.safe_load(fh)
-    shapes = {}
-    for key, f in raw.items():
-        try:
-            shapes[key] = ModelShape(key, float(f["params_b"]), int(f["num_layers"]), int(f["num_heads"]),
-                                     int(f["num_kv_heads"]), int(f["head_dim"]), hidden=int(f.get("hidden", 0)),
-                                     vocab=int(f.get("vocab", 0)), tie_embeddings=bool(f.get("tie_embeddings")))
-        except KeyError as exc:
-            raise ValueError(f"{path}: model {key!r} lacks field {exc.args[0]!r}") from None
-    return shapes
-
-
 MODELS = load_shapes()
-
-
-@lru_cache(maxsize=None)
-def model_shape(model: str) -> ModelShape:
-    """The shape of ``model``: a key of model_shapes.yaml, ``shape:KEY``, its hub id, or ``smollm2``."""
-    name = str(model).strip()
-    name = name[len("shape:"):] if name.startswith("shape:") else name
-    name = ALIASES.get(name, name)
-    if name.lower() in MODELS:
-        return MODELS[name.lower()]
-    import yaml
-
-    with open(SHAPES_FILE, encoding="utf-8") as fh:
-        by_hub = {str(f.get("hf_id", "")).lower(): k for k, f in yaml.safe_load(fh).items()}
-    key = by_hub.get(name.lower()) or by_hub.get(name.lower().rstrip("/").split("/")[-1])
-    if key is None:
-        raise ValueError(f"model: no architecture facts for {model!r} in {SHAPES_FILE.name}; known: "
-                         f"{sorted(MODELS)} (or their hub ids, or 'smollm2')")
-    return MODELS[key]
 
 
 def dtype_bytes(dtype) -> int:

@@ -58,11 +58,10 @@ class Run:
 
     def model_context(self) -> int | None:
         """The model's context window (max_position_embeddings of its stored shape), None when unknown."""
-        from magicpig.harness.overhead import shape_fields
-        from magicpig.harness.projection import model_shape
+        from magicpig.shapes import model_shape
 
         try:
-            return int(shape_fields(model_shape(self.model).name).get("max_position_embeddings"))
+            return model_shape(self.model).max_position_embeddings or None
         except (ValueError, TypeError):
             return None
 

@@ -119,7 +119,7 @@ def table8_rows(ref: dict, model: str | None = None) -> list[list[str]]:
                  fmt(t8["projection_flops_share"], pct=True),
                  "ours: query heads + the new key of each kv head, over q, k, v, o and the gated MLP"])
     if model:
-        from magicpig.harness.projection import model_shape
+        from magicpig.shapes import model_shape
 
         try:
             m = overhead(model_shape(model).name, K, L, 65536)

@@ -1,0 +1,120 @@
+"""The paper's (K, L) ablation tables (App. E: Tables 10-13), ours beside the paper's.
+
+Each of those tables gives RULER averages of a few (K, L) settings for one model at one or a few lengths
+(``kl_ablation_tables`` in config/paper_reference.yaml). Ours come from the ``ablations.kl_grid`` runs: the
+preset's ablation tasks at its ablation length, each setting's score averaged over the tasks it completed,
+with dense attention ("full") taken from the RULER runs on the same tasks and length when they exist. A setting
+of a paper table that this run did not measure shows "—", and the coverage status counts the settings measured.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from magicpig.harness.report.collect import canonical, collect_metrics, load_reference
+from magicpig.harness.report.coverage_run import Run, not_run, partial
+from magicpig.harness.report.markdown import fmt, table
+
+HEADING = "(K, L) ablation tables"
+TABLES = {
+    "table10": ("Table 10", "larger tables for longer contexts, at about the same cost"),
+    "table11": ("Table 11", "the same (K, L) settings on the 8B and the 70B model"),
+    "table12": ("Table 12", "cost fixed at about 4%, K from 10 to 7"),
+    "table13": ("Table 13", "L fixed at 120, K from 10 to 7"),
+}
+
+
+def setting_method(setting: str) -> str:
+    """A paper table's setting ("full" or "K,L") as the canonical method spec our runs are keyed by."""
+    if setting == "full":
+        return "dense"
+    K, L = (int(x) for x in str(setting).split(","))
+    return canonical(f"magicpig:K={K},L={L}")
+
+
+def paper_columns(block: dict) -> tuple[list[str], list[str], list[list[float | None]]]:
+    """(settings, column names, values per setting) of one paper table, whatever its layout."""
+    if "lengths" in block:  # Table 10: settings x lengths
+        settings = list(block["rows"])
+        cols = [f"paper {block['model']} {n // 1024}K" for n in block["lengths"]]
+        return settings, cols, [list(block["rows"][s]) for s in settings]
+    if "rows" in block:  # Table 11: models x settings
+        settings = list(block["settings"])
+        models = list(block["rows"])
+        cols = [f"paper {m} {block['length'] // 1024}K" for m in models]
+        return settings, cols, [[block["rows"][m][i] for m in models] for i in range(len(settings))]
+    settings = list(block["settings"])  # Tables 12-13: one model, settings in a row
+    cols, values = [], [[] for _ in settings]
+    for key in ("cost", "accuracy"):
+        if key in block:
+            cols.append(f"paper {key} ({block['model']} {block['length'] // 1024}K)")
+            for i, v in enumerate(block[key]):
+                values[i].append(v)
+    return settings, cols, values
+
+
+def measured(results: Path) -> pd.DataFrame:
+    """Our RULER average per method over the (K, L) grid's tasks and length: method, score, cost, tasks, length.
+    Dense comes from the RULER runs on those tasks and that length."""
+    grid = collect_metrics(results / "ablations" / "kl_grid") if (results / "ablations").is_dir() else None
+    if grid is None or grid.empty:
+        return pd.DataFrame(columns=["method", "score", "cost", "tasks", "length"])
+    grid = grid[grid["status"] == "ok"]
+    if grid.empty:
+        return pd.DataFrame(columns=["method", "score", "cost", "tasks", "length"])
+    length = int(grid["length"].max())
+    grid = grid[grid["length"] == length]
+    ruler = collect_metrics(results / "accuracy" / "ruler") if (results / "accuracy" / "ruler").is_dir() else None
+    if ruler is not None and not ruler.empty:
+        dense = ruler[(ruler["status"] == "ok") & (ruler["method"] == "dense") & (ruler["length"] == length)
+                      & ruler["task"].isin(set(grid["task"]))]
+        grid = pd.concat([grid, dense], ignore_index=True)
+    out = grid.groupby("method").agg(score=("score", "mean"), cost=("cost", "mean"), tasks=("task", "nunique"))
+    return out.reset_index().assign(length=length)
+
+
+def kl_tables_section(results: Path, ref: dict) -> list[str]:
+    parts = [f"### {HEADING} (paper Tables 10-13)"]
+    paper = ref.get("kl_ablation_tables") or {}
+    ours = measured(Path(results))
+    if ours.empty:
+        return parts + ["Not run: no (K, L) grid results (`ablations.kl_grid`) in this run."]
+    by_method = {r.method: r for r in ours.itertuples()}
+    length = int(ours["length"].iloc[0])
+    parts.append(f"Ours: RULER average over the grid's tasks at {length} tokens (the number of tasks each "
+                 "setting completed in brackets) and its measured cost2; dense from the RULER runs on the same "
+                 "tasks and length. The paper's cells are Llama-3.1 / MegaBeam averages over all 13 RULER tasks "
+                 "at the lengths named, so they are a reference, not the same quantity.")
+    for key, (label, what) in TABLES.items():
+        if key not in paper:
+            continue
+        settings, cols, values = paper_columns(paper[key])
+        rows = []
+        for setting, vals in zip(settings, values):
+            r = by_method.get(setting_method(setting))
+            rows.append([setting] + [fmt(v, digits=3 if isinstance(v, float) and v < 1 else 1) for v in vals]
+                        + (["—", "—"] if r is None else [f"{fmt(r.score)} ({r.tasks})", fmt(r.cost, digits=3)]))
+        parts += [f"**{label}**: {what}.", table(["(K, L)"] + cols + ["ours score", "ours cost2"], rows)]
+    return parts
+
+
+def kl_table_status(run: Run, key: str, model_note: str) -> str:
+    """The coverage status of one of Tables 10-13: how many of its settings this run measured, and at what.
+    ``model_note``: why our model is not the table's (empty when it is)."""
+    block = (load_reference().get("kl_ablation_tables") or {}).get(key)
+    if block is None:
+        return not_run("the paper's cells are not in config/paper_reference.yaml")
+    if not (run.config.get("ablations") or {}).get("kl_grid"):
+        return not_run(run.elsewhere(lambda p: bool((p.get("ablations") or {}).get("kl_grid"))))
+    settings, _, _ = paper_columns(block)
+    ours = measured(run.results)
+    if ours.empty:
+        return partial("no (K, L) grid results in this run yet")
+    have = [s for s in settings if setting_method(s) in set(ours["method"])]
+    paper_lengths = block.get("lengths") or [block["length"]]
+    length = int(ours["length"].iloc[0])
+    return partial(f"{len(have)} of the paper's {len(settings)} settings measured" if len(have) < len(settings)
+                   else "",
+                   f"RULER average over {int(ours['tasks'].max())} task(s) at {length} tokens, the paper over 13 "
+                   f"at {', '.join(f'{n // 1024}K' for n in paper_lengths)}", model_note)

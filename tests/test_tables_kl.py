@@ -1,0 +1,51 @@
+"""The (K, L) ablation tables (paper Tables 10-13) beside ours, from a small results tree."""
+import json
+
+from magicpig.harness.report.collect import load_reference
+from magicpig.harness.report.coverage_run import Run
+from magicpig.harness.report.tables_kl import kl_table_status, kl_tables_section, measured, paper_columns
+
+
+def _metrics(root, folder, task, length, method, score, cost):
+    path = root / folder / task / str(length) / method.replace(":", "_").replace(",", "_") / "metrics.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"task": task, "length": length, "method": method, "score": score, "cost": cost,
+                                "status": "ok"}), encoding="utf-8")
+
+
+def _tree(tmp_path):
+    for task, s in (("ruler/niah_single_2", 100.0), ("ruler/fwe", 60.0)):
+        _metrics(tmp_path, "ablations/kl_grid", task, 4096, "magicpig:K=9,L=120", s - 10, 0.04)
+        _metrics(tmp_path, "ablations/kl_grid", task, 4096, "magicpig:K=10,L=150", s - 20, 0.02)
+        _metrics(tmp_path, "accuracy/ruler", task, 4096, "dense", s, 1.0)
+        _metrics(tmp_path, "accuracy/ruler", task, 8192, "dense", 0.0, 1.0)  # another length: not averaged in
+    _metrics(tmp_path, "accuracy/ruler", "ruler/cwe", 4096, "dense", 0.0, 1.0)  # not a grid task
+    return tmp_path
+
+
+def test_ours_average_the_grid_tasks_and_take_dense_from_the_same_tasks_and_length(tmp_path):
+    ours = measured(_tree(tmp_path)).set_index("method")
+    assert ours.loc["dense", "score"] == 80.0 and ours.loc["dense", "tasks"] == 2
+    assert ours.loc["magicpig:K=9,L=120", "score"] == 70.0
+    assert ours.loc["magicpig", "score"] == 60.0  # (10, 150) is the default spec, written canonically
+    assert set(ours["length"]) == {4096}
+
+
+def test_every_paper_table_reads_and_shows_our_measured_settings_beside_it(tmp_path):
+    ref = load_reference()
+    for key, block in ref["kl_ablation_tables"].items():
+        settings, cols, values = paper_columns(block)
+        assert len(settings) == len(values) and all(len(v) == len(cols) for v in values), key
+    text = "\n".join(kl_tables_section(_tree(tmp_path), ref))
+    assert "| 9,120 | 84.7 | 88.8 | 70 (2) | 0.04 |" in text  # Table 11's row with ours beside it
+    assert "| 8,65 | 92.3 | — | — |" in text  # Table 12's (8, 65) is not measured here
+
+
+def test_status_counts_the_settings_measured_and_says_not_run_without_a_grid(tmp_path):
+    config = {"ablations": {"kl_grid": ["magicpig:K=9,L=120"]}}
+    run = Run("x", config, _tree(tmp_path), presets={"x": config})
+    status = kl_table_status(run, "table12", "")
+    assert status.startswith("partial") and "2 of the paper's 5 settings" in status  # full and (9, 120)
+    empty = Run("x", {"ablations": {"kl_grid": []}}, tmp_path, presets={"x": {}, "paper": config})
+    assert kl_table_status(empty, "table13", "").startswith("not run") and "`paper`" in kl_table_status(
+        empty, "table13", "")

@@ -284,11 +284,10 @@ def run(args) -> int:
     servers = {key: replace(hw, **gpu) for key, hw in HARDWARE.items()}
     h200 = replace(servers["H200"], cpu_read_gbps=args.host_gbps or servers["H200"].cpu_read_gbps,
                    host_mem_gb=args.host_mem_gb or servers["H200"].host_mem_gb)
-    f = None
-    if items and not stream > 0:
-        print("no streaming bandwidth (give --kernel-csv or --stream-gbps): the decode rows are not fitted")
-    elif items:
-        f = fit_machine(items, stream)
+    f = fit_machine(items, stream) if items and stream > 0 else None
+    if items and f is None:
+        print("no decode row fitted: none unflagged and modelled, or no streaming bandwidth (give --kernel-csv "
+              "or --stream-gbps)")
     eff = choose_efficiency(args.cpu_efficiency, f, items, kern)
     for it in items:  # GPU rows: the H200 projection's step time for the row's (model, context, batch, method)
         if it["work"] is not None and it["device"].startswith("cuda"):
@@ -314,33 +313,30 @@ def run(args) -> int:
     if args.csv:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
         frames["paper"].to_csv(args.csv, index=False)
-    _print(frames, f is not None, eff)
+    _print(frames, eff)
     return 0
 
 
-def _print(frames: dict, fitted_any: bool, eff: Efficiency) -> None:
-    def show(df, cols=None, digits="{:.3g}"):
-        cols = [c for c in cols if c in df.columns] if cols else list(df.columns)
-        print(df[cols].to_string(index=False, float_format=digits.format))
+PRINTED = {  # what the command prints of each table: a title and its columns (None: all)
+    "fit": ("Bandwidth model fitted to this machine (least squares on relative error, unflagged rows only)", None),
+    "predicted": ("Per-row prediction (error = predicted / measured - 1; loo = by a fit without that row)",
+                  ["context", "batch", "method", "backend", "ms_per_token", "predicted_ms_per_token",
+                   "prediction_error", "loo_error", "model_role"]),
+    "paper": ("PROJECTION from a bandwidth model (magicpig.harness.projection), not a measurement",
+              ["cpu_kernel", "hardware", "model", "context", "full_batch", "full_tokens_per_s", "magicpig_batch",
+               "magicpig_tokens_per_s", "magicpig_ms_per_step", "speedup", "paper_speedup"]),
+    "latency": ("PROJECTION: the paper's L20 latency / throughput points (Llama-3.1-8B, 96K, (10,150))",
+                ["hardware", "what", "projected", "paper", "batch"]),
+    "h200": ("PROJECTION: llama-3.1-8b on one H200 (a GPU run of `bench decode` checks these)",
+             ["context", "which", "method", "batch", "ms_per_token", "tokens_per_s", "gpu_ms", "cpu_ms"]),
+}
 
-    pred = frames["predicted"]
-    if fitted_any:
-        print("Bandwidth model fitted to this machine (least squares on relative error, unflagged rows only):")
-        show(frames["fit"])
-    if len(pred):
-        print("\nPer-row prediction (error = predicted / measured - 1; loo = by a fit without that row):")
-        show(pred, ["context", "batch", "method", "backend", "ms_per_token", "predicted_ms_per_token",
-                    "prediction_error", "loo_error", "model_role"])
-        if not (pred["model_role"] == "fitted").any():
-            print("no unflagged measured row to fit (all under load, not fitting, or not modelled)")
+
+def _print(frames: dict, eff: Efficiency) -> None:
+    for key, (title, cols) in PRINTED.items():
+        df = frames[key]
+        if len(df):
+            cols = [c for c in cols if c in df.columns] if cols else list(df.columns)
+            print(f"\n{title}:\n" + df[cols].to_string(index=False, float_format="{:.3g}".format))
     print(f"\nsparse CPU part in the projections: {eff.value:.0%} of the host's streaming bandwidth "
           f"({eff.source}: {eff.basis})")
-    print("\nPROJECTION from a bandwidth model (magicpig.harness.projection), not a measurement:")
-    show(frames["paper"], ["cpu_kernel", "hardware", "model", "context", "full_batch", "full_tokens_per_s",
-                           "magicpig_batch", "magicpig_tokens_per_s", "magicpig_ms_per_step", "speedup",
-                           "paper_speedup"], "{:.1f}")
-    print("\nPROJECTION: the paper's L20 latency / throughput points (Llama-3.1-8B, 96K, (10,150)):")
-    show(frames["latency"].drop(columns=["kind"]), digits="{:.1f}")
-    print("\nPROJECTION: llama-3.1-8b on one H200 (a GPU run of `bench decode` checks these):")
-    show(frames["h200"], ["context", "which", "method", "batch", "ms_per_token", "tokens_per_s", "gpu_ms", "cpu_ms"],
-         "{:.1f}")

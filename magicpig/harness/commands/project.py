@@ -59,12 +59,14 @@ def _flag(v) -> bool | None:
 
 
 def _rows(paths) -> list[dict]:
-    from magicpig.harness.csv_rows import load_rows  # skips a torn row with a warning, refuses an empty file
+    from magicpig.harness.csv_rows import load_rows  # skips a torn row with a warning
 
     rows = []
     for path in paths:
         if not Path(path).is_file():
             raise FileNotFoundError(f"no such CSV: {path}")
+        if Path(path).stat().st_size == 0:
+            raise ValueError(f"{path}: empty CSV (no header, no rows)")
         rows += [dict(r, source=str(path)) for r in load_rows(path)]
     return rows
 

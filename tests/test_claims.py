@@ -214,6 +214,23 @@ def test_speedup_needs_a_gpu(tmp_path):
         assert claim(tmp_path, "throughput_speedup").verdict.status == status
 
 
+def test_speedup_quote_says_which_kernel_efficiency_was_projected_and_why(tmp_path):
+    """A two-row decode fit is refused: the claims line quotes the projection at the kernel CSV's measured
+    efficiency and names the refusal's reasons."""
+    from magicpig.harness.cli import main
+
+    fixtures = Path(__file__).parent / "fixtures"
+    two = tmp_path / "two.csv"
+    rows = pd.read_csv(fixtures / "throughput_decode_cpu.csv").query("not under_load and fits and context == 8192")
+    rows[(rows["batch"] == 1) & (rows["backend"] != "stock")].to_csv(two, index=False)
+    assert main(["project", "--kernel-csv", str(fixtures / "throughput_kernel_cpu.csv"), "--decode-csv", str(two),
+                 "--out-dir", str(tmp_path / "throughput")]) == 0
+    text = claim(tmp_path, "throughput_speedup").measured
+    assert "CPU kernel this suite's kernel (30% of streaming bandwidth, measured by bench kernel)" in text
+    assert "[median bandwidth_ratio of 4 unflagged kernel rows; decode-row fit refused: 2 unflagged rows" in text
+    assert "CPU kernel original MagicPIG kernel (8% of streaming bandwidth) [the original kernels'" in text
+
+
 def test_every_listed_claim_has_a_test_and_the_report_starts_with_the_table(tmp_path):
     ref = load_reference()
     items = ref["claims"]["items"]

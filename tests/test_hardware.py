@@ -3,7 +3,10 @@ import math
 
 import pytest
 
-from magicpig.harness.projection import HARDWARE, MODELS, Hardware, ModelShape, gpu_full_attention, magicpig_offload
+from magicpig.harness.projection import HARDWARE, Hardware, gpu_full_attention, magicpig_offload
+from magicpig.shapes import ModelShape, load_shapes
+
+MODELS = load_shapes()
 
 TOY = ModelShape("toy", params_b=1.0, layers=4, heads=8, kv_heads=2, head_dim=64)
 HW = Hardware("toy-gpu", gpu_mem_gb=10, gpu_read_gbps=1000, host_mem_gb=100, cpu_read_gbps=100, cpu_efficiency=0.5)
@@ -78,7 +81,7 @@ def test_magicpig_batch_is_capped_by_host_memory():
 def test_paper_figures_are_matched_to_rows_by_setting(monkeypatch):
     """Each projected row carries the paper's figure of its own (hardware, model, context, method), read
     from config/paper_reference.yaml: reordering the file's entries changes no row's paper value."""
-    from magicpig.harness import projection
+    from magicpig.harness.projection import hardware as projection
 
     rows = {r["hardware"]: r for r in projection.paper_projection_rows(0.4)}
     assert rows[HARDWARE["A100"].name]["paper_speedup"] == 1.5 and rows[HARDWARE["A100"].name]["context"] == 16384

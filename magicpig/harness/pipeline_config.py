@@ -197,11 +197,12 @@ def preset_problems(path: str, p: dict) -> list[str]:
 
 def shape_problems(path: str, shapes: list[dict]) -> list[str]:
     """Shape-only models of decode_bench.shapes that magicpig/data/model_shapes.yaml does not hold."""
-    from magicpig.harness.projection import MODELS
+    from magicpig.shapes import shape_names
 
+    known = shape_names()
     return [f"{path}[{i}].model: {s['model']!r} has no stored shape; known: "
-            + ", ".join(f"shape:{k}" for k in sorted(MODELS))
-            for i, s in enumerate(shapes) if s["model"].removeprefix("shape:") not in MODELS]
+            + ", ".join(f"shape:{k}" for k in sorted(known))
+            for i, s in enumerate(shapes) if s["model"].removeprefix("shape:") not in known]
 
 
 def budget_text(budget: float) -> str:

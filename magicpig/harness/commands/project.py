@@ -1,23 +1,22 @@
-"""``magicpig project``: fit the bandwidth model (magicpig.harness.projection) to this machine's measured rows, show
-its error per row, then PROJECT throughput on A100 / L20 / RTX 4090 and one H200 — model outputs,
-labelled as such, never measurements.
+"""``magicpig project``: fit the bandwidth model (magicpig.harness.projection) to this machine's measured
+decode rows, show its error per row, then PROJECT throughput on A100 / L20 / RTX 4090 and one H200 — model
+outputs, labelled as such, never measurements.
 
-Inputs: the kernel CSV of ``magicpig bench kernel`` (this machine's streaming-read bandwidth and the
-sparse kernel's efficiency) and the decode CSV(s) of ``magicpig bench decode`` (the rows the model is
-fitted to). Rows measured under load (other processes keeping more than half the cores busy) are flagged
-and never fitted.
-Readers accept missing optional columns.
+Inputs: the kernel CSV(s) of ``magicpig bench kernel`` (this machine's streaming-read bandwidth and the
+sparse kernel's measured share of it) and the decode CSV(s) of ``magicpig bench decode`` (the rows the
+model is fitted to; rows measured under load are flagged and never fitted). The projections take the sparse
+CPU part's efficiency from --cpu-efficiency, else from the fit when it passes ``trust_problems``, else from
+the kernel CSV, else the original MagicPIG kernel's; fit.csv and the projection CSV say which and why.
 """
 from __future__ import annotations
 
 import math
 import os
-import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ORIGINAL_KERNEL_EFFICIENCY = 0.08  # the original MagicPIG CPU kernels: ~8% of streaming bandwidth
-TARGET = 0.25  # the model should predict every unflagged row of this machine within +-25%
+ORIGINAL = "the original kernels' reported efficiency"
 OUT_FILES = {"fit": "fit.csv", "predicted": "decode_predicted.csv", "paper": "projection_paper_hardware.csv",
              "latency": "projection_paper_latency.csv", "h200": "projection_h200.csv"}
 
@@ -31,7 +30,7 @@ def register(sub) -> None:
                    help="CSV of `magicpig bench decode`: the rows the model is fitted to; repeatable")
     p.add_argument("--stream-gbps", type=float, help="this machine's streaming-read GB/s (default: the kernel CSV's)")
     p.add_argument("--cpu-efficiency", type=float,
-                   help="override the sparse CPU part's efficiency (0-1] used in projections (default: fitted)")
+                   help="the sparse CPU part's efficiency (0-1] used in projections (default: fitted or measured)")
     p.add_argument("--host-gbps", type=float, help="H200 host's streaming-read GB/s (an assumption; default 80)")
     p.add_argument("--host-mem-gb", type=float, help="H200 host memory usable for KV + tables (default 100)")
     p.add_argument("--gpu-layer-overhead-ms", type=float,
@@ -46,33 +45,21 @@ def register(sub) -> None:
 
 
 # ---- readers -----------------------------------------------------------------------------------------
-def _num(row: dict, *keys, default=math.nan) -> float:
-    for k in keys:
-        v = row.get(k)
-        if v is None or (isinstance(v, str) and not v.strip()):
-            continue
-        try:
-            v = float(v)
-        except (TypeError, ValueError):
-            continue
-        if not math.isnan(v):
-            return v
-    return default
+def _num(row: dict, key: str, default=math.nan) -> float:
+    try:
+        v = float(row.get(key))
+    except (TypeError, ValueError):
+        return default
+    return default if math.isnan(v) else v
 
 
 def _flag(v) -> bool | None:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return None
     s = str(v).strip().lower()
-    if s in ("true", "1", "yes", "1.0"):
-        return True
-    if s in ("false", "0", "no", "0.0"):
-        return False
-    return None
+    return True if s in ("true", "1", "yes", "1.0") else False if s in ("false", "0", "no", "0.0") else None
 
 
 def _rows(paths) -> list[dict]:
-    import pandas as pd
+    from magicpig.harness.csv_rows import load_rows  # skips a torn row with a warning
 
     rows = []
     for path in paths:
@@ -80,17 +67,8 @@ def _rows(paths) -> list[dict]:
             raise FileNotFoundError(f"no such CSV: {path}")
         if Path(path).stat().st_size == 0:
             raise ValueError(f"{path}: empty CSV (no header, no rows)")
-        try:  # a row torn by a killed writer is skipped with a warning, not a parser error
-            df = pd.read_csv(path, engine="python", on_bad_lines=lambda cells: print(
-                f"warning: {path}: a row of {len(cells)} cells skipped (torn or foreign)", file=sys.stderr))
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{path}: not a readable CSV ({exc})") from None
-        rows += [dict(r, source=str(path)) for r in df.to_dict("records")]
+        rows += [dict(r, source=str(path)) for r in load_rows(path)]
     return rows
-
-
-def _cores(row: dict) -> int:
-    return int(_num(row, "cores", "threads", default=os.cpu_count() or 1))
 
 
 def under_load(row: dict) -> bool:
@@ -100,12 +78,11 @@ def under_load(row: dict) -> bool:
     flag = _flag(row.get("under_load"))
     if flag is not None:
         return flag
-    cores = _cores(row)
     other = _num(row, "other_cpu_load")
     if math.isnan(other):
         load = max(_num(row, k, default=0.0) for k in ("load_avg", "load_before", "load_after"))
         other = load - _num(row, "threads", default=0.0)
-    return other > cores / 2
+    return other > _num(row, "threads", default=os.cpu_count() or 1) / 2
 
 
 def kernel_summary(paths) -> dict:
@@ -113,46 +90,34 @@ def kernel_summary(paths) -> dict:
     import statistics
 
     rows = _rows(paths)
-    for r in rows:
-        r["under_load"] = under_load(r)
-    good = [r for r in rows if not r["under_load"]]
-    stream = [_num(r, "read_gb_per_s") for r in good]
-    ratio = [_num(r, "bandwidth_ratio") for r in good]
-    stream, ratio = [v for v in stream if v > 0], [v for v in ratio if v > 0]
+    good = [r for r in rows if not under_load(r)]
+    stream = [v for v in (_num(r, "read_gb_per_s") for r in good) if v > 0]
+    ratio = [v for v in (_num(r, "bandwidth_ratio") for r in good) if v > 0]
     out = {"rows": len(rows), "unflagged": len(good),
            "stream_gbps": statistics.median(stream) if stream else math.nan,
            "efficiency": statistics.median(ratio) if ratio else math.nan, "stream_source": "kernel CSV"}
-    if not stream:  # every row under load: the least disturbed (highest) reading, said so
-        loaded = [v for v in (_num(r, "read_gb_per_s") for r in rows) if v > 0]
-        if loaded:
-            out["stream_gbps"] = max(loaded)
-            out["stream_source"] = "kernel CSV, rows under load only (unreliable)"
+    loaded = [v for v in (_num(r, "read_gb_per_s") for r in rows) if v > 0]
+    if not stream and loaded:  # every row under load: the least disturbed (highest) reading, said so
+        out.update(stream_gbps=max(loaded), stream_source="kernel CSV, rows under load only (unreliable)")
     return out
 
 
 def decode_items(paths, sampled_default: float = 0.02) -> list[dict]:
     """One dict per decode row: the row, its measured step seconds, its StepWork and its role."""
-    from magicpig.harness.projection import dtype_bytes, method_family, model_shape, sparse_setting, step_work
+    from magicpig.harness.projection import dtype_bytes, method_family, sparse_setting, step_work
+    from magicpig.shapes import model_shape
 
     items = []
     for r in _rows(paths):
-        item = {"row": r, "measured_s": math.nan, "work": None, "role": "", "device": str(r.get("device", "cpu"))}
+        ms = _num(r, "ms_per_token")
+        item = {"row": r, "measured_s": ms / 1e3 if ms > 0 else math.nan, "work": None, "role": "",
+                "device": str(r.get("device", "cpu"))}
         items.append(item)
         batch, context = _num(r, "batch", default=1), _num(r, "context")
         for name, v in (("batch", batch), ("context", context)):
             if not (v >= 1 and float(v).is_integer()):
                 raise ValueError(f"decode-csv {r['source']}: field {name!r} must be a positive integer, got "
                                  f"{r.get(name)!r}")
-        batch, context = int(batch), int(context)
-        ms = _num(r, "ms_per_token")
-        if math.isnan(ms):
-            ms = 1e3 * _num(r, "seconds_per_token")
-        tps = _num(r, "tokens_per_s")
-        if math.isnan(ms) and tps > 0:
-            ms = 1e3 * batch / tps
-        elif ms > 0 and tps > 0 and abs(tps * ms / 1e3 - 1) < 0.05 < abs(batch - 1):
-            ms *= batch  # the row's ms is per token of the batch, not per step: convert to a step
-        item["measured_s"] = ms / 1e3 if ms > 0 else math.nan
         family = method_family(r.get("method", ""), r.get("backend"))
         if family is None:
             item["role"] = "not modelled (method)"
@@ -163,64 +128,41 @@ def decode_items(paths, sampled_default: float = 0.02) -> list[dict]:
             item["role"] = "not modelled (unknown model shape)"
             continue
         gpu = item["device"].startswith("cuda")
-        dtype = r.get("dtype") if isinstance(r.get("dtype"), str) else ("bfloat16" if gpu else "float32")
         try:
-            elem = dtype_bytes(dtype)
+            elem = dtype_bytes(r.get("dtype") or ("bf16" if gpu else "fp32"))
         except ValueError as exc:
             item["role"] = f"not modelled ({exc})"
             continue
         sparse = None
         if family == "magicpig":
-            generated = int(_num(r, "warmup", "warmup_steps", default=32) + _num(r, "steps", "timed_steps",
-                                                                                 default=64) / 2)
-            sparse = sparse_setting(str(r["method"]), shape.layers, _num(r, "sampled_fraction",
-                                                                        default=sampled_default), generated)
-        item.update(shape=shape.with_dtype(elem), family=family, context=context, batch=batch, sparse=sparse)
-        item["work"] = step_work(item["shape"], family, context, batch, sparse, host_alloc=not gpu)
-        loaded = under_load(r)
+            generated = int(_num(r, "warmup", default=32) + _num(r, "steps", default=64) / 2)
+            sparse = sparse_setting(str(r["method"]), shape.layers,
+                                    _num(r, "sampled_fraction", default=sampled_default), generated)
+        item.update(shape=shape.with_dtype(elem), family=family, context=int(context), batch=int(batch),
+                    sparse=sparse)
+        item["work"] = step_work(item["shape"], family, int(context), int(batch), sparse, host_alloc=not gpu)
         if _flag(r.get("fits")) is False or math.isnan(item["measured_s"]):
             item["role"] = "not measured (does not fit)"
-        elif loaded:
+        elif under_load(r):
             item["role"] = "flagged: under load"
-        elif gpu:
-            item["role"] = "GPU check of the H200 projection"
         else:
-            item["role"] = "fitted"
+            item["role"] = "GPU check of the H200 projection" if gpu else "fitted"
     return items
 
 
-def _machine(row: dict) -> str:
-    cpu = next((str(row[k]) for k in ("cpu_model", "cpu") if isinstance(row.get(k), str)), "?")
-    return f"{cpu} / {int(_num(row, 'threads', default=0))} threads"
-
-
+# ---- the fit and its trust ---------------------------------------------------------------------------
 def fit_machine(items: list[dict], stream_gbps: float):
-    """Fit on the rows whose role is ``fitted``; fill predicted seconds, error and leave-one-out error."""
+    """Fit on the rows whose role is ``fitted``; fill predicted seconds and leave-one-out seconds."""
     from magicpig.harness.projection import fit, leave_one_out
 
     used = [it for it in items if it["role"] == "fitted"]
     if not used:
         return None
-    machines = {_machine(it["row"]) for it in used}
+    machines = {f"{it['row'].get('cpu_model', '?')} / {int(_num(it['row'], 'threads', default=0))} threads"
+                for it in used}
     if len(machines) > 1:
         raise ValueError(f"decode-csv: CPU rows of {len(machines)} machines {sorted(machines)}: the model is "
                          "fitted to one machine, pass that machine's CSVs only")
-    # a row that measured the machine's bandwidth during itself is charged at that bandwidth (_row: older
-    # CSVs, reads around the row): a MagicPIG row always, a torch-reference row when it ran under the
-    # converged allocator policy (bench decode --malloc, magicpig.harness.allocator), a stock row never.
-    # Both dense backends allocate and free hundreds of MB per step. Under glibc's adaptive thresholds the
-    # read right after their steps measured that churn, not the machine (2.8-16 GB/s after stock steps,
-    # 5.7-8.6 after some reference rows, against 21-42 after MagicPIG's, whose steps allocate almost
-    # nothing). With the thresholds fixed and the heap trimmed, the reads after the reference's steps agreed
-    # with MagicPIG's (22-34 GB/s in sweeps f-h); those after stock's did not, heap-served or not (0.4-37
-    # GB/s, 12 of 30 under 20: its cache copies of 25-150 MB per layer keep the kernel returning and
-    # faulting in pages)
-    for it in items:
-        w, row_gbps = it["work"], _num(it["row"], "stream_gbps_steps", "stream_gbps_row")
-        clean = w is not None and (w.family == "magicpig"
-                                   or (w.family == "dense" and it["row"].get("malloc_policy") == "converged"))
-        if clean and not it["device"].startswith("cuda") and row_gbps > 0:
-            it["work"] = replace(w, bandwidth_scale=stream_gbps / row_gbps)
     works, ys = [it["work"] for it in used], [it["measured_s"] for it in used]
     f = fit(works, ys, stream_gbps)
     for it, loo in zip(used, leave_one_out(works, ys, stream_gbps)):
@@ -232,22 +174,54 @@ def fit_machine(items: list[dict], stream_gbps: float):
     return f
 
 
-def check_gpu_rows(items: list[dict], hw) -> None:
-    """GPU rows: the H200 projection's step time for the row's (model, context, batch, method)."""
-    from magicpig.harness.projection import project_gpu_row
+@dataclass(frozen=True)
+class Efficiency:
+    """The sparse CPU part's efficiency the projections use: ``value``, ``source`` (given / fitted to decode
+    rows / measured by bench kernel / ORIGINAL) and ``basis`` (why)."""
 
-    for it in items:
-        if it["work"] is not None and it["device"].startswith("cuda"):
-            it["predicted_s"] = project_gpu_row(it["shape"], it["family"], it["context"], it["batch"], hw,
-                                                it["sparse"])
+    value: float
+    source: str
+    basis: str
+
+
+def fit_verdict(f, items: list[dict]) -> tuple[bool, str]:
+    """Whether the fit's sparse efficiency may be projected (``trust_problems`` finds nothing), and why."""
+    from magicpig.harness.projection import MAX_LOO_ERROR, trust_problems
+
+    if f is None:
+        return False, "no decode-row fit (no unflagged decode rows, or no streaming bandwidth)"
+    used = [it for it in items if it["role"] == "fitted"]
+    ys, loo = [it["measured_s"] for it in used], [it["loo_s"] for it in used]
+    problems = trust_problems(f, ys, loo)
+    if problems:
+        return False, "decode-row fit refused: " + "; ".join(problems)
+    worst = max(abs(p / y - 1) for p, y in zip(loo, ys))
+    return True, (f"decode-row fit trusted: {f.used} unflagged rows for {len(f.determined)} parameters, "
+                  f"leave-one-out error at most {worst:.0%} (bound {MAX_LOO_ERROR:.0%})")
+
+
+def choose_efficiency(given: float | None, f, items: list[dict], kern: dict) -> Efficiency:
+    """--cpu-efficiency, else the fit's if trusted, else the kernel CSV's median bandwidth_ratio, else the
+    original kernel's."""
+    from magicpig.harness.projection import EFFICIENCY
+
+    trusted, verdict = fit_verdict(f, items)
+    if given is not None:
+        return Efficiency(given, "given", f"--cpu-efficiency; {verdict}")
+    if trusted:
+        return Efficiency(f.parameters()[EFFICIENCY], "fitted to decode rows", verdict)
+    if kern.get("efficiency", math.nan) > 0:
+        return Efficiency(min(1.0, kern["efficiency"]), "measured by bench kernel",
+                          f"median bandwidth_ratio of {kern['unflagged']} unflagged kernel rows; {verdict}")
+    return Efficiency(ORIGINAL_KERNEL_EFFICIENCY, ORIGINAL, f"no unflagged kernel row measured ours; {verdict}")
 
 
 def predicted_frame(items: list[dict]):
     import pandas as pd
 
-    out = []
     if not items:
         return pd.DataFrame(columns=["predicted_ms_per_token", "prediction_error", "loo_error", "model_role"])
+    out = []
     for it in items:
         r = dict(it["row"])
         pred, meas, loo = it.get("predicted_s", math.nan), it["measured_s"], it.get("loo_s", math.nan)
@@ -261,63 +235,48 @@ def predicted_frame(items: list[dict]):
     return pd.DataFrame(out)
 
 
-# ---- the command -------------------------------------------------------------------------------------
-def _check_fraction(name: str, v: float | None) -> None:
-    if v is not None and not 0 < v <= 1:
-        raise ValueError(f"{name} must be in (0, 1], got {v}")
-
-
-def _efficiency(given: float | None, params: dict, kern: dict) -> tuple[float | None, str]:
-    """The sparse CPU part's efficiency for the projections, and where it comes from: given > fitted to the
-    decode rows > the kernel CSV's median bandwidth ratio > none (the original kernel's is used)."""
-    if given is not None:
-        return given, "given"
-    fitted = params.get("sparse_efficiency (of stream)", math.nan)
-    if 0 < fitted <= 1:
-        return fitted, "fitted to decode rows"
-    note = "" if math.isnan(fitted) else f"; the fitted {fitted:.3g} is not a physical efficiency"
-    if kern.get("efficiency", math.nan) > 0:
-        return min(1.0, kern["efficiency"]), "kernel CSV (median bandwidth_ratio)" + note
-    return None, "no measured or given value: the original kernel's" + note
-
-
-def _fit_table(params: dict, stream_source: str, kern: dict, pred):
+def _fit_table(f, stream_source: str, kern: dict, pred, eff: Efficiency):
     import pandas as pd
 
+    params = f.parameters() if f is not None else {}
     rows = [{"parameter": k, "value": v, "source": stream_source if "measured" in k else "fit"}
             for k, v in params.items()]
-    n_params = sum(math.isfinite(v) for k, v in params.items() if "measured" not in k and "efficiency" not in k)
-    if params:
-        rows.append({"parameter": "parameters fitted", "value": n_params,
+    if f is not None:
+        rows.append({"parameter": "parameters fitted", "value": len(f.determined),
                      "source": "non-negative least squares on relative error"})
-    if kern:
-        rows.append({"parameter": "kernel bandwidth_ratio (median, unflagged)", "value": kern["efficiency"],
-                     "source": f"kernel CSV: {kern['unflagged']} of {kern['rows']} rows unflagged"})
-    if params:
         fitted = pred[pred["model_role"] == "fitted"]
-        # with no more rows than coefficients the fit reproduces any data: its error says nothing
-        caveat = "; NOT A CHECK: no more rows than fitted parameters" if len(fitted) <= n_params else ""
         for what, col in (("max abs prediction error", "prediction_error"),
                           ("max abs leave-one-out error", "loo_error")):
             rows.append({"parameter": what, "value": fitted[col].abs().max(),
-                         "source": f"{len(fitted)} unflagged rows (target {TARGET:.0%}){caveat}"})
+                         "source": f"{len(fitted)} unflagged rows"})
+    if kern:
+        rows.append({"parameter": "kernel bandwidth_ratio (median, unflagged)", "value": kern["efficiency"],
+                     "source": f"kernel CSV: {kern['unflagged']} of {kern['rows']} rows unflagged"})
+    rows.append({"parameter": "cpu_efficiency used in projections", "value": eff.value,
+                 "source": f"{eff.source}: {eff.basis}"})
     return pd.DataFrame(rows, columns=["parameter", "value", "source"])
+
+
+# ---- the command -------------------------------------------------------------------------------------
+def _check_args(args) -> None:
+    for name in ("cpu_efficiency", "gpu_efficiency", "sampled_fraction"):
+        v = getattr(args, name)
+        if v is not None and not 0 < v <= 1:
+            raise ValueError(f"{name.replace('_', '-')} must be in (0, 1], got {v}")
+    for name in ("stream_gbps", "host_gbps", "host_mem_gb"):
+        v = getattr(args, name)
+        if v is not None and not v > 0:
+            raise ValueError(f"{name.replace('_', '-')} must be > 0, got {v}")
+    if args.gpu_layer_overhead_ms is not None and not args.gpu_layer_overhead_ms >= 0:
+        raise ValueError(f"gpu-layer-overhead-ms must be >= 0, got {args.gpu_layer_overhead_ms}")
 
 
 def run(args) -> int:
     import pandas as pd
 
-    from magicpig.harness.projection import HARDWARE, h200_rows, latency_rows, paper_projection_rows
+    from magicpig.harness.projection import HARDWARE, h200_rows, latency_rows, paper_projection_rows, project_gpu_row
 
-    _check_fraction("cpu-efficiency", args.cpu_efficiency)
-    _check_fraction("gpu-efficiency", args.gpu_efficiency)
-    if args.gpu_layer_overhead_ms is not None and not args.gpu_layer_overhead_ms >= 0:
-        raise ValueError(f"gpu-layer-overhead-ms must be >= 0, got {args.gpu_layer_overhead_ms}")
-    _check_fraction("sampled-fraction", args.sampled_fraction)
-    for name in ("stream_gbps", "host_gbps", "host_mem_gb"):
-        v = getattr(args, name)
-        if v is not None and not v > 0:
-            raise ValueError(f"{name.replace('_', '-')} must be > 0, got {v}")
+    _check_args(args)
     kern = kernel_summary(args.kernel_csv) if args.kernel_csv else {}
     stream, stream_source = ((args.stream_gbps, "--stream-gbps") if args.stream_gbps else
                              (kern.get("stream_gbps", math.nan), kern.get("stream_source", "")))
@@ -325,76 +284,61 @@ def run(args) -> int:
     gpu = {k: v for k, v in (("layer_overhead_ms", args.gpu_layer_overhead_ms),
                              ("gpu_efficiency", args.gpu_efficiency)) if v is not None}
     servers = {key: replace(hw, **gpu) for key, hw in HARDWARE.items()}
-    h200 = servers["H200"]
-    h200 = replace(h200, cpu_read_gbps=args.host_gbps or h200.cpu_read_gbps,
-                   host_mem_gb=args.host_mem_gb or h200.host_mem_gb)
-    f = None
-    if items and not stream > 0:
-        print("no streaming bandwidth (give --kernel-csv or --stream-gbps): the decode rows are not fitted")
-    elif items:
-        f = fit_machine(items, stream)
-    params = f.parameters() if f is not None else {}
-    eff, eff_source = _efficiency(args.cpu_efficiency, params, kern)
-    eff_p = eff if eff is not None else ORIGINAL_KERNEL_EFFICIENCY  # what the H200 and latency tables use
-    check_gpu_rows(items, replace(h200, cpu_efficiency=eff_p))
+    h200 = replace(servers["H200"], cpu_read_gbps=args.host_gbps or servers["H200"].cpu_read_gbps,
+                   host_mem_gb=args.host_mem_gb or servers["H200"].host_mem_gb)
+    f = fit_machine(items, stream) if items and stream > 0 else None
+    if items and f is None:
+        print("no decode row fitted: none unflagged and modelled, or no streaming bandwidth (give --kernel-csv "
+              "or --stream-gbps)")
+    eff = choose_efficiency(args.cpu_efficiency, f, items, kern)
+    for it in items:  # GPU rows: the H200 projection's step time for the row's (model, context, batch, method)
+        if it["work"] is not None and it["device"].startswith("cuda"):
+            it["predicted_s"] = project_gpu_row(it["shape"], it["family"], it["context"], it["batch"],
+                                                replace(h200, cpu_efficiency=eff.value), it["sparse"])
     pred = predicted_frame(items)
-    fit_df = _fit_table(params, stream_source, kern, pred)
 
-    paper = [dict(r, cpu_kernel=f"original MagicPIG kernel ({ORIGINAL_KERNEL_EFFICIENCY:.0%} of streaming bandwidth)")
+    paper = [dict(r, cpu_kernel=f"original MagicPIG kernel ({ORIGINAL_KERNEL_EFFICIENCY:.0%} of streaming bandwidth)",
+                  cpu_efficiency_basis=ORIGINAL)
              for r in paper_projection_rows(ORIGINAL_KERNEL_EFFICIENCY, args.sampled_fraction, servers)]
-    if eff is not None:
-        paper += [dict(r, cpu_kernel=f"this suite's kernel ({eff:.0%} of streaming bandwidth, {eff_source})")
-                  for r in paper_projection_rows(eff, args.sampled_fraction, servers)]
-    paper_df = pd.DataFrame(paper)  # paper_speedup: the paper's figure of each row's own setting
-    latency_df = pd.DataFrame(latency_rows(eff_p, args.sampled_fraction, servers))
-    h200_df = pd.DataFrame(h200_rows(eff_p, args.sampled_fraction, h200))
-
-    frames = {"fit": fit_df, "predicted": pred, "paper": paper_df, "latency": latency_df, "h200": h200_df}
+    if eff.source != ORIGINAL:
+        paper += [dict(r, cpu_kernel=f"this suite's kernel ({eff.value:.0%} of streaming bandwidth, {eff.source})",
+                       cpu_efficiency_basis=eff.basis)
+                  for r in paper_projection_rows(eff.value, args.sampled_fraction, servers)]
+    frames = {"fit": _fit_table(f, stream_source, kern, pred, eff), "predicted": pred,
+              "paper": pd.DataFrame(paper),  # paper_speedup: the paper's figure of each row's own setting
+              "latency": pd.DataFrame(latency_rows(eff.value, args.sampled_fraction, servers)),
+              "h200": pd.DataFrame(h200_rows(eff.value, args.sampled_fraction, h200))}
     if args.out_dir:
         Path(args.out_dir).mkdir(parents=True, exist_ok=True)
         for key, df in frames.items():
             df.to_csv(Path(args.out_dir) / OUT_FILES[key], index=False)
     if args.csv:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-        paper_df.to_csv(args.csv, index=False)
-    _print(frames, f, eff_p, eff_source)
+        frames["paper"].to_csv(args.csv, index=False)
+    _print(frames, eff)
     return 0
 
 
-def _fmt(x) -> str:
-    return f"{x:.3g}" if isinstance(x, float) else str(x)
+PRINTED = {  # what the command prints of each table: a title and its columns (None: all)
+    "fit": ("Bandwidth model fitted to this machine (least squares on relative error, unflagged rows only)", None),
+    "predicted": ("Per-row prediction (error = predicted / measured - 1; loo = by a fit without that row)",
+                  ["context", "batch", "method", "backend", "ms_per_token", "predicted_ms_per_token",
+                   "prediction_error", "loo_error", "model_role"]),
+    "paper": ("PROJECTION from a bandwidth model (magicpig.harness.projection), not a measurement",
+              ["cpu_kernel", "hardware", "model", "context", "full_batch", "full_tokens_per_s", "magicpig_batch",
+               "magicpig_tokens_per_s", "magicpig_ms_per_step", "speedup", "paper_speedup"]),
+    "latency": ("PROJECTION: the paper's L20 latency / throughput points (Llama-3.1-8B, 96K, (10,150))",
+                ["hardware", "what", "projected", "paper", "batch"]),
+    "h200": ("PROJECTION: llama-3.1-8b on one H200 (a GPU run of `bench decode` checks these)",
+             ["context", "which", "method", "batch", "ms_per_token", "tokens_per_s", "gpu_ms", "cpu_ms"]),
+}
 
 
-def _print(frames: dict, f, eff: float, eff_source: str) -> None:
-    pred = frames["predicted"]
-    if f is not None:
-        print("Bandwidth model fitted to this machine (least squares on relative error, unflagged rows only):")
-        print(frames["fit"].to_string(index=False, float_format=_fmt))
-    if len(pred):
-        cols = [c for c in ("context", "batch", "method", "backend", "ms_per_token", "predicted_ms_per_token",
-                            "prediction_error", "loo_error", "other_cpu_load", "steal_cpu", "model_role")
-                if c in pred.columns]
-        print("\nPer-row prediction (error = predicted / measured - 1; loo = by a fit without that row; "
-              "other_cpu_load / steal_cpu: cores' worth of CPU\nthat other processes / the hypervisor's other "
-              "guests took during the row, where the CSV has them):")
-        print(pred[cols].to_string(index=False, float_format=_fmt))
-        fitted = pred[pred["model_role"] == "fitted"]
-        if len(fitted):
-            worst = fitted["prediction_error"].abs().max()
-            n_params = int(frames["fit"].set_index("parameter")["value"].get("parameters fitted", 0))
-            verdict = ("NOT A CHECK: no more rows than fitted parameters" if len(fitted) <= n_params else
-                       f"{'within' if worst <= TARGET else 'OUTSIDE'} the +-{TARGET:.0%} target")
-            print(f"max |error| on {len(fitted)} unflagged rows: {worst:.1%} ({verdict}); "
-                  f"leave-one-out max {fitted['loo_error'].abs().max():.1%}")
-        else:
-            print("no unflagged measured row to fit (all under load, not fitting, or not modelled)")
-    print(f"\nPROJECTION from a bandwidth model (magicpig.harness.projection), not a measurement; sparse CPU part at "
-          f"{eff:.0%} of the host's streaming bandwidth ({eff_source}):")
-    cols = ["cpu_kernel", "hardware", "model", "context", "full_batch", "full_tokens_per_s", "magicpig_batch",
-            "magicpig_tokens_per_s", "magicpig_ms_per_step", "speedup", "paper_speedup"]
-    print(frames["paper"][cols].to_string(index=False, float_format=lambda x: f"{x:.1f}"))
-    print("\nPROJECTION: the paper's L20 latency / throughput points (Llama-3.1-8B, 96K, (10,150)):")
-    print(frames["latency"].drop(columns=["kind"]).to_string(index=False, float_format=lambda x: f"{x:.1f}"))
-    print("\nPROJECTION: llama-3.1-8b on one H200 (a GPU run of `bench decode` checks these):")
-    cols = ["context", "which", "method", "batch", "ms_per_token", "tokens_per_s", "gpu_ms", "cpu_ms"]
-    print(frames["h200"][cols].to_string(index=False, float_format=lambda x: f"{x:.1f}"))
+def _print(frames: dict, eff: Efficiency) -> None:
+    for key, (title, cols) in PRINTED.items():
+        df = frames[key]
+        if len(df):
+            cols = [c for c in cols if c in df.columns] if cols else list(df.columns)
+            print(f"\n{title}:\n" + df[cols].to_string(index=False, float_format="{:.3g}".format))
+    print(f"\nsparse CPU part in the projections: {eff.value:.0%} of the host's streaming bandwidth "
+          f"({eff.source}: {eff.basis})")

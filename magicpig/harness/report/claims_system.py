@@ -217,12 +217,16 @@ def speedup(claim: dict, ctx: Context) -> tuple[str, Verdict]:
 
 
 def _projection_quote(thr: Path) -> str:
+    """The projected speedups per CPU kernel efficiency, each with where that efficiency comes from and why
+    (``cpu_efficiency_basis``: e.g. the decode-row fit refused, and its reasons)."""
     proj = canvas.read(thr / "projection_paper_hardware.csv")
     if proj is None or "speedup" not in proj:
         return ""
-    kernel = proj["cpu_kernel"] if "cpu_kernel" in proj else pd.Series([""] * len(proj))
+    text = {k: (proj[k].fillna("").astype(str) if k in proj else pd.Series("", index=proj.index))
+            for k in ("cpu_kernel", "cpu_efficiency_basis")}
+    groups = proj.assign(_k=text["cpu_kernel"], _why=text["cpu_efficiency_basis"]).groupby(["_k", "_why"], sort=False)
     return "PROJECTION (bandwidth model, not measured): " + "; ".join(
-        f"CPU kernel {k}: " * bool(k) + ", ".join(
+        f"CPU kernel {k}" * bool(k) + f" [{why}]" * bool(why) + ": " * bool(k or why) + ", ".join(
             f"{r.hardware} " + (f"{float(r.speedup):.2f}x" if math.isfinite(float(r.speedup))
                                 else "(full attention does not fit)") for r in g.itertuples())
-        for k, g in proj.assign(_k=kernel.fillna("")).groupby("_k", sort=False))
+        for (k, why), g in groups)

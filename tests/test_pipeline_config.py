@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from magicpig.harness.pipeline_config import gguf_context_length, model_context, validate_pipeline_config
+from magicpig.harness.pipeline_config import gguf_facts, model_facts, validate_pipeline_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = shutil.which("snakemake", path=str(Path(sys.executable).parent)) or shutil.which("snakemake")
@@ -192,22 +192,22 @@ def test_chat_template_is_schema_checked(smoke):
 def test_model_context_sources(tmp_path, monkeypatch):
     from magicpig.models import embedded_gguf_path
 
-    assert model_context("smollm2")[0] == 8192  # the embedded GGUF's own metadata
-    assert gguf_context_length(embedded_gguf_path()) == 8192
+    assert model_facts("smollm2")[0]["context"] == 8192  # the embedded GGUF's own metadata
+    assert gguf_facts(embedded_gguf_path())["context"] == 8192
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"max_position_embeddings": 2048}))
-    assert model_context(str(folder))[0] == 2048
+    assert model_facts(str(folder))[0]["context"] == 2048
     not_gguf = tmp_path / "x.gguf"
     not_gguf.write_bytes(b"ABCD" + bytes(64))
     with pytest.raises(ValueError):
-        model_context(str(not_gguf))
+        model_facts(str(not_gguf))
     # a hub id: the cached config.json when there is one, else unknown (a warning, not an error)
     monkeypatch.setattr("huggingface_hub.try_to_load_from_cache", lambda repo, name: None)
-    context, why = model_context("someone/some-model")
-    assert context is None and "not in the local Hugging Face cache" in why
+    facts, why = model_facts("someone/some-model")
+    assert facts is None and "not in the local Hugging Face cache" in why
     monkeypatch.setattr("huggingface_hub.try_to_load_from_cache", lambda repo, name: str(folder / "config.json"))
-    assert model_context("someone/some-model")[0] == 2048
+    assert model_facts("someone/some-model")[0]["context"] == 2048
 
 
 def test_local_folder_context_limits_lengths(smoke, tmp_path):
@@ -296,10 +296,10 @@ def test_gguf_context_after_arrays(tmp_path):
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.close()
-    assert gguf_context_length(path) == 4096
+    assert gguf_facts(path)["context"] == 4096
     path.write_bytes(path.read_bytes()[:40])  # cut inside the header
     with pytest.raises(ValueError, match="header ends"):
-        gguf_context_length(path)
+        gguf_facts(path)
 
 
 def test_decode_bench_shapes_need_a_stored_shape_and_valid_methods(smoke):

@@ -376,15 +376,15 @@ def model_problems(path: str, p: dict, warn: Callable[[str], None]) -> list[str]
 
 def model_context(model: str) -> tuple[int | None, str]:
     """(trained context in tokens, where it was read) without loading weights; (None, why) for a hub id
-    that is not in the local cache. Raises FileNotFoundError / ValueError for a local path that is not
-    there or not a model."""
+    that is not in the local cache (``model_facts``)."""
     facts, label = model_facts(model)
     return (facts["context"] if facts else None), label
 
 
 def model_facts(model: str) -> tuple[dict | None, str]:
     """({'context': tokens, 'layers': decoder layers or None}, where they were read), from the GGUF header or
-    config.json, without loading weights; (None, why) for a hub id outside the local cache."""
+    config.json, without loading weights; (None, why) for a hub id outside the local cache. Raises
+    FileNotFoundError / ValueError for a local path that is not there or not a model."""
     from magicpig.models import resolve
 
     src = resolve(model)  # raises for a missing .gguf file or a path that is neither a folder nor a hub id
@@ -403,11 +403,6 @@ def model_facts(model: str) -> tuple[dict | None, str]:
                   "local Hugging Face cache; it is downloaded when a job loads it")
 
 
-def config_context(path: Path) -> int:
-    """max_position_embeddings of a Hugging Face config.json (multimodal configs: of their text_config)."""
-    return config_facts(path)["context"]
-
-
 def config_facts(path: Path) -> dict:
     """Context (max_position_embeddings) and layers (num_hidden_layers, None if absent) of a config.json
     (multimodal configs: of their text_config)."""
@@ -420,14 +415,9 @@ def config_facts(path: Path) -> dict:
     return {"context": value, "layers": layers if isinstance(layers, int) and layers > 0 else None}
 
 
-def gguf_context_length(path: Path) -> int:
-    """``<architecture>.context_length`` from a GGUF file's key-value header (``models.gguf_metadata``:
-    the header alone, the vocabulary arrays skipped)."""
-    return gguf_facts(path)["context"]
-
-
 def gguf_facts(path: Path) -> dict:
-    """Context (``<arch>.context_length``) and layers (``<arch>.block_count``) from a GGUF header."""
+    """Context (``<arch>.context_length``) and layers (``<arch>.block_count``) from a GGUF file's key-value
+    header (``models.gguf_metadata``: the header alone, the vocabulary arrays skipped)."""
     from magicpig.models import gguf_metadata
 
     try:

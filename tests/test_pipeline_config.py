@@ -138,7 +138,7 @@ def test_lengths_beyond_the_models_context(smoke, field, value, where, allowed):
 
 
 def test_empty_lengths_are_refused(smoke):
-    smoke["presets"]["smoke"]["ruler"]["lengths"] = []  # used to be an IndexError in the ablation rules
+    smoke["presets"]["smoke"]["ruler"]["lengths"] = []  # the first is also the ablations' default length
     assert "presets.smoke.ruler.lengths: [] should be non-empty" in problems(smoke)
 
 
@@ -226,7 +226,7 @@ def test_local_folder_context_limits_lengths(smoke, tmp_path):
 
 
 def test_snakemake_refuses_a_bad_config_at_load_time():
-    """`snakemake -n` stops while loading the Snakefile, naming the field (used to pass)."""
+    """`snakemake -n` stops while loading the Snakefile, naming the field."""
     r = subprocess.run([SNAKEMAKE, "-n", "--cores", "1", "--config",
                         'presets={"cpu": {"longbench": {"methods": ["magicpig", "magicpig:K=10,L=150"]}}}'],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)

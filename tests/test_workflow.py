@@ -54,8 +54,8 @@ def eval_commands(stdout: str, task: str) -> list[str]:
 
 
 def test_each_benchmark_runs_its_paper_tables_settings():
-    """Table 3 / 2 / 1 each have their own method list (issue #12.2), LongBench scores every record (#12.6) and
-    the paper preset formats prompts with the Llama-3 chat template (#12.8)."""
+    """Table 3 / 2 / 1 each have their own method list, LongBench scores every record and the paper preset
+    formats prompts with the Llama-3 chat template."""
     out = dry_run("-p", "--config", "preset=paper").stdout
     cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["presets"]["paper"]
     for task, block in (("ruler/cwe", "ruler"), ("longbench/lcc", "longbench"), ("gsm8k", "gsm8k")):
@@ -124,7 +124,7 @@ def test_schema_rejects_a_bad_field(tmp_path):
     assert r.returncode != 0 and "samples" in (r.stdout + r.stderr)
 
 
-# ---- the DAG is built on the results files themselves (issue #14.4) ----------------------------------------
+# ---- the DAG is built on the results files themselves --------------------------------------------------------
 
 def dry_run_jobs(stdout: str) -> list[dict]:
     """The jobs of a dry run: rule, input / output lists, resources (ints where they are), shell command."""
@@ -195,8 +195,8 @@ def test_report_reads_every_result_and_writes_every_figure():
 
 
 def test_tune_kl_writes_its_result_once():
-    """tune-kl writes tune_kl_<target>.json itself; the rule no longer also captures its --json stdout as a
-    second result file (the report printed the table twice)."""
+    """tune-kl writes tune_kl_<target>.json itself; the rule does not also capture its --json stdout as a second
+    result file (the report would print the table twice)."""
     jobs = dry_run_jobs(dry_run("-p").stdout)
     [tune] = [j for j in jobs if j["rule"] == "tune_kl"]
     assert tune["output"] == ["results/cpu/estimation/tune_kl_0.02.json",
@@ -298,8 +298,7 @@ def _partition(partitions, job: dict) -> str | None:
 @pytest.mark.parametrize("preset", ["cpu", "paper"])
 def test_slurm_profile_places_gpu_jobs_on_the_gpu_partition_only(preset):
     """`snakemake --profile profiles/slurm -n` resolves, and the plugin's partition choice from the profile's
-    partitions.yaml puts each job asking for a GPU on the GPU partition and every other job on the CPU one
-    (the old profile sent every rule to the GPU partition with --gres=gpu:1)."""
+    partitions.yaml puts each job asking for a GPU on the GPU partition and every other job on the CPU one."""
     pytest.importorskip("snakemake_executor_plugin_slurm",
                         reason="snakemake-executor-plugin-slurm is not installed (the `dev` extra)")
     from snakemake_executor_plugin_slurm.partitions import read_partition_file

@@ -140,16 +140,23 @@ class EvalRule:
 
     def args(self, wildcards):
         """The job's `magicpig eval` options but --out."""
-        fill = lambda text: str(text).format(**dict(wildcards.items()))  # noqa: E731
-        return eval_args(P, SEED, [fill(t) for t in self.tasks], [fill(self.length)], self.methods, self.samples,
-                         fill(self.setup))
+        return eval_args(P, SEED, self.task_names(wildcards), [fill(self.length, wildcards)], self.methods,
+                         self.samples, fill(self.setup, wildcards))
+
+    def task_names(self, wildcards):
+        return [fill(t, wildcards) for t in self.tasks]
 
     def data(self, wildcards):
         """The job's data files (data_files)."""
-        return data_files([t.format(**dict(wildcards.items())) for t in self.tasks])
+        return data_files(self.task_names(wildcards))
 
     def out_dir(self, wildcards):
-        return self.out.format(**dict(wildcards.items()))
+        return fill(self.out, wildcards)
+
+
+def fill(text, wildcards):
+    """``text`` (a str or a number) with its {wildcard} placeholders set to one job's values."""
+    return str(text).format(**dict(wildcards.items()))
 
 
 def eval_rules(p, res):

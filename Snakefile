@@ -7,7 +7,7 @@
 #   snakemake --report figures/generated/<preset>/report.html   the figures as an HTML report
 import sys
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("8.0")
 
@@ -15,13 +15,13 @@ min_version("8.0")
 configfile: "config/config.yaml"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
-# What the schema cannot say (method specs, task names, (K, L) limits, the model and its context): refused
-# here, before any job, with every problem named by its config path.
+# The schema (magicpig/data/pipeline_config.schema.yaml) and what it cannot say (method specs, task names,
+# (K, L) limits, the model and its context): refused here, before any job, with every problem named by its
+# config path. The rules read the config with its defaults filled in.
 sys.path.insert(0, workflow.basedir)
 from magicpig.harness.pipeline_config import validate_pipeline_config
 
-validate_pipeline_config(config)
+config.update(validate_pipeline_config(config))
 
 
 report: "workflow/report/workflow.rst"
@@ -29,15 +29,9 @@ report: "workflow/report/workflow.rst"
 
 PRESET = config["preset"]
 P = config["presets"][PRESET]
-SEED = config.get("seed", 0)
+SEED = config["seed"]
 RES = f"results/{PRESET}"
 FIG = f"figures/generated/{PRESET}"
-
-
-wildcard_constraints:
-    task="[^/]+",
-    length="[0-9]+",
-    setup="A|B",
 
 
 include: "workflow/rules/common.smk"
@@ -54,9 +48,7 @@ CPUS = sized(P, 4, 16)
 
 
 include: "workflow/rules/build.smk"
-include: "workflow/rules/accuracy.smk"
-include: "workflow/rules/ablations.smk"
-include: "workflow/rules/sweeps.smk"
+include: "workflow/rules/eval.smk"
 include: "workflow/rules/estimation.smk"
 include: "workflow/rules/throughput.smk"
 include: "workflow/rules/report.smk"
@@ -73,9 +65,7 @@ localrules:
 rule all:
     input:
         rules.report.output,
-        ACCURACY_METRICS,
-        ABLATION_METRICS,
-        SWEEP_METRICS,
+        EVAL_METRICS,
         ESTIMATION_FILES,
         THROUGHPUT_FILES,
     default_target: True

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from magicpig.harness.pipeline_config import gguf_context_length, model_context, validate_pipeline_config
+from magicpig.harness.pipeline_config import gguf_facts, model_facts, validate_pipeline_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = shutil.which("snakemake", path=str(Path(sys.executable).parent)) or shutil.which("snakemake")
@@ -138,7 +138,7 @@ def test_lengths_beyond_the_models_context(smoke, field, value, where, allowed):
 
 
 def test_empty_lengths_are_refused(smoke):
-    smoke["presets"]["smoke"]["ruler"]["lengths"] = []  # used to be an IndexError in the ablation rules
+    smoke["presets"]["smoke"]["ruler"]["lengths"] = []  # the first is also the ablations' default length
     assert "presets.smoke.ruler.lengths: [] should be non-empty" in problems(smoke)
 
 
@@ -192,22 +192,22 @@ def test_chat_template_is_schema_checked(smoke):
 def test_model_context_sources(tmp_path, monkeypatch):
     from magicpig.models import embedded_gguf_path
 
-    assert model_context("smollm2")[0] == 8192  # the embedded GGUF's own metadata
-    assert gguf_context_length(embedded_gguf_path()) == 8192
+    assert model_facts("smollm2")[0]["context"] == 8192  # the embedded GGUF's own metadata
+    assert gguf_facts(embedded_gguf_path())["context"] == 8192
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"max_position_embeddings": 2048}))
-    assert model_context(str(folder))[0] == 2048
+    assert model_facts(str(folder))[0]["context"] == 2048
     not_gguf = tmp_path / "x.gguf"
     not_gguf.write_bytes(b"ABCD" + bytes(64))
     with pytest.raises(ValueError):
-        model_context(str(not_gguf))
+        model_facts(str(not_gguf))
     # a hub id: the cached config.json when there is one, else unknown (a warning, not an error)
     monkeypatch.setattr("huggingface_hub.try_to_load_from_cache", lambda repo, name: None)
-    context, why = model_context("someone/some-model")
-    assert context is None and "not in the local Hugging Face cache" in why
+    facts, why = model_facts("someone/some-model")
+    assert facts is None and "not in the local Hugging Face cache" in why
     monkeypatch.setattr("huggingface_hub.try_to_load_from_cache", lambda repo, name: str(folder / "config.json"))
-    assert model_context("someone/some-model")[0] == 2048
+    assert model_facts("someone/some-model")[0]["context"] == 2048
 
 
 def test_local_folder_context_limits_lengths(smoke, tmp_path):
@@ -226,7 +226,7 @@ def test_local_folder_context_limits_lengths(smoke, tmp_path):
 
 
 def test_snakemake_refuses_a_bad_config_at_load_time():
-    """`snakemake -n` stops while loading the Snakefile, naming the field (used to pass)."""
+    """`snakemake -n` stops while loading the Snakefile, naming the field."""
     r = subprocess.run([SNAKEMAKE, "-n", "--cores", "1", "--config",
                         'presets={"cpu": {"longbench": {"methods": ["magicpig", "magicpig:K=10,L=150"]}}}'],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -296,10 +296,10 @@ def test_gguf_context_after_arrays(tmp_path):
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.close()
-    assert gguf_context_length(path) == 4096
+    assert gguf_facts(path)["context"] == 4096
     path.write_bytes(path.read_bytes()[:40])  # cut inside the header
     with pytest.raises(ValueError, match="header ends"):
-        gguf_context_length(path)
+        gguf_facts(path)
 
 
 def test_decode_bench_shapes_need_a_stored_shape_and_valid_methods(smoke):
@@ -335,3 +335,63 @@ def test_optional_benchmark_blocks_are_checked(smoke):
     p["reasoning"]["max_length"] = 7168
     p["lm_eval"]["samples"] = 0  # not run: its cap is not checked
     validate_pipeline_config(smoke)
+
+
+# ---- defaults, filled in once ---------------------------------------------------------------------------
+
+def test_defaults_are_filled_in_from_the_schema_and_the_fields_they_follow():
+    """validate_pipeline_config returns a copy with every default: the schema's (the values it lists) and the ones
+    that follow other fields (ablations and sweeps at ruler.lengths[0] with ruler.samples, the centering
+    ablation at the ablations' samples, a shape's methods = the block's). What the config sets is kept, an
+    optional block stays absent, and the config given is not changed."""
+    from magicpig.harness.pipeline_config import load_schema
+
+    cfg = load("config.yaml")
+    given = copy.deepcopy(cfg)
+    cpu_long = cfg["presets"]["cpu-long"]
+    cpu_long["decode_bench"]["shapes"] = [{"model": "shape:codellama-13b", "lengths": [1024]}]
+    filled = validate_pipeline_config(cfg)
+    cfg["presets"]["cpu-long"]["decode_bench"].pop("shapes")
+    assert cfg == given
+    schema = load_schema()
+    block = lambda name: schema["properties"]["presets"]["additionalProperties"]["properties"][name]["properties"]  # noqa: E731
+    assert filled["data"] == {} and filled["methods_module"] == [] and filled["overwrite"] is False
+    cpu, paper = filled["presets"]["cpu"], filled["presets"]["paper"]
+    assert cpu["decode_bench"]["shapes"] == block("decode_bench")["shapes"]["default"] == []
+    assert paper["longbench"]["max_length"] == given["presets"]["paper"]["longbench"]["max_length"]  # set: kept
+    for name in ("cpu", "cpu-long", "paper-70b"):
+        p, raw = filled["presets"][name], given["presets"][name]
+        assert p["estimation"]["inputs"] == raw["estimation"].get("inputs", block("estimation")["inputs"]["default"])
+        assert p["gsm8k"]["max_length"] == raw["gsm8k"].get("max_length", block("gsm8k")["max_length"]["default"])
+    assert cpu["ablations"]["length"] == cpu["sweeps"]["length"] == cpu["ruler"]["lengths"][0]
+    assert cpu["ablations"]["samples"] == cpu["ablations"]["centering_samples"] == cpu["ruler"]["samples"]
+    long = filled["presets"]["cpu-long"]
+    assert (long["ablations"]["length"], long["ablations"]["samples"], long["ablations"]["centering_samples"]) == (
+        8192, 10, 36)  # the preset's own values
+    assert "sweeps" not in long and "lm_eval" not in long and "device" not in cpu  # optional: absent stays absent
+    assert long["decode_bench"]["shapes"][0]["methods"] == long["decode_bench"]["methods"]
+
+
+def test_schema_ships_with_the_package_and_is_found_without_the_checkout(tmp_path):
+    """The schema is package data (pyproject's package-data globs cover it), read through importlib.resources: a
+    copy of the packages alone, as a non-editable install has them, validates a config; without the file the
+    error names it."""
+    import fnmatch
+    import tomllib
+
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["magicpig"]
+    assert any(fnmatch.fnmatch("data/pipeline_config.schema.yaml", g) for g in globs)
+    site = tmp_path / "site"
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "magicpig", site / "magicpig", ignore=ignore)
+    shutil.copytree(ROOT / "tasks", site / "magicpig_tasks", ignore=ignore)
+    code = ("import json, sys; from magicpig.harness.pipeline_config import validate_pipeline_config; "
+            "print(validate_pipeline_config(json.load(sys.stdin))['seed'])")
+    run = lambda: subprocess.run([sys.executable, "-c", code], input=json.dumps(load("smoke.yaml")),  # noqa: E731
+                                 capture_output=True, text=True, cwd=tmp_path, env={"PYTHONPATH": str(site)})
+    ok = run()
+    assert ok.returncode == 0 and ok.stdout.strip() == "0", ok.stderr[-2000:]
+    (site / "magicpig" / "data" / "pipeline_config.schema.yaml").unlink()
+    missing = run()
+    assert missing.returncode != 0
+    assert "pipeline_config.schema.yaml is missing from the installed magicpig package" in missing.stderr

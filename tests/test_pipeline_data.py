@@ -10,7 +10,7 @@ from magicpig.harness.pipeline_config import validate_pipeline_config
 from magicpig.harness.report import build_report
 
 from test_report import write_metrics
-from test_workflow import ROOT, _plan, _touch_results, dry_run
+from test_workflow import ROOT, _plan, _touch_results, dry_run, dry_run_jobs
 
 FIXTURE = ROOT / "tests/fixtures/squad_dev_v2_tiny.json"
 
@@ -44,6 +44,23 @@ def test_a_skipped_task_reruns_when_its_data_file_appears(tmp_path):
     assert f"--data ruler/qa_1={data}" in qa
     assert not [c for c in eval_commands(dry_run("-p", *args, cwd=tmp_path).stdout)
                 if "ruler/vt" in c and "--data" in c]
+
+
+def test_every_eval_job_has_its_data_files_as_inputs(tmp_path):
+    """Ablation and sweep jobs on a task with a data file pass it and list it as an input, as the accuracy jobs do
+    (so each of them reruns when the file changes)."""
+    data = tmp_path / "data" / "dev-v2.0.json"
+    data.parent.mkdir()
+    shutil.copy(FIXTURE, data)
+    args = workflow_copy(tmp_path, data)
+    (tmp_path / "more.yaml").write_text(yaml.safe_dump({"presets": {"smoke": {
+        "ablations": {"tasks": ["qa_1"]}, "sweeps": {"tasks": ["qa_1"]}}}}))
+    jobs = [j for j in dry_run_jobs(dry_run("-p", *args, "more.yaml", cwd=tmp_path).stdout)
+            if j["shell"] and " eval " in j["shell"] and "ruler/qa_1" in j["shell"]]
+    assert {j["rule"] for j in jobs} == {"eval_ruler", "ablation_centering", "ablation_kl_grid", "ablation_setup",
+                                         "sweep_ruler"}
+    for job in jobs:
+        assert str(data) in job["input"] and f"--data ruler/qa_1={data}" in job["shell"], job["rule"]
 
 
 def test_config_data_keys_must_be_tasks_with_data(tmp_path):

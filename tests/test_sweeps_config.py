@@ -2,7 +2,7 @@
 its load-time checks, each naming the config path."""
 import pytest
 
-from magicpig.harness.pipeline_config import sweep_methods
+from magicpig.harness.pipeline_config import sweep_methods, validate_pipeline_config
 from magicpig.methods import canonical_spec
 from test_pipeline_config import load, problems
 
@@ -24,13 +24,14 @@ def test_sweep_methods_in_order_each_setting_once():
 
 
 def test_every_preset_with_a_sweep_has_the_papers_grid_points():
-    cfg = load("config.yaml")
+    cfg = validate_pipeline_config(load("config.yaml"))  # the sweeps blocks with their defaults filled in
     for name in ("cpu", "paper"):
         specs = sweep_methods(cfg["presets"][name]["sweeps"])
         assert "topk:budget=32" in specs and "oracle:budget=32" in specs, name  # Fig. 6c's 32 keys
         assert sum("centering=false" in s for s in specs) >= 3, name  # Fig. 9a: several L
         assert sum(s.startswith("topk") for s in specs) >= 5, name  # Fig. 1 / 9b/c: several budgets
-    assert len(sweep_methods(load("smoke.yaml")["presets"]["smoke"]["sweeps"])) <= 10  # smoke stays small
+    smoke = validate_pipeline_config(load("smoke.yaml"))
+    assert len(sweep_methods(smoke["presets"]["smoke"]["sweeps"])) <= 10  # smoke stays small
 
 
 @pytest.mark.parametrize("key,value,expect", [

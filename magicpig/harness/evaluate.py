@@ -53,6 +53,7 @@ from magicpig.harness.eval_checks import check_generated_lengths, check_task_dat
 from magicpig.harness.machine import machine_record
 from magicpig.harness.predictions import Predictions
 from magicpig.harness.progress import heartbeat, progress
+from magicpig.harness.results_paths import method_dir, unit_dir
 from magicpig.methods.spec_names import check_dirnames, method_dirname, split_methods  # noqa: F401 (re-exported)
 from magicpig.pidlock import LockHeld, PidLock
 
@@ -212,11 +213,11 @@ def _plan(cfg: EvalConfig) -> list[_Unit]:
     for task_name in cfg.tasks:
         task = _get_task(cfg, task_name)
         for length in cfg.lengths:
-            base = cfg.out / task_name / str(length)
+            base = unit_dir(cfg.out, task_name, length)
             methods = []
             for spec in cfg.methods:
                 method, applied = effective_method(spec, task.method_overrides)
-                methods.append((spec, method, applied, base / method_dirname(spec),
+                methods.append((spec, method, applied, method_dir(cfg.out, task_name, length, spec),
                                 run_settings(cfg, task_name, task, length, method)))
             units.append(_Unit(task_name, task, length, base, methods))
     return units

@@ -1,11 +1,13 @@
 """Load-time checks of the pipeline config (``config/config.yaml``), so a bad setting fails ``snakemake -n``
 instead of a job hours later.
 
-``validate_pipeline_config(config)`` runs the JSON schema (``workflow/schemas/config.schema.yaml``) and then
-what a schema cannot express: method specs and duplicate / equivalent methods, task names, kernel-bench
-(K, L) limits, and whether the model exists and its context holds every configured length. Every problem is
-named by its config path (``presets.cpu.ruler.lengths[0]``) with the allowed values, all of them in one
-ValueError.
+``validate_pipeline_config(config)`` runs the JSON schema (``magicpig/data/pipeline_config.schema.yaml``,
+package data) and then what a schema cannot express: method specs and duplicate / equivalent methods, task
+names, kernel-bench (K, L) limits, and whether the model exists and its context holds every configured
+length. Every problem is named by its config path (``presets.cpu.ruler.lengths[0]``) with the allowed values,
+all of them in one ValueError. A usable config comes back with its defaults filled in: the schema's
+``default`` values and the ones that follow other fields (``fill_derived_defaults``), so that the rules read
+every setting from it and no default is written twice.
 
 Machine-independent checks run on every preset (``--configfile`` merges files, so all presets are loaded
 anyway); the model checks only on the selected preset, whose model must exist on this machine. A hub id
@@ -14,31 +16,33 @@ warning (a GPU box downloads it).
 """
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import sys
+from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
-SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA_FILE = "pipeline_config.schema.yaml"  # in the package's data/ folder
 # method lists of each preset block, as config paths below the preset: (block, key, runs magicpig eval)
 METHOD_LISTS = (("ruler", "methods", True), ("longbench", "methods", True), ("gsm8k", "methods", True),
                 ("ablations", "centering_methods", True), ("ablations", "kl_grid", True),
                 ("decode_bench", "methods", False))
 # optional benchmark blocks (absent: not run): block -> the task-name prefix of its tasks
 OPTIONAL_BLOCKS = {"lm_eval": "", "reasoning": "infini_igsm/"}
-# prompt caps the rules pass as --length when a block leaves them out (the schema's defaults)
-DEFAULT_MAX_LENGTH = {"longbench": 7680, "gsm8k": 4096, "lm_eval": 4096, "reasoning": 16384}
 
 
-def validate_pipeline_config(config: dict, *, warn: Callable[[str], None] | None = None) -> None:
-    """Raise ValueError listing every problem of ``config`` (one line each, by config path); return None
-    when it is usable. ``warn`` receives what cannot be checked here (default: printed to stderr)."""
+def validate_pipeline_config(config: dict, *, warn: Callable[[str], None] | None = None) -> dict:
+    """A copy of ``config`` with its defaults filled in, when it is usable; else ValueError listing every
+    problem (one line each, by config path). ``warn`` receives what cannot be checked here (default: printed
+    to stderr)."""
     warn = warn or (lambda msg: print(f"config warning: {msg}", file=sys.stderr))
+    config = copy.deepcopy(config)
     problems = schema_problems(config)
     if not problems:
-        problems += methods_module_problems(config.get("methods_module", []))
-        problems += data_problems(config.get("data", {}), warn)
+        problems += methods_module_problems(config["methods_module"])
+        problems += data_problems(config["data"], warn)
     if not problems:
         for name, preset in config["presets"].items():
             problems += preset_problems(f"presets.{name}", preset)
@@ -49,6 +53,22 @@ def validate_pipeline_config(config: dict, *, warn: Callable[[str], None] | None
             problems += model_problems(f"presets.{selected}", config["presets"][selected], warn)
     if problems:
         raise ValueError(f"config: {len(problems)} problem(s):\n" + "\n".join(f"- {p}" for p in problems))
+    for preset in config["presets"].values():
+        fill_derived_defaults(preset)
+    return config
+
+
+def fill_derived_defaults(p: dict) -> None:
+    """Fill in the preset ``p`` the defaults that follow other fields (the schema's descriptions name them): the
+    ablations' and the sweeps' length (``ruler.lengths[0]``) and samples (``ruler.samples``), the centering
+    ablation's samples (the ablations'), and each decode_bench shape's methods (the block's)."""
+    for block in ("ablations", "sweeps"):
+        if block in p:
+            p[block].setdefault("length", p["ruler"]["lengths"][0])
+            p[block].setdefault("samples", p["ruler"]["samples"])
+    p["ablations"].setdefault("centering_samples", p["ablations"]["samples"])
+    for shape in p["decode_bench"]["shapes"]:
+        shape.setdefault("methods", list(p["decode_bench"]["methods"]))
 
 
 def methods_module_problems(modules: list[str]) -> list[str]:
@@ -81,14 +101,43 @@ def data_problems(data: dict, warn: Callable[[str], None]) -> list[str]:
     return out
 
 
-def schema_problems(config: Any) -> list[str]:
-    """The schema's errors as 'config.path: message' lines (unknown keys get the allowed keys)."""
-    import jsonschema
+def load_schema() -> dict:
+    """The pipeline config's JSON schema, shipped as package data of ``magicpig`` (its data/ folder)."""
     import yaml
 
-    schema = yaml.safe_load(SCHEMA.read_text(encoding="utf-8"))
+    source = resources.files("magicpig") / "data" / SCHEMA_FILE
+    try:
+        return yaml.safe_load(source.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"the pipeline config schema {source} is missing from the installed magicpig "
+                                "package: it ships as package data (pyproject.toml, [tool.setuptools.package-data] "
+                                "data/*.yaml); reinstall magicpig from a complete checkout") from None
+
+
+def _filling_validator(schema: dict):
+    """A Draft 2020-12 validator of ``schema`` that, as it validates an object, sets each property it lacks and
+    whose schema has a ``default`` (a copy of that value). The schema keeps its defaults out of ``anyOf``
+    branches, which a validator visits whether or not they match."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    check_properties = base.VALIDATORS["properties"]
+
+    def properties(validator, props, instance, subschema):
+        if validator.is_type(instance, "object"):
+            for name, prop in props.items():
+                if "default" in prop and name not in instance:
+                    instance[name] = copy.deepcopy(prop["default"])
+        yield from check_properties(validator, props, instance, subschema)
+
+    return jsonschema.validators.extend(base, {"properties": properties})(schema)
+
+
+def schema_problems(config: Any) -> list[str]:
+    """The schema's errors as 'config.path: message' lines (unknown keys get the allowed keys); fills the
+    schema's defaults into ``config`` as it goes."""
     out = []
-    for err in sorted(jsonschema.Draft202012Validator(schema).iter_errors(config), key=lambda e: list(e.path)):
+    for err in sorted(_filling_validator(load_schema()).iter_errors(config), key=lambda e: list(e.path)):
         msg = err.message
         if err.validator == "additionalProperties" and isinstance(err.schema.get("properties"), dict):
             allowed = sorted(err.schema["properties"])
@@ -174,7 +223,7 @@ def preset_problems(path: str, p: dict) -> list[str]:
             out += method_problems(f"{path}.{block}.methods", p[block]["methods"], eval_specs=True,
                                    eval_backend=p["backend"])
     ruler_names = [t.removeprefix("ruler/") for t in TASK_NAMES if t.startswith("ruler/")]
-    if p.get("sweeps"):
+    if "sweeps" in p:
         out += sweep_problems(f"{path}.sweeps", p["sweeps"])
     for block in [b for b in ("ruler", "ablations", "sweeps") if b in p]:
         for i, task in enumerate(p[block]["tasks"]):
@@ -188,7 +237,7 @@ def preset_problems(path: str, p: dict) -> list[str]:
             check_kl(*parse_kl(kl))  # the CPU module's limits: K <= 16 bits per code, K*L hash bits per key
         except ValueError as exc:
             out.append(f"{path}.kernel_bench.kl[{i}]: {kl!r}: {exc}")
-    shapes = p["decode_bench"].get("shapes", [])
+    shapes = p["decode_bench"]["shapes"]
     out += shape_problems(f"{path}.decode_bench.shapes", shapes)
     for i, entry in enumerate(shapes):
         out += method_problems(f"{path}.decode_bench.shapes[{i}].methods", entry.get("methods", []), eval_specs=False)
@@ -214,19 +263,20 @@ def sweep_methods(sweeps: dict | None) -> list[str]:
     """The method specs of a preset's ``sweeps`` block, in this order, each setting once (equivalent specs,
     e.g. MagicPIG (10, 150) in both the centering grid and ``magicpig_kl``, by canonical spec): dense (the
     reference line), TopK at each budget, oracle sampling at each budget, MagicPIG (K, L) with and without
-    centering for each L of ``centering``, then each (K, L) of ``magicpig_kl``. None / no tasks: []."""
-    if not sweeps or not sweeps.get("tasks"):
+    centering for each L of ``centering``, then each (K, L) of ``magicpig_kl``. None / no tasks: []. ``sweeps``
+    has its defaults filled in (``validate_pipeline_config``)."""
+    if not sweeps or not sweeps["tasks"]:
         return []
     from magicpig.methods import canonical_spec
 
     specs = ["dense"]
-    specs += [f"topk:budget={budget_text(b)}" for b in sweeps.get("topk_budgets", [])]
-    specs += [f"oracle:budget={budget_text(b)}" for b in sweeps.get("oracle_budgets", [])]
-    centering = sweeps.get("centering")
+    specs += [f"topk:budget={budget_text(b)}" for b in sweeps["topk_budgets"]]
+    specs += [f"oracle:budget={budget_text(b)}" for b in sweeps["oracle_budgets"]]
+    centering = sweeps.get("centering")  # optional: no centering grid
     if centering:
         for L in centering["L"]:
             specs += [f"magicpig:K={centering['K']},L={L}", f"magicpig:K={centering['K']},L={L},centering=false"]
-    for kl in sweeps.get("magicpig_kl", []):
+    for kl in sweeps["magicpig_kl"]:
         K, L = kl.split(",")
         specs.append(f"magicpig:K={int(K)},L={int(L)}")
     out, seen = [], set()
@@ -248,14 +298,14 @@ def sweep_problems(path: str, sweeps: dict) -> list[str]:
 
     out = []
     for key, name in (("topk_budgets", "topk"), ("oracle_budgets", "oracle")):
-        for i, b in enumerate(sweeps.get(key, [])):
+        for i, b in enumerate(sweeps[key]):
             try:
                 parse_method(f"{name}:budget={budget_text(b)}")
             except ValueError as exc:
                 out.append(f"{path}.{key}[{i}]: {b!r}: {exc}")
     centering = sweeps.get("centering")
     pairs = [(f"{path}.centering.L[{i}]", centering["K"], L) for i, L in enumerate(centering["L"])] if centering else []
-    for i, kl in enumerate(sweeps.get("magicpig_kl", [])):
+    for i, kl in enumerate(sweeps["magicpig_kl"]):
         pairs.append((f"{path}.magicpig_kl[{i}]", *parse_kl(kl)))
     for where, K, L in pairs:
         try:
@@ -303,19 +353,18 @@ def model_problems(path: str, p: dict, warn: Callable[[str], None]) -> list[str]
     out = layer_problems(path, p, facts["layers"], label)
     # RULER's lengths (the first one is also the ablations' and the sweeps' unless they set one); a benchmark block
     # that does not run is not checked
-    sweep_tasks = (p.get("sweeps") or {}).get("tasks", [])
+    sweep_tasks = p["sweeps"]["tasks"] if "sweeps" in p else []
     ruler_tasks = [f"ruler/{t}" for t in p["ruler"]["tasks"] + p["ablations"]["tasks"] + sweep_tasks]
     budget = answer_budget(ruler_tasks)
     checks = [(f"{path}.ruler.lengths[{i}]", n, budget) for i, n in enumerate(p["ruler"]["lengths"])]
     for block in ("ablations", "sweeps"):
-        if "length" in (p.get(block) or {}):
+        if "length" in p.get(block, {}):  # set in the config (else ruler.lengths[0], checked above)
             checks.append((f"{path}.{block}.length", p[block]["length"], budget))
     blocks = [("longbench", [f"longbench/{t}" for t in p["longbench"]["tasks"]]), ("gsm8k", ["gsm8k"])]
     blocks += [(b, [prefix + t for t in p[b]["tasks"]]) for b, prefix in OPTIONAL_BLOCKS.items() if b in p]
     for block, tasks in blocks:
         if tasks and (p[block]["samples"] == "all" or p[block]["samples"] > 0):
-            checks.append((f"{path}.{block}.max_length", p[block].get("max_length", DEFAULT_MAX_LENGTH[block]),
-                           answer_budget(tasks)))
+            checks.append((f"{path}.{block}.max_length", p[block]["max_length"], answer_budget(tasks)))
     checks.append((f"{path}.estimation.length", p["estimation"]["length"], 0))  # a prefill, no answer
     # decode_bench.lengths are not checked: a throughput run may tile a cache beyond the trained context
     for where, n, budget in checks:
@@ -328,15 +377,15 @@ def model_problems(path: str, p: dict, warn: Callable[[str], None]) -> list[str]
 
 def model_context(model: str) -> tuple[int | None, str]:
     """(trained context in tokens, where it was read) without loading weights; (None, why) for a hub id
-    that is not in the local cache. Raises FileNotFoundError / ValueError for a local path that is not
-    there or not a model."""
+    that is not in the local cache (``model_facts``)."""
     facts, label = model_facts(model)
     return (facts["context"] if facts else None), label
 
 
 def model_facts(model: str) -> tuple[dict | None, str]:
     """({'context': tokens, 'layers': decoder layers or None}, where they were read), from the GGUF header or
-    config.json, without loading weights; (None, why) for a hub id outside the local cache."""
+    config.json, without loading weights; (None, why) for a hub id outside the local cache. Raises
+    FileNotFoundError / ValueError for a local path that is not there or not a model."""
     from magicpig.models import resolve
 
     src = resolve(model)  # raises for a missing .gguf file or a path that is neither a folder nor a hub id
@@ -355,11 +404,6 @@ def model_facts(model: str) -> tuple[dict | None, str]:
                   "local Hugging Face cache; it is downloaded when a job loads it")
 
 
-def config_context(path: Path) -> int:
-    """max_position_embeddings of a Hugging Face config.json (multimodal configs: of their text_config)."""
-    return config_facts(path)["context"]
-
-
 def config_facts(path: Path) -> dict:
     """Context (max_position_embeddings) and layers (num_hidden_layers, None if absent) of a config.json
     (multimodal configs: of their text_config)."""
@@ -372,14 +416,9 @@ def config_facts(path: Path) -> dict:
     return {"context": value, "layers": layers if isinstance(layers, int) and layers > 0 else None}
 
 
-def gguf_context_length(path: Path) -> int:
-    """``<architecture>.context_length`` from a GGUF file's key-value header (``models.gguf_metadata``:
-    the header alone, the vocabulary arrays skipped)."""
-    return gguf_facts(path)["context"]
-
-
 def gguf_facts(path: Path) -> dict:
-    """Context (``<arch>.context_length``) and layers (``<arch>.block_count``) from a GGUF header."""
+    """Context (``<arch>.context_length``) and layers (``<arch>.block_count``) from a GGUF file's key-value
+    header (``models.gguf_metadata``: the header alone, the vocabulary arrays skipped)."""
     from magicpig.models import gguf_metadata
 
     try:

@@ -1,8 +1,10 @@
 # Helpers shared by the rules. Every function of the workflow lives here; the other .smk files hold rules only.
 # The output helpers name what each command writes (see their docstrings), so rule outputs are the result files.
 import os
+import re
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -52,7 +54,7 @@ def device_args(preset):
     return f"--device {preset['device']}" if preset.get("device") else ""
 
 
-# ---- magicpig eval ---------------------------------------------------------------------------------------
+# ---- magicpig eval: the job table -----------------------------------------------------------------------
 
 
 def runs(samples):
@@ -67,19 +69,19 @@ def method_args(methods):
 
 def methods_module_args():
     """--methods-module options: the config's `methods_module` (the user's own methods), for eval and the report."""
-    return " ".join(f"--methods-module {shlex.quote(m)}" for m in config.get("methods_module", []))
+    return " ".join(f"--methods-module {shlex.quote(m)}" for m in config["methods_module"])
 
 
 def data_files(tasks):
     """The config's `data` files of ``tasks`` that exist: an eval job's inputs, so the job reruns when one
     appears (a task whose file is missing is skipped and says so in its metrics.json)."""
-    data = config.get("data", {})
+    data = config["data"]
     return [data[t] for t in tasks if t in data and os.path.isfile(data[t])]
 
 
 def data_args(tasks):
     """--data TASK=PATH for each task of ``tasks`` whose data file is in the config and exists."""
-    data = config.get("data", {})
+    data = config["data"]
     return " ".join(f"--data {shlex.quote(f'{t}={data[t]}')}" for t in tasks
                     if t in data and os.path.isfile(data[t]))
 
@@ -92,37 +94,114 @@ def eval_args(preset, seed, tasks, lengths, methods, samples, setup=None):
     samples = "all" if samples == "all" else int(samples)
     return " ".join(filter(None, [
         f"--model {shlex.quote(preset['model'])} {method_args(methods)} {task_args} {length_args}",
-        f"--samples {samples} --seed {int(seed)} --setup {setup or preset.get('setup', 'A')}",
-        f"--backend {preset['backend']} --chat-template {preset.get('chat_template', 'tokenizer')}",
+        f"--samples {samples} --seed {int(seed)} --setup {setup or preset['setup']}",
+        f"--backend {preset['backend']} --chat-template {preset['chat_template']}",
         device_args(preset), data_args(tasks), methods_module_args(), overwrite_arg()]))
 
 
 def overwrite_arg():
-    """`--overwrite` when the config's `overwrite` is true (the schema's default: false)."""
-    return "--overwrite" if config.get("overwrite") else ""
+    """`--overwrite` when the config's `overwrite` is true."""
+    return "--overwrite" if config["overwrite"] else ""
 
 
-def sweep_methods(sweeps):
-    """The method specs of a preset's sweeps block (magicpig.harness.pipeline_config.sweep_methods)."""
-    from magicpig.harness.pipeline_config import sweep_methods as methods_of
+@dataclass
+class EvalRule:
+    """One row of the job table: a `magicpig eval` rule (workflow/rules/eval.smk) and its jobs. Each job runs
+    ``methods`` on ``tasks`` at ``length`` into ``out``, each sample prefilled once and decoded by every method;
+    ``tasks``, ``length``, ``out``, ``setup`` and ``log`` may hold wildcards, which each dict of ``jobs`` fills
+    for one job ({}: a rule of one job). A job's outputs are the metrics.json of each (task, method)
+    (magicpig.harness.results_paths)."""
 
-    return methods_of(sweeps)
+    name: str
+    out: str  # `magicpig eval --out`
+    tasks: list
+    length: object  # the prompt length (RULER) or cap (record-based tasks)
+    methods: list
+    samples: object  # a count, or "all"
+    jobs: list
+    log: str  # the log's file name less .log
+    runtime: int  # minutes a job asks a cluster for, for a model other than SmolLM2 (`sized`)
+    setup: str = ""  # `--setup`; empty: the preset's
+
+    def outputs(self):
+        """The rule's output patterns."""
+        from magicpig.harness.results_paths import metrics_file
+
+        return [str(metrics_file(self.out, t, self.length, m)) for t in self.tasks for m in self.methods]
+
+    def targets(self):
+        """Every output of every job."""
+        return [pattern.format(**job) for job in self.jobs for pattern in self.outputs()]
+
+    def wildcard_constraints(self):
+        """Each wildcard matches only its jobs' values, so that no two rules can claim one file."""
+        names = dict.fromkeys(name for job in self.jobs for name in job)
+        return {name: "|".join(dict.fromkeys(re.escape(str(job[name])) for job in self.jobs)) for name in names}
+
+    def args(self, wildcards):
+        """The job's `magicpig eval` options but --out."""
+        return eval_args(P, SEED, self.task_names(wildcards), [fill(self.length, wildcards)], self.methods,
+                         self.samples, fill(self.setup, wildcards))
+
+    def task_names(self, wildcards):
+        return [fill(t, wildcards) for t in self.tasks]
+
+    def data(self, wildcards):
+        """The job's data files (data_files)."""
+        return data_files(self.task_names(wildcards))
+
+    def out_dir(self, wildcards):
+        return fill(self.out, wildcards)
 
 
-def metrics_files(root, tasks, lengths, methods):
-    """The metrics.json that `magicpig eval --out ROOT` writes per (task, length, method):
-    ROOT/<task>/<length>/<method dir>/metrics.json (magicpig.harness.evaluate). ``tasks`` / ``lengths`` may
-    hold wildcards ("ruler/{task}", "{length}")."""
-    from magicpig.harness.evaluate import method_dirname
-
-    return [f"{root}/{task}/{length}/{method_dirname(m)}/metrics.json"
-            for task in tasks for length in lengths for m in methods]
+def fill(text, wildcards):
+    """``text`` (a str or a number) with its {wildcard} placeholders set to one job's values."""
+    return str(text).format(**dict(wildcards.items()))
 
 
-def eval_root(path, task):
-    """The --out folder of one of its metrics.json files: ``path`` less <task>/<length>/<method dir>/metrics.json
-    (a task name keeps its slash: ruler/cwe is two folders)."""
-    return str(Path(path).parents[task.count("/") + 3])
+def eval_rules(p, res):
+    """The job table of preset ``p`` (results under ``res``): each `magicpig eval` rule that has jobs. Each
+    benchmark runs its own method list (the settings of its paper table): RULER (Tables 3-5 / Figure 1) per task
+    and length; LongBench (Table 2), GSM8K-CoT, CoQA and MMLU-CoT (Table 1) and infini_igsm (Table 6) per task,
+    at their prompt cap; the ablations (centering on/off: Figure 9a; the (K, L) grid; evaluation setup A vs B)
+    one job each, on all their tasks; the budget / cost sweeps (Figures 1, 6c, 9a, 9b/c) per task. The blocks
+    lm_eval, reasoning and sweeps are optional (absent: not run)."""
+    from magicpig.harness.pipeline_config import sweep_methods
+
+    acc, abl, ruler, a = f"{res}/accuracy", f"{res}/ablations", p["ruler"], p["ablations"]
+
+    def each_task(block):
+        return [{"task": t} for t in block["tasks"]] if runs(block["samples"]) else []
+
+    table = [EvalRule("eval_ruler", acc, ["ruler/{task}"], "{length}", ruler["methods"], ruler["samples"],
+                      jobs=[{**job, "length": n} for job in each_task(ruler) for n in ruler["lengths"]],
+                      log="eval_ruler_{task}_{length}", runtime=1440)]
+    for name, block, task, log in (("eval_longbench", "longbench", "longbench/{task}", "eval_longbench_{task}"),
+                                   ("eval_gsm8k", "gsm8k", "gsm8k", "eval_gsm8k"),
+                                   ("eval_lm_eval", "lm_eval", "{task}", "eval_{task}"),
+                                   ("eval_reasoning", "reasoning", "infini_igsm/{task}", "eval_infini_igsm_{task}")):
+        if block in p:
+            b = p[block]
+            jobs = each_task(b) if "tasks" in b else [{}] if runs(b["samples"]) else []
+            table.append(EvalRule(name, acc, [task], b["max_length"], b["methods"], b["samples"], jobs=jobs,
+                                  log=log, runtime=2880))
+    tasks = [f"ruler/{t}" for t in a["tasks"]]
+    table += [
+        EvalRule("ablation_centering", f"{abl}/centering", tasks, a["length"], a["centering_methods"],
+                 a["centering_samples"], jobs=[{}], log="ablation_centering", runtime=1440),
+        EvalRule("ablation_kl_grid", f"{abl}/kl_grid", tasks, a["length"], a["kl_grid"], a["samples"], jobs=[{}],
+                 log="ablation_kl_grid", runtime=1440),
+        # setup A vs B: dense and the first centering method
+        EvalRule("ablation_setup", f"{abl}/setup_{{setup}}", tasks, a["length"], ["dense", a["centering_methods"][0]],
+                 a["samples"], jobs=[{"setup": s} for s in a["setups"]], log="ablation_setup_{setup}", runtime=1440,
+                 setup="{setup}"),
+    ]
+    if "sweeps" in p:
+        s = p["sweeps"]
+        table.append(EvalRule("sweep_ruler", f"{res}/sweeps", ["ruler/{task}"], s["length"], sweep_methods(s),
+                              s["samples"], jobs=[{"task": t} for t in s["tasks"]], log="sweep_ruler_{task}",
+                              runtime=2880))
+    return [rule for rule in table if rule.jobs]
 
 
 def out_dir(wildcards, output):
@@ -165,8 +244,8 @@ def capture_args(preset, length, seed, prompt=0):
 def inputs_args(preset, estimation, seed):
     """`magicpig estimate inputs` options: the preset's model, its counts of random inputs and sentences."""
     return " ".join(filter(None, [f"--model {shlex.quote(preset['model'])} --seed {int(seed)}",
-                                  f"--inputs {int(estimation.get('inputs', 32))}",
-                                  f"--sentences {int(estimation.get('sentences', 50))}", device_args(preset)]))
+                                  f"--inputs {int(estimation['inputs'])}",
+                                  f"--sentences {int(estimation['sentences'])}", device_args(preset)]))
 
 
 def tune_kl_tag(target_cost):
@@ -194,23 +273,23 @@ def decode_args(preset):
     methods = (["dense@stock"] if "dense@stock" not in db["methods"] else []) + list(db["methods"])
     return " ".join(filter(None, [f"--model {shlex.quote(preset['model'])}"]
                            + [f"--context {int(n)}" for n in db["lengths"]]
-                           + [method_args(methods), f"--fill {db.get('fill', 'exact')}"]
-                           + [f"--batch {int(b)}" for b in db.get("batches", [1])]
-                           + [f"--steps {int(db.get('steps', 128))} --warmup {int(db.get('warmup', 32))}"]
-                           + (["--max-throughput"] if db.get("max_throughput") else [])
+                           + [method_args(methods), f"--fill {db['fill']}"]
+                           + [f"--batch {int(b)}" for b in db["batches"]]
+                           + [f"--steps {int(db['steps'])} --warmup {int(db['warmup'])}"]
+                           + (["--max-throughput"] if db["max_throughput"] else [])
                            + [device_args(preset)]))
 
 
 def decode_shapes(preset):
     """Names (model_shapes.yaml keys) of the models decode_bench.shapes measures by shape only."""
-    return [s["model"].removeprefix("shape:") for s in preset["decode_bench"].get("shapes", [])]
+    return [s["model"].removeprefix("shape:") for s in preset["decode_bench"]["shapes"]]
 
 
 def shape_preset(preset, name):
     """The preset with its decode_bench pointed at shape-only model ``name``, that entry's lengths and methods."""
     db = preset["decode_bench"]
-    entry = next(s for s in db.get("shapes", []) if s["model"] == f"shape:{name}")
-    bench = {**db, "lengths": entry["lengths"], "methods": entry.get("methods", db["methods"])}
+    entry = next(s for s in db["shapes"] if s["model"] == f"shape:{name}")
+    bench = {**db, "lengths": entry["lengths"], "methods": entry["methods"]}
     return {**preset, "model": entry["model"], "decode_bench": bench}
 
 
@@ -218,11 +297,10 @@ def shape_preset(preset, name):
 
 
 def report_figures():
-    """File names of the report's figures (magicpig.harness.report.figures.FIGURES; the two figures of the
-    report before that list existed, until it does)."""
-    from magicpig.harness.report import figures
+    """File names of the report's figures (magicpig.harness.report.figures.FIGURES)."""
+    from magicpig.harness.report.figures import FIGURES
 
-    return list(getattr(figures, "FIGURES", ["ruler_per_task.png", "kl_grid.png"]))
+    return list(FIGURES)
 
 
 def figure_caption(name):

@@ -4,7 +4,7 @@
 # come from their own job (`magicpig estimate inputs`).
 E = P["estimation"]
 ESTIMATION_DIR = f"{RES}/estimation"
-PROMPTS = list(range(int(E.get("prompts", 1))))
+PROMPTS = list(range(int(E["prompts"])))
 CAPTURES = [f"{ESTIMATION_DIR}/captures/capture_{E['length']}_p{i}.pt" for i in PROMPTS]
 TUNE_KL = f"{ESTIMATION_DIR}/tune_kl_{tune_kl_tag(E['target_cost'])}"
 INPUTS_FILES = [f"{ESTIMATION_DIR}/{name}" for name in inputs_files()]

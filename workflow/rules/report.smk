@@ -8,9 +8,7 @@ import shlex
 
 rule report:
     input:
-        accuracy=ACCURACY_METRICS,
-        ablations=ABLATION_METRICS,
-        sweeps=SWEEP_METRICS,
+        metrics=EVAL_METRICS,
         estimation=ESTIMATION_FILES,
         throughput=THROUGHPUT_FILES,
         reference="config/paper_reference.yaml",

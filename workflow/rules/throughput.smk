@@ -44,7 +44,7 @@ rule bench_decode:
         ENV
     resources:
         # --max-throughput grows the batch until memory runs out: give it the node's memory
-        mem_mb=sized(P, 64000, 256000) if P["decode_bench"].get("max_throughput") else sized(P, 8000, 128000),
+        mem_mb=sized(P, 64000, 256000) if P["decode_bench"]["max_throughput"] else sized(P, 8000, 128000),
         runtime=sized(P, 480, 1440),
         gpu=GPUS,
     shell:

@@ -62,35 +62,26 @@ static inline float vsum(vec v) {
 static inline vec vload_row(const void* row, int64_t i, bool bf16) {
   return bf16 ? vload(static_cast<const uint16_t*>(row) + i) : vload(static_cast<const float*>(row) + i);
 }
-
-// s[0] + ... + s[n-1] added pairwise ((s0 + s1) + (s2 + s3) for n = 4), n a power of 2; s is overwritten.
-template <int N>
-static inline vec add_pairwise(vec* s) {
-#pragma GCC unroll 4
-  for (int step = 1; step < N; step *= 2)
-#pragma GCC unroll 4
-    for (int u = 0; u + step < N; u += 2 * step) s[u] = vadd(s[u], s[u + step]);
-  return s[0];
-}
 #endif
 
 // q . k for a float32 query and a key row of T = float (float32) or uint16_t (bf16): 32 elements per
-// step in 32 / kW independent sums.
+// step, in 2 sums of 16 (AVX-512) or 4 of 8 (AVX2).
 template <typename T>
 static inline float dot_row(const float* q, const T* k, int64_t d) {
   int64_t i = 0;
   float acc = 0.f;
 #if defined(MP_VEC)
-  constexpr int kU = 32 / kW;
-  vec s[kU];
-#pragma GCC unroll 4
-  for (int u = 0; u < kU; ++u) s[u] = vzero();
+  vec s0 = vzero(), s1 = vzero(), s2 = vzero(), s3 = vzero();
   for (; i + 32 <= d; i += 32) {
-#pragma GCC unroll 4
-    for (int u = 0; u < kU; ++u) s[u] = vfmadd(vload(q + i + u * kW), vload(k + i + u * kW), s[u]);
+    s0 = vfmadd(vload(q + i), vload(k + i), s0);
+    s1 = vfmadd(vload(q + i + kW), vload(k + i + kW), s1);
+    if constexpr (kW == 8) {
+      s2 = vfmadd(vload(q + i + 16), vload(k + i + 16), s2);
+      s3 = vfmadd(vload(q + i + 24), vload(k + i + 24), s3);
+    }
   }
-  for (; i + kW <= d; i += kW) s[0] = vfmadd(vload(q + i), vload(k + i), s[0]);
-  acc = vsum(add_pairwise<kU>(s));
+  for (; i + kW <= d; i += kW) s0 = vfmadd(vload(q + i), vload(k + i), s0);
+  acc = kW == 8 ? vsum(vadd(vadd(s0, s1), vadd(s2, s3))) : vsum(vadd(s0, s1));
 #endif
   for (; i < d; ++i) acc += q[i] * to_f32(k[i]);
   return acc;
@@ -189,26 +180,25 @@ static inline void exp_inplace(float* x, int64_t n) {
 }
 
 // q.k and |k|^2 in one read of a key row of T = float / uint16_t (bf16) (the first head of a token needs
-// both): 16 elements per step in 16 / kW pairs of sums.
+// both): 16 elements per step, in 1 pair of sums (AVX-512) or 2 (AVX2).
 template <typename T>
 static inline float dot_row_sumsq(const float* q, const T* k, int64_t d, float* sumsq) {
   int64_t i = 0;
   float acc = 0.f, ss = 0.f;
 #if defined(MP_VEC)
-  constexpr int kU = 16 / kW;
-  vec s[kU], n[kU];
-#pragma GCC unroll 2
-  for (int u = 0; u < kU; ++u) s[u] = n[u] = vzero();
+  vec s0 = vzero(), s1 = vzero(), n0 = vzero(), n1 = vzero();
   for (; i + 16 <= d; i += 16) {
-#pragma GCC unroll 2
-    for (int u = 0; u < kU; ++u) {
-      const vec x = vload(k + i + u * kW);
-      s[u] = vfmadd(vload(q + i + u * kW), x, s[u]);
-      n[u] = vfmadd(x, x, n[u]);
+    const vec x0 = vload(k + i);
+    s0 = vfmadd(vload(q + i), x0, s0);
+    n0 = vfmadd(x0, x0, n0);
+    if constexpr (kW == 8) {
+      const vec x1 = vload(k + i + 8);
+      s1 = vfmadd(vload(q + i + 8), x1, s1);
+      n1 = vfmadd(x1, x1, n1);
     }
   }
-  acc = vsum(add_pairwise<kU>(s));
-  ss = vsum(add_pairwise<kU>(n));
+  acc = vsum(kW == 8 ? vadd(s0, s1) : s0);
+  ss = vsum(kW == 8 ? vadd(n0, n1) : n0);
 #endif
   for (; i < d; ++i) {
     const float x = to_f32(k[i]);

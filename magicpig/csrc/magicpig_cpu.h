@@ -78,7 +78,6 @@ struct AttendArgs {
 using AttendGroupFn = void (*)(const AttendArgs& a, int64_t b, int64_t kvh, const uint32_t* ids,
                                const uint64_t* masks, int64_t U, float* part);
 
-
 // Exact correction -ln(u + 1e-4) for one cosine (double-precision binomial tail, as magicpig.lsh).
 float exact_correction(float cos, int K, int L, int min_collisions);
 

@@ -32,12 +32,6 @@ def get_active(layer_idx: int) -> Any | None:
     return ref()
 
 
-def active_cache() -> Any | None:
-    """The cache marked last on this thread, whatever its layer (None if none or collected)."""
-    ref = getattr(_local, "cache", None)
-    return None if ref is None else ref()
-
-
 def clear_active() -> None:
     """Forget the mark of this thread (after a prefill or decode)."""
     _local.cache = None

@@ -44,7 +44,7 @@ def check_backend_limits(method, backend: str) -> None:
     ``MAX_MIN_COLLISIONS``."""
     if effective_backend(method.name, backend) != "offload":
         return
-    from magicpig.cpu_env import MAX_MIN_COLLISIONS
+    from magicpig.cpu.env import MAX_MIN_COLLISIONS
 
     needed = getattr(method, "min_collisions", None)
     if isinstance(needed, int) and needed > MAX_MIN_COLLISIONS:

@@ -19,7 +19,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 from magicpig.active_layer import set_active
 from magicpig.backends import DEFAULT_BACKEND, check_backend
-from magicpig.cpu_torch import OFFLOAD_IMPLS, offload_layer_class
+from magicpig.cpu.torch_twin import OFFLOAD_IMPLS, offload_layer_class
 from magicpig.decoders import TIMING_KEYS, DecoderContext, offload_dtype_of
 from magicpig.methods import KeyLayout, parse_method
 

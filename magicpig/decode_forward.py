@@ -1,17 +1,14 @@
 """One decode step of a Llama-family model (Llama, Mistral, Qwen2) in one loop of our own, on the CPU.
 
 Why: transformers runs a decode step module by module: per decoder layer about ten module calls and forty
-tensor operations. On the development machine (2 cores), a MagicPIG (10,150) step of SmolLM2-135M's 30
-layers at 32K took 43 ms through transformers' loop and 34 ms through this one, both with kernel 4's
-linear layers, with the same tokens and logits. ``DecodeForward`` computes the same
-step with three calls per layer: kernel 6's ``attention_in`` (RMSNorm, q/k/v as one kernel-4 region over
-the three weight matrices, no copy of the weights, the rotary embedding of q and k), the cache's decoder
-(``MagicPIGCache``: the method decides, exactly as through the attention hook; on an offloaded layer one
-call of the CPU module that also appends the step's key and value), and kernel 6's ``mlp_residual`` with
-the attention output (o_proj added to the residual, RMSNorm, gate/up in one region, SiLU-and-multiply,
-down added to the residual). On a decode step's cold caches every call and tensor operation costs tens
-of microseconds, so fewer of them is most of the gain. Its logits equal transformers' up to float32 summation
-order (tests/test_decode_forward.py).
+tensor operations. ``DecodeForward`` computes the same step with three calls per layer: kernel 6's
+``attention_in`` (RMSNorm, q/k/v as one kernel-4 region over the three weight matrices, no copy of the
+weights, the rotary embedding of q and k), the cache's decoder (``MagicPIGCache``: the method decides, exactly
+as through the attention hook; on an offloaded layer one call of the CPU module that also appends the step's
+key and value), and kernel 6's ``mlp_residual`` with the attention output (o_proj added to the residual,
+RMSNorm, gate/up in one region, SiLU-and-multiply, down added to the residual). On a decode step's cold caches
+every call and tensor operation costs tens of microseconds, so fewer of them is most of the gain. Its logits
+equal transformers' up to float32 summation order (tests/test_decode_forward.py).
 
 What it supports (``unsupported_reason`` says why not, and ``Engine`` then keeps transformers' forward):
 a float32 CPU model whose decoder layers are transformers' Llama / Mistral / Qwen2 classes with SiLU MLPs

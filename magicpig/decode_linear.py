@@ -1,10 +1,10 @@
 """The linear layers of a decode step on the CPU, computed by the CPU module's kernel 4.
 
 Why: a decode step multiplies every weight matrix by one row per sequence. torch's CPU matmul runs such a
-product on one thread: on the development machine (2 cores, AVX-512) it reads weights at 11-15 GB/s while
-the two cores stream 25-27 GB/s, and the weights are most of the bytes of a decode step (0.54 GB of the
-0.59 GB of SmolLM2-135M's step at 1K context). Kernel 4 reads each matrix once with all the module's
-threads. Its results equal ``F.linear`` up to float32 summation order.
+product on one thread, which reads the weights at well under the bandwidth of all cores, and the weights
+are most of the bytes of a decode step (0.54 GB of the 0.59 GB of SmolLM2-135M's step at 1K context).
+Kernel 4 reads each matrix once with all the module's threads. Its results equal ``F.linear`` up to
+float32 summation order.
 
 ``decode_linears(model, impl)`` installs it, for the duration of a ``with`` block, on every ``nn.Linear``
 of the model whose weight is a float32 / bfloat16 CPU tensor: an input of at most ``MAX_ROWS`` rows (a

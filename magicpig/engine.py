@@ -41,7 +41,7 @@ from magicpig import attention as _attention
 from magicpig.active_layer import clear_active
 from magicpig.backends import DEFAULT_BACKEND, check_backend
 from magicpig.cache import CostMeter, MagicPIGCache
-from magicpig.cpu_torch import OFFLOAD_IMPLS, offload_layer_class
+from magicpig.cpu.torch_twin import OFFLOAD_IMPLS, offload_layer_class
 from magicpig.decode_forward import DecodeForward, check_forward_impl, unsupported_reason
 from magicpig.decode_linear import check_linear_impl, decode_linears, resolve_linear_impl
 from magicpig.decoders import offload_dtype_of

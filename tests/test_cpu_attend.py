@@ -109,7 +109,7 @@ def test_the_layer_is_planned_when_built(monkeypatch):
     want = layer.attend(q, q_codes)  # min_collisions: the plan's
     monkeypatch.setenv(cpu.ISA_ENV, "sse9")  # either would raise if read
     monkeypatch.setenv(cpu.THREADS_ENV, "two")
-    monkeypatch.setattr(cpu, "correction_table", lambda *a: pytest.fail("attend built a correction table"))
+    monkeypatch.setattr(cpu.layer, "correction_table", lambda *a: pytest.fail("attend built a correction table"))
     for got in (layer.attend(q, q_codes), layer.attend(q, q_codes, 1), single.attend(q, q_codes)):
         torch.testing.assert_close(got[0], want[0], rtol=1e-6, atol=1e-7)
         assert torch.equal(got[2], want[2])

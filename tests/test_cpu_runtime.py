@@ -100,7 +100,7 @@ def test_self_check_drives_the_decoder_and_fails_on_a_wrong_kernel(monkeypatch, 
     monkeypatch.setattr(decoders.OffloadDecoder, "__init__", spy)
     assert set(cpu.self_check()) == set(cpu.supported_isas()) == set(built)
     saved = os.environ.get(cpu.ISA_ENV)
-    monkeypatch.setattr(cpu, "load", lambda real=cpu.load(): _BrokenModule(real, kernel))
+    monkeypatch.setattr(cpu.extension, "load", lambda real=cpu.load(): _BrokenModule(real, kernel))
     with pytest.raises(RuntimeError, match=names or "sampled") as err:
         cpu.self_check()
     assert "sampled" in str(err.value) or "differs" in str(err.value)

@@ -6,7 +6,7 @@ import torch
 
 from tiny_models import random_prompt, tiny_model
 from magicpig import cache, decoders, lsh
-from magicpig.cpu_torch import offload_layer_class
+from magicpig.cpu.torch_twin import offload_layer_class
 from magicpig.engine import Engine, GenerationConfig
 from magicpig.methods import KeyLayout, MagicPIG, split_static_offloaded
 from magicpig.methods.exact import Dense

@@ -440,7 +440,8 @@ def test_build_folder_depends_on_the_source_path(monkeypatch, tmp_path):
     from magicpig import cpu
 
     here = cpu.build_dir()
-    monkeypatch.setattr(cpu, "CSRC", Path(shutil.copytree(cpu.CSRC, tmp_path / "other_checkout")))
+    other_checkout = Path(shutil.copytree(cpu.extension.CSRC, tmp_path / "other_checkout"))
+    monkeypatch.setattr(cpu.extension, "CSRC", other_checkout)
     there = cpu.build_dir()
     assert there != here and there.parent == here.parent
 

@@ -21,8 +21,8 @@ from magicpig.pidlock import LockHeld, LockTimeout, PidLock
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
-# A process that runs magicpig.cpu._load on a folder with torch's compile step replaced by: take torch's
-# own build lock (its FileBaton, as the real build does), say so, and keep "compiling".
+# A process that runs magicpig.cpu.extension._load on a folder with torch's compile step replaced by: take
+# torch's own build lock (its FileBaton, as the real build does), say so, and keep "compiling".
 FAKE_BUILDER = r"""
 import sys, time
 from pathlib import Path
@@ -36,7 +36,7 @@ def compiling(**kw):
     time.sleep(600)
 
 cpp_extension.load = compiling
-cpu._load(Path(sys.argv[1]), 60.0)
+cpu.extension._load(Path(sys.argv[1]), 60.0)
 """
 
 HOLD_LOCK = r"""
@@ -87,7 +87,7 @@ def test_killed_build_does_not_block_the_next(tmp_path, monkeypatch, capsys, sig
     proc.wait(timeout=60)
     assert (folder / "lock").exists()  # what a killed build leaves behind
     monkeypatch.setattr(cpp_extension, "load", _torch_baton_would_not_wait)
-    assert cpu._load(folder, 30.0) == "module"
+    assert cpu.extension._load(folder, 30.0) == "module"
     assert not (folder / "lock").exists()
     assert "stale build lock" in capsys.readouterr().err
 
@@ -101,7 +101,7 @@ def test_lock_files_naming_a_dead_pid_are_cleared(tmp_path, monkeypatch):
     (folder / "lock").write_text(f"{pid}\n")
     (folder / "build.lock").write_text(f"{pid}\n")
     monkeypatch.setattr(cpp_extension, "load", _torch_baton_would_not_wait)
-    assert cpu._load(folder, 30.0) == "module"
+    assert cpu.extension._load(folder, 30.0) == "module"
 
 
 def test_waiting_for_a_live_build_says_for_whom_and_times_out(tmp_path, capsys):
@@ -109,7 +109,7 @@ def test_waiting_for_a_live_build_says_for_whom_and_times_out(tmp_path, capsys):
     proc = _spawn(FAKE_BUILDER, str(folder))
     try:
         with pytest.raises(RuntimeError, match=rf"timed out .* pid {proc.pid}"):
-            cpu._load(folder, 0.5)
+            cpu.extension._load(folder, 0.5)
         assert f"waiting for pid {proc.pid}: building the MagicPIG CPU module in {folder}" in capsys.readouterr().err
     finally:
         proc.kill()
@@ -133,7 +133,8 @@ def test_build_prints_the_folder_that_holds_the_module(capsys):
     assert folder.parent == cpu.build_dir().parent and list(folder.glob("magicpig_cpu_*.so"))
     # torch appends its own flags to the list it is given (we give it a copy): the hash, and with it
     # build_dir(), would no longer name the folder just built
-    assert not [f for f in cpu.CFLAGS + cpu.LDFLAGS if f.startswith(("-L", "-l"))], cpu.LDFLAGS
+    flags = cpu.extension.CFLAGS + cpu.extension.LDFLAGS
+    assert not [f for f in flags if f.startswith(("-L", "-l"))], flags
 
 
 def test_build_dir_is_keyed_by_the_installation(monkeypatch):

@@ -14,18 +14,42 @@ static inline float bf16_to_f32(uint16_t x) {
   __builtin_memcpy(&f, &bits, 4);
   return f;
 }
+static inline float to_f32(uint16_t x) { return bf16_to_f32(x); }
+static inline float to_f32(float x) { return x; }
 
+// The vector primitives: one vector of kW floats (AVX-512: 16, AVX2: 8) and the operations on it that the
+// kernels use; vload of a bf16 row widens kW values to float32. The scalar variant has none (MP_VEC unset)
+// and runs the scalar loops only.
 #if defined(MP_AVX512)
-static inline __m512 load16_bf16(const uint16_t* p) {
+#define MP_VEC 1
+using vec = __m512;
+constexpr int64_t kW = 16;
+static inline vec vzero() { return _mm512_setzero_ps(); }
+static inline vec vset1(float x) { return _mm512_set1_ps(x); }
+static inline vec vload(const float* p) { return _mm512_loadu_ps(p); }
+static inline vec vload(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(
       _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
 }
+static inline void vstore(float* p, vec v) { _mm512_storeu_ps(p, v); }
+static inline vec vfmadd(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vec vadd(vec a, vec b) { return _mm512_add_ps(a, b); }
+static inline float vsum(vec v) { return _mm512_reduce_add_ps(v); }
 #elif defined(MP_AVX2)
-static inline __m256 load8_bf16(const uint16_t* p) {
+#define MP_VEC 1
+using vec = __m256;
+constexpr int64_t kW = 8;
+static inline vec vzero() { return _mm256_setzero_ps(); }
+static inline vec vset1(float x) { return _mm256_set1_ps(x); }
+static inline vec vload(const float* p) { return _mm256_loadu_ps(p); }
+static inline vec vload(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(
       _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 }
-static inline float hsum8(__m256 v) {
+static inline void vstore(float* p, vec v) { _mm256_storeu_ps(p, v); }
+static inline vec vfmadd(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+static inline vec vadd(vec a, vec b) { return _mm256_add_ps(a, b); }
+static inline float vsum(vec v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -33,56 +57,38 @@ static inline float hsum8(__m256 v) {
 }
 #endif
 
-// q . k for a float32 query and a float32 / bf16 key row.
-static inline float dot_row(const float* q, const void* row, bool bf16, int64_t d) {
+#if defined(MP_VEC)
+// Elements i .. i + kW of a float32 (bf16 false) or bf16 row, as float32.
+static inline vec vload_row(const void* row, int64_t i, bool bf16) {
+  return bf16 ? vload(static_cast<const uint16_t*>(row) + i) : vload(static_cast<const float*>(row) + i);
+}
+#endif
+
+// q . k for a float32 query and a key row of T = float (float32) or uint16_t (bf16): 32 elements per
+// step, in 2 sums of 16 (AVX-512) or 4 of 8 (AVX2).
+template <typename T>
+static inline float dot_row(const float* q, const T* k, int64_t d) {
   int64_t i = 0;
   float acc = 0.f;
-  if (bf16) {
-    const uint16_t* k = static_cast<const uint16_t*>(row);
-#if defined(MP_AVX512)
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-    for (; i + 32 <= d; i += 32) {
-      s0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load16_bf16(k + i), s0);
-      s1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16), load16_bf16(k + i + 16), s1);
+#if defined(MP_VEC)
+  vec s0 = vzero(), s1 = vzero(), s2 = vzero(), s3 = vzero();
+  for (; i + 32 <= d; i += 32) {
+    s0 = vfmadd(vload(q + i), vload(k + i), s0);
+    s1 = vfmadd(vload(q + i + kW), vload(k + i + kW), s1);
+    if constexpr (kW == 8) {
+      s2 = vfmadd(vload(q + i + 16), vload(k + i + 16), s2);
+      s3 = vfmadd(vload(q + i + 24), vload(k + i + 24), s3);
     }
-    for (; i + 16 <= d; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load16_bf16(k + i), s0);
-    acc = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-#elif defined(MP_AVX2)
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-    for (; i + 32 <= d; i += 32) {
-      s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8_bf16(k + i), s0);
-      s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load8_bf16(k + i + 8), s1);
-      s2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 16), load8_bf16(k + i + 16), s2);
-      s3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 24), load8_bf16(k + i + 24), s3);
-    }
-    for (; i + 8 <= d; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8_bf16(k + i), s0);
-    acc = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-#endif
-    for (; i < d; ++i) acc += q[i] * bf16_to_f32(k[i]);
-  } else {
-    const float* k = static_cast<const float*>(row);
-#if defined(MP_AVX512)
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-    for (; i + 32 <= d; i += 32) {
-      s0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(k + i), s0);
-      s1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16), _mm512_loadu_ps(k + i + 16), s1);
-    }
-    for (; i + 16 <= d; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(k + i), s0);
-    acc = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-#elif defined(MP_AVX2)
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-    for (; i + 32 <= d; i += 32) {
-      s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), s0);
-      s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(k + i + 8), s1);
-      s2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 16), _mm256_loadu_ps(k + i + 16), s2);
-      s3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 24), _mm256_loadu_ps(k + i + 24), s3);
-    }
-    for (; i + 8 <= d; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), s0);
-    acc = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-#endif
-    for (; i < d; ++i) acc += q[i] * k[i];
   }
+  for (; i + kW <= d; i += kW) s0 = vfmadd(vload(q + i), vload(k + i), s0);
+  acc = kW == 8 ? vsum(vadd(vadd(s0, s1), vadd(s2, s3))) : vsum(vadd(s0, s1));
+#endif
+  for (; i < d; ++i) acc += q[i] * to_f32(k[i]);
   return acc;
+}
+
+static inline float dot_row(const float* q, const void* row, bool bf16, int64_t d) {
+  return bf16 ? dot_row(q, static_cast<const uint16_t*>(row), d) : dot_row(q, static_cast<const float*>(row), d);
 }
 
 // acc += sum_j w[j] * row_j over m float32 / bf16 value rows: a slice of the accumulator stays in
@@ -90,73 +96,34 @@ static inline float dot_row(const float* q, const void* row, bool bf16, int64_t 
 static inline void accumulate_rows(float* acc, const float* w, const char* const* rows, int64_t m, bool bf16,
                                    int64_t d) {
   int64_t i = 0;
-#if defined(MP_AVX512)
-  for (; i + 64 <= d; i += 64) {
-    __m512 a0 = _mm512_loadu_ps(acc + i), a1 = _mm512_loadu_ps(acc + i + 16),
-           a2 = _mm512_loadu_ps(acc + i + 32), a3 = _mm512_loadu_ps(acc + i + 48);
+#if defined(MP_VEC)
+  for (; i + 4 * kW <= d; i += 4 * kW) {
+    vec a0 = vload(acc + i), a1 = vload(acc + i + kW), a2 = vload(acc + i + 2 * kW), a3 = vload(acc + i + 3 * kW);
     for (int64_t j = 0; j < m; ++j) {
-      const __m512 vw = _mm512_set1_ps(w[j]);
+      const vec vw = vset1(w[j]);
       if (bf16) {
         const uint16_t* v = reinterpret_cast<const uint16_t*>(rows[j]) + i;
-        a0 = _mm512_fmadd_ps(vw, load16_bf16(v), a0);
-        a1 = _mm512_fmadd_ps(vw, load16_bf16(v + 16), a1);
-        a2 = _mm512_fmadd_ps(vw, load16_bf16(v + 32), a2);
-        a3 = _mm512_fmadd_ps(vw, load16_bf16(v + 48), a3);
+        a0 = vfmadd(vw, vload(v), a0);
+        a1 = vfmadd(vw, vload(v + kW), a1);
+        a2 = vfmadd(vw, vload(v + 2 * kW), a2);
+        a3 = vfmadd(vw, vload(v + 3 * kW), a3);
       } else {
         const float* v = reinterpret_cast<const float*>(rows[j]) + i;
-        a0 = _mm512_fmadd_ps(vw, _mm512_loadu_ps(v), a0);
-        a1 = _mm512_fmadd_ps(vw, _mm512_loadu_ps(v + 16), a1);
-        a2 = _mm512_fmadd_ps(vw, _mm512_loadu_ps(v + 32), a2);
-        a3 = _mm512_fmadd_ps(vw, _mm512_loadu_ps(v + 48), a3);
+        a0 = vfmadd(vw, vload(v), a0);
+        a1 = vfmadd(vw, vload(v + kW), a1);
+        a2 = vfmadd(vw, vload(v + 2 * kW), a2);
+        a3 = vfmadd(vw, vload(v + 3 * kW), a3);
       }
     }
-    _mm512_storeu_ps(acc + i, a0);
-    _mm512_storeu_ps(acc + i + 16, a1);
-    _mm512_storeu_ps(acc + i + 32, a2);
-    _mm512_storeu_ps(acc + i + 48, a3);
+    vstore(acc + i, a0);
+    vstore(acc + i + kW, a1);
+    vstore(acc + i + 2 * kW, a2);
+    vstore(acc + i + 3 * kW, a3);
   }
-  for (; i + 16 <= d; i += 16) {
-    __m512 a0 = _mm512_loadu_ps(acc + i);
-    for (int64_t j = 0; j < m; ++j) {
-      const __m512 x = bf16 ? load16_bf16(reinterpret_cast<const uint16_t*>(rows[j]) + i)
-                            : _mm512_loadu_ps(reinterpret_cast<const float*>(rows[j]) + i);
-      a0 = _mm512_fmadd_ps(_mm512_set1_ps(w[j]), x, a0);
-    }
-    _mm512_storeu_ps(acc + i, a0);
-  }
-#elif defined(MP_AVX2)
-  for (; i + 32 <= d; i += 32) {
-    __m256 a0 = _mm256_loadu_ps(acc + i), a1 = _mm256_loadu_ps(acc + i + 8),
-           a2 = _mm256_loadu_ps(acc + i + 16), a3 = _mm256_loadu_ps(acc + i + 24);
-    for (int64_t j = 0; j < m; ++j) {
-      const __m256 vw = _mm256_set1_ps(w[j]);
-      if (bf16) {
-        const uint16_t* v = reinterpret_cast<const uint16_t*>(rows[j]) + i;
-        a0 = _mm256_fmadd_ps(vw, load8_bf16(v), a0);
-        a1 = _mm256_fmadd_ps(vw, load8_bf16(v + 8), a1);
-        a2 = _mm256_fmadd_ps(vw, load8_bf16(v + 16), a2);
-        a3 = _mm256_fmadd_ps(vw, load8_bf16(v + 24), a3);
-      } else {
-        const float* v = reinterpret_cast<const float*>(rows[j]) + i;
-        a0 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v), a0);
-        a1 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 8), a1);
-        a2 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 16), a2);
-        a3 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 24), a3);
-      }
-    }
-    _mm256_storeu_ps(acc + i, a0);
-    _mm256_storeu_ps(acc + i + 8, a1);
-    _mm256_storeu_ps(acc + i + 16, a2);
-    _mm256_storeu_ps(acc + i + 24, a3);
-  }
-  for (; i + 8 <= d; i += 8) {
-    __m256 a0 = _mm256_loadu_ps(acc + i);
-    for (int64_t j = 0; j < m; ++j) {
-      const __m256 x = bf16 ? load8_bf16(reinterpret_cast<const uint16_t*>(rows[j]) + i)
-                            : _mm256_loadu_ps(reinterpret_cast<const float*>(rows[j]) + i);
-      a0 = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), x, a0);
-    }
-    _mm256_storeu_ps(acc + i, a0);
+  for (; i + kW <= d; i += kW) {
+    vec a0 = vload(acc + i);
+    for (int64_t j = 0; j < m; ++j) a0 = vfmadd(vset1(w[j]), vload_row(rows[j], i, bf16), a0);
+    vstore(acc + i, a0);
   }
 #endif
   for (; i < d; ++i) {
@@ -212,46 +179,39 @@ static inline void exp_inplace(float* x, int64_t n) {
   for (; i < n; ++i) x[i] = __builtin_expf(x[i]);
 }
 
-// q.k and |k|^2 in one read of a float32 / bf16 key row (the first head of a token needs both).
-static inline float dot_row_sumsq(const float* q, const void* row, bool bf16, int64_t d, float* sumsq) {
+// q.k and |k|^2 in one read of a key row of T = float / uint16_t (bf16) (the first head of a token needs
+// both): 16 elements per step, in 1 pair of sums (AVX-512) or 2 (AVX2).
+template <typename T>
+static inline float dot_row_sumsq(const float* q, const T* k, int64_t d, float* sumsq) {
   int64_t i = 0;
   float acc = 0.f, ss = 0.f;
-#if defined(MP_AVX512)
-  __m512 s0 = _mm512_setzero_ps(), n0 = _mm512_setzero_ps();
+#if defined(MP_VEC)
+  vec s0 = vzero(), s1 = vzero(), n0 = vzero(), n1 = vzero();
   for (; i + 16 <= d; i += 16) {
-    const __m512 x = bf16 ? load16_bf16(static_cast<const uint16_t*>(row) + i)
-                          : _mm512_loadu_ps(static_cast<const float*>(row) + i);
-    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), x, s0);
-    n0 = _mm512_fmadd_ps(x, x, n0);
-  }
-  acc = _mm512_reduce_add_ps(s0);
-  ss = _mm512_reduce_add_ps(n0);
-#elif defined(MP_AVX2)
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), n0 = _mm256_setzero_ps(), n1 = _mm256_setzero_ps();
-  for (; i + 16 <= d; i += 16) {
-    __m256 x0, x1;
-    if (bf16) {
-      x0 = load8_bf16(static_cast<const uint16_t*>(row) + i);
-      x1 = load8_bf16(static_cast<const uint16_t*>(row) + i + 8);
-    } else {
-      x0 = _mm256_loadu_ps(static_cast<const float*>(row) + i);
-      x1 = _mm256_loadu_ps(static_cast<const float*>(row) + i + 8);
+    const vec x0 = vload(k + i);
+    s0 = vfmadd(vload(q + i), x0, s0);
+    n0 = vfmadd(x0, x0, n0);
+    if constexpr (kW == 8) {
+      const vec x1 = vload(k + i + 8);
+      s1 = vfmadd(vload(q + i + 8), x1, s1);
+      n1 = vfmadd(x1, x1, n1);
     }
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), x0, s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), x1, s1);
-    n0 = _mm256_fmadd_ps(x0, x0, n0);
-    n1 = _mm256_fmadd_ps(x1, x1, n1);
   }
-  acc = hsum8(_mm256_add_ps(s0, s1));
-  ss = hsum8(_mm256_add_ps(n0, n1));
+  acc = vsum(kW == 8 ? vadd(s0, s1) : s0);
+  ss = vsum(kW == 8 ? vadd(n0, n1) : n0);
 #endif
   for (; i < d; ++i) {
-    const float x = bf16 ? bf16_to_f32(static_cast<const uint16_t*>(row)[i]) : static_cast<const float*>(row)[i];
+    const float x = to_f32(k[i]);
     acc += q[i] * x;
     ss += x * x;
   }
   *sumsq = ss;
   return acc;
+}
+
+static inline float dot_row_sumsq(const float* q, const void* row, bool bf16, int64_t d, float* sumsq) {
+  return bf16 ? dot_row_sumsq(q, static_cast<const uint16_t*>(row), d, sumsq)
+              : dot_row_sumsq(q, static_cast<const float*>(row), d, sumsq);
 }
 
 // The U tokens (ids sorted, masks = heads of the group that sampled each token) are read once, in
@@ -410,7 +370,7 @@ static inline void block_logits(const float* q, const char* K, int64_t k_row, in
       const char* row = K + t * k_row;
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
-        const __m512 x = bf16 ? load16_bf16(reinterpret_cast<const uint16_t*>(row) + 16 * c)
+        const __m512 x = bf16 ? vload(reinterpret_cast<const uint16_t*>(row) + 16 * c)
                               : _mm512_loadu_ps(reinterpret_cast<const float*>(row) + 16 * c);
         if (c % 2 == 0) s0 = _mm512_fmadd_ps(qv[c], x, s0);
         else s1 = _mm512_fmadd_ps(qv[c], x, s1);
@@ -427,9 +387,9 @@ static inline void block_logits(const float* q, const char* K, int64_t k_row, in
 // leaves it. Keys are read in order (the hardware prefetcher follows), blocks of kBlock tokens: the
 // logits of every head of the group (with AVX-512 and d = 64 or 128, head by head over the block's key
 // rows, which stay in L1: block_logits), then each head's accumulator over the block's value rows (still
-// in cache). Single-thread CPU time per (token, head) on warm data, AMD EPYC, before / after
-// block_logits, max_of and sum_of: 9/3 heads, d = 64, float32 6.65 / 5.2-5.4 ns; 14/2, d = 64: 5.9 / 4.8;
-// 32/8, d = 128: 11.3 / 9.2 (bfloat16 7.7 / 6.4, 7.4 / 6.2, 12.5 / 11.1).
+// in cache). Single-thread CPU time per (token, head) on warm data, AMD EPYC, with dot_row and scalar
+// max / sum instead of block_logits, max_of and sum_of / with them: 9/3 heads, d = 64, float32 6.65 /
+// 5.2-5.4 ns; 14/2, d = 64: 5.9 / 4.8; 32/8, d = 128: 11.3 / 9.2 (bfloat16 7.7 / 6.4, 7.4 / 6.2, 12.5 / 11.1).
 void exact_range(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t t1, float* part) {
   const int64_t d = a.d, G = a.H / a.Hkv, elt = a.bf16 ? 2 : 4;
   const char* K = static_cast<const char*>(a.k) + (b * a.k_stride[0] + kvh * a.k_stride[1]) * elt;

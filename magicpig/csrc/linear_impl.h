@@ -8,18 +8,6 @@
 // rows, and from L1 for the others (a decode step has one to a few input rows, so reading W is all the
 // memory traffic there is).
 
-#if defined(MP_AVX512)
-static inline __m512 load_w16(const void* w, int64_t i, bool bf16) {
-  return bf16 ? load16_bf16(static_cast<const uint16_t*>(w) + i)
-              : _mm512_loadu_ps(static_cast<const float*>(w) + i);
-}
-#elif defined(MP_AVX2)
-static inline __m256 load_w8(const void* w, int64_t i, bool bf16) {
-  return bf16 ? load8_bf16(static_cast<const uint16_t*>(w) + i)
-              : _mm256_loadu_ps(static_cast<const float*>(w) + i);
-}
-#endif
-
 static inline float weight_at(const void* w, int64_t i, bool bf16) {
   return bf16 ? bf16_to_f32(static_cast<const uint16_t*>(w)[i]) : static_cast<const float*>(w)[i];
 }
@@ -34,44 +22,25 @@ static inline void dot_row(const LinearArgs& a, const void* w, int64_t o, int64_
   const float* x = a.x + m0 * I;
   float sums[MR];
   int64_t i = 0;
-#if defined(MP_AVX512) || defined(MP_AVX2)
-#if defined(MP_AVX512)
-  using vec = __m512;
-  constexpr int64_t W = 16;
-  auto zero = [] { return _mm512_setzero_ps(); };
-  auto loadx = [](const float* p) { return _mm512_loadu_ps(p); };
-  auto loadw = [&](int64_t j) { return load_w16(w, j, a.w_bf16); };
-  auto fma = [](vec p, vec q, vec acc) { return _mm512_fmadd_ps(p, q, acc); };
-  auto add = [](vec p, vec q) { return _mm512_add_ps(p, q); };
-  auto hsum = [](vec v) { return _mm512_reduce_add_ps(v); };
-#else
-  using vec = __m256;
-  constexpr int64_t W = 8;
-  auto zero = [] { return _mm256_setzero_ps(); };
-  auto loadx = [](const float* p) { return _mm256_loadu_ps(p); };
-  auto loadw = [&](int64_t j) { return load_w8(w, j, a.w_bf16); };
-  auto fma = [](vec p, vec q, vec acc) { return _mm256_fmadd_ps(p, q, acc); };
-  auto add = [](vec p, vec q) { return _mm256_add_ps(p, q); };
-  auto hsum = [](vec v) { return hsum8(v); };
-#endif
+#if defined(MP_VEC)
   constexpr int U = MR >= 4 ? 1 : 4 / MR;  // partial sums per input row
   vec acc[MR][U];
   for (int m = 0; m < MR; ++m)
-    for (int u = 0; u < U; ++u) acc[m][u] = zero();
-  for (; i + U * W <= I; i += U * W) {
+    for (int u = 0; u < U; ++u) acc[m][u] = vzero();
+  for (; i + U * kW <= I; i += U * kW) {
     for (int u = 0; u < U; ++u) {
-      const vec wv = loadw(i + u * W);
-      for (int m = 0; m < MR; ++m) acc[m][u] = fma(wv, loadx(x + m * I + i + u * W), acc[m][u]);
+      const vec wv = vload_row(w, i + u * kW, a.w_bf16);
+      for (int m = 0; m < MR; ++m) acc[m][u] = vfmadd(wv, vload(x + m * I + i + u * kW), acc[m][u]);
     }
   }
-  for (; i + W <= I; i += W) {
-    const vec wv = loadw(i);
-    for (int m = 0; m < MR; ++m) acc[m][0] = fma(wv, loadx(x + m * I + i), acc[m][0]);
+  for (; i + kW <= I; i += kW) {
+    const vec wv = vload_row(w, i, a.w_bf16);
+    for (int m = 0; m < MR; ++m) acc[m][0] = vfmadd(wv, vload(x + m * I + i), acc[m][0]);
   }
   for (int m = 0; m < MR; ++m) {
     vec t = acc[m][0];
-    for (int u = 1; u < U; ++u) t = add(t, acc[m][u]);
-    sums[m] = hsum(t);
+    for (int u = 1; u < U; ++u) t = vadd(t, acc[m][u]);
+    sums[m] = vsum(t);
   }
 #else
   for (int m = 0; m < MR; ++m) sums[m] = 0.f;

@@ -78,13 +78,6 @@ struct AttendArgs {
 using AttendGroupFn = void (*)(const AttendArgs& a, int64_t b, int64_t kvh, const uint32_t* ids,
                                const uint64_t* masks, int64_t U, float* part);
 
-namespace scalar { void attend_group(const AttendArgs&, int64_t, int64_t, const uint32_t*, const uint64_t*,
-                                     int64_t, float*); }
-namespace avx2 { void attend_group(const AttendArgs&, int64_t, int64_t, const uint32_t*, const uint64_t*,
-                                   int64_t, float*); }
-namespace avx512 { void attend_group(const AttendArgs&, int64_t, int64_t, const uint32_t*,
-                                     const uint64_t*, int64_t, float*); }
-
 // Exact correction -ln(u + 1e-4) for one cosine (double-precision binomial tail, as magicpig.lsh).
 float exact_correction(float cos, int K, int L, int min_collisions);
 
@@ -110,9 +103,6 @@ struct ExactArgs {
   const float* prior_lse = nullptr;
 };
 using ExactRangeFn = void (*)(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t t1, float* part);
-namespace scalar { void exact_range(const ExactArgs&, int64_t, int64_t, int64_t, int64_t, float*); }
-namespace avx2 { void exact_range(const ExactArgs&, int64_t, int64_t, int64_t, int64_t, float*); }
-namespace avx512 { void exact_range(const ExactArgs&, int64_t, int64_t, int64_t, int64_t, float*); }
 
 // Kernel 5 driver: out (B, H, d) float32, lse (B, H) float32 (natural log; -inf and out = 0 when n = 0
 // and there is no prior; NaN for a head whose query holds a NaN or inf), merged with the prior result
@@ -143,9 +133,6 @@ struct LinearArgs {
   bool accumulate = false;  // y += x W^T + bias (a residual connection) instead of y =
 };
 constexpr int64_t kLinearRows = 16;  // output rows per scheduling unit (a 64-byte line of y per input row)
-namespace scalar { void linear_block(const LinearArgs&, int64_t o0, int64_t on); }
-namespace avx2 { void linear_block(const LinearArgs&, int64_t o0, int64_t on); }
-namespace avx512 { void linear_block(const LinearArgs&, int64_t o0, int64_t on); }
 // parts[0 .. count): layers computed in one parallel region, their rows split over the threads together.
 void linear(const LinearArgs* parts, int64_t count, int isa, int threads);
 
@@ -201,8 +188,24 @@ uint64_t stream_read(const void* data, int64_t nbytes, int threads);
 // a variant it lacks falls back as the kernels' do).
 uint64_t gather_rows(const void* data, int64_t row_bytes, const int64_t* rows, int64_t count, int prefetch,
                      int threads, int isa = -1);
-namespace scalar { uint64_t gather_rows(const void*, int64_t, const int64_t*, int64_t, int, int); }
-namespace avx2 { uint64_t gather_rows(const void*, int64_t, const int64_t*, int64_t, int, int); }
-namespace avx512 { uint64_t gather_rows(const void*, int64_t, const int64_t*, int64_t, int, int); }
+
+// The entry points of each ISA variant (isa_scalar.cpp, isa_avx2.cpp, isa_avx512.cpp: attend_impl.h,
+// linear_impl.h and probe_impl.h compiled for that instruction set). The drivers call a variant only when
+// cpu_supports() says this CPU runs it; off x86 the vector variants are scalar's.
+#define MP_VARIANT_ENTRY_POINTS                                                                    \
+  void attend_group(const AttendArgs&, int64_t, int64_t, const uint32_t*, const uint64_t*, int64_t, \
+                    float*);                                                                          \
+  void exact_range(const ExactArgs&, int64_t, int64_t, int64_t, int64_t, float*);                  \
+  void linear_block(const LinearArgs&, int64_t o0, int64_t on);                                     \
+  uint64_t gather_rows(const void*, int64_t, const int64_t*, int64_t, int, int);
+namespace scalar { MP_VARIANT_ENTRY_POINTS }
+#if defined(__x86_64__) || defined(__i386__)
+namespace avx2 { MP_VARIANT_ENTRY_POINTS }
+namespace avx512 { MP_VARIANT_ENTRY_POINTS }
+#else
+namespace avx2 = scalar;
+namespace avx512 = scalar;
+#endif
+#undef MP_VARIANT_ENTRY_POINTS
 
 }  // namespace magicpig

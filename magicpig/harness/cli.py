@@ -10,7 +10,7 @@ import importlib
 import pkgutil
 import sys
 
-from magicpig.cpu_env import check_env
+from magicpig.cpu.env import check_env
 from magicpig.harness import commands
 from magicpig.pidlock import LockHeld
 

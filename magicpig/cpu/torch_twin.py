@@ -17,7 +17,9 @@ import warnings
 
 import torch
 
-from magicpig import cpu, lsh
+from magicpig import lsh
+from magicpig.cpu import extension
+from magicpig.cpu.layer import OffloadedLayer
 from magicpig.methods.base import attend_logits, default_scale
 
 OFFLOAD_IMPLS = ("auto", "compiled", "torch")
@@ -123,9 +125,9 @@ def offload_layer_class(impl: str = "auto"):
         raise ValueError(f"offload_impl must be one of {', '.join(OFFLOAD_IMPLS)}, got {impl!r}")
     if impl == "torch":
         return TorchOffloadedLayer
-    if cpu.available():
-        cpu.load()
-        return cpu.OffloadedLayer
+    if extension.available():
+        extension.load()
+        return OffloadedLayer
     why = "magicpig.cpu.available() is False"
     if impl == "compiled":
         raise RuntimeError(f"the compiled CPU module is not usable here ({why}); use offload_impl='torch'")

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from magicpig import lsh
-from magicpig.backends import DEFAULT_BACKEND
+from magicpig.backends import DecodeOptions
 from magicpig.merge import merge_attention
 from magicpig.methods import AttentionResult, KeyLayout, MagicPIG
 from magicpig.methods.base import AttentionMethod, default_scale, masked_keys
@@ -526,22 +526,24 @@ class DecoderContext:
     """A cache's decoder settings, handed to ``AttentionMethod.make_decoder`` with the builders of the
     three decoders (so the methods never import this module, which imports them).
 
-    backend: ``reference`` or ``offload``; dense_layers: the layers that attend exactly
+    options: the decode's ``magicpig.backends.DecodeOptions`` (``backend``, ``concurrent``,
+    ``offload_dtype`` are read here); dense_layers: the layers that attend exactly
     (``method.dense_layer_set``); generator: for randomised methods (oracle), sparse layers only;
     offload_layer: () -> the CPU layer class of ``OffloadDecoder`` (called at the first offloaded layer or
     exact layer of a CPU model, whose ``exact_kernel`` then computes the exact parts; a GPU decode that
-    offloads nothing never builds the compiled module); concurrent / offload_dtype / timings /
-    projection_pool: see ``OffloadDecoder``.
+    offloads nothing never builds the compiled module); timings / projection_pool: see ``OffloadDecoder``.
     """
 
-    backend: str = DEFAULT_BACKEND
+    options: DecodeOptions = field(default_factory=DecodeOptions)
     dense_layers: frozenset[int] = frozenset()
     generator: torch.Generator | None = None
     offload_layer: Callable[[], type] | None = None
-    concurrent: bool = True
-    offload_dtype: torch.dtype | None = None
     timings: dict[str, float] = field(default_factory=dict)
     projection_pool: list = field(default_factory=list)
+
+    @property
+    def backend(self) -> str:
+        return self.options.backend
 
     def is_dense(self, layer_idx: int) -> bool:
         return layer_idx in self.dense_layers
@@ -567,5 +569,5 @@ class DecoderContext:
         """The heterogeneous device + CPU split of a MagicPIG sparse layer."""
         if self.offload_layer is None:
             raise RuntimeError("DecoderContext.offload: no offload_layer (the CPU layer class) was given")
-        return OffloadDecoder(method, k, v, layout, layer_idx, self.offload_layer(), self.concurrent,
-                              self.offload_dtype, self.timings, self.projection_pool)
+        return OffloadDecoder(method, k, v, layout, layer_idx, self.offload_layer(), self.options.concurrent,
+                              self.options.offload_dtype, self.timings, self.projection_pool)

@@ -3,9 +3,9 @@
 How it plugs in (no modeling file is copied or edited):
 
 * ``register()`` adds the function ``magicpig_attention`` to ``transformers.AttentionInterface`` under the
-  name ``"magicpig"`` and registers transformers' own ``sdpa_mask`` for that name in
-  ``ALL_MASK_ATTENTION_FUNCTIONS``, so the model builds the same boolean 4D mask (or ``None`` for a plain
-  causal pattern) as it does for ``sdpa``.
+  name ``"magicpig"`` and transformers' own ``sdpa_mask`` to ``AttentionMaskInterface`` under the same
+  name, so the model builds the same boolean 4D mask (or ``None`` for a plain causal pattern) as it does
+  for ``sdpa``. ``import magicpig`` registers (at once, or when transformers' model code loads).
 * Prefill (a query block longer than one token) is exact attention: SDPA over query blocks of
   ``PREFILL_BLOCK`` rows so a long prompt never materialises a full (n, n) score matrix.
 * Decode (one query token) is computed by the layer's decoder held in a ``magicpig.cache.MagicPIGCache``:
@@ -114,12 +114,10 @@ def register() -> None:
     if _registered:
         return
     from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     AttentionInterface.register(NAME, magicpig_attention)
-    AttentionMaskInterface.register(NAME, sdpa_mask)
-    if NAME not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:  # pragma: no cover - older layouts
-        ALL_MASK_ATTENTION_FUNCTIONS._global_mapping[NAME] = sdpa_mask
+    AttentionMaskInterface.register(NAME, sdpa_mask)  # class-wide: ALL_MASK_ATTENTION_FUNCTIONS sees it
     _registered = True
 
 

@@ -18,7 +18,7 @@ for end in "==$low" "$range"; do
     venv="$root/venv"
     rm -rf "$venv"
     "$PYTHON" -m venv "$venv"
-    "$venv/bin/pip" install -q "$TORCH" "transformers$end" pytest pyyaml ninja
+    "$venv/bin/pip" install -q "$TORCH" "transformers$end" pytest pyyaml ninja psutil
     version=$("$venv/bin/python" -c "import transformers; print(transformers.__version__)")
     echo "== transformers $version (transformers$end), $TORCH"
     if PYTHONPATH="$PWD" "$venv/bin/python" -m pytest -q -p no:cacheprovider "${TESTS[@]}"; then

@@ -5,9 +5,9 @@ transformers only where the caller already has. It makes ``attn_implementation="
 transformers (``magicpig.attention.register``), at once or when transformers' model code loads.
 """
 from magicpig.attention import patch, register_when_transformers_loads
-from magicpig.backends import DecodeOptions
 from magicpig.methods import AttentionResult, KeyLayout, METHODS, parse_method
 from magicpig.merge import merge_attention
+from magicpig.options import DecodeOptions
 
 __version__ = "0.1.0"
 __all__ = ["AttentionResult", "DecodeOptions", "KeyLayout", "METHODS", "merge_attention", "parse_method",

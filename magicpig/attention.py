@@ -38,8 +38,9 @@ import torch
 import torch.nn.functional as F
 
 from magicpig.active_layer import get_active
-from magicpig.backends import DEFAULT_BACKEND, DecodeOptions
+from magicpig.backends import DEFAULT_BACKEND
 from magicpig.methods import AttentionMethod
+from magicpig.options import DecodeOptions
 
 NAME = "magicpig"
 PREFILL_BLOCK = 1024  # query rows per SDPA call during prefill

@@ -18,10 +18,11 @@ import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 from magicpig.active_layer import set_active
-from magicpig.backends import DEFAULT_BACKEND, DecodeOptions
+from magicpig.backends import DEFAULT_BACKEND
 from magicpig.cpu_torch import offload_layer_class
 from magicpig.decoders import TIMING_KEYS, DecoderContext
 from magicpig.methods import AttentionMethod, KeyLayout, parse_method
+from magicpig.options import DecodeOptions
 
 
 class MagicPIGLayer(DynamicLayer):

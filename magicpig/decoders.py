@@ -43,7 +43,6 @@ import torch
 import torch.nn.functional as F
 
 from magicpig import lsh
-from magicpig.backends import DecodeOptions
 from magicpig.merge import merge_attention
 from magicpig.methods import AttentionResult, KeyLayout, MagicPIG
 from magicpig.methods.base import AttentionMethod, default_scale, masked_keys
@@ -526,15 +525,15 @@ class DecoderContext:
     """A cache's decoder settings, handed to ``AttentionMethod.make_decoder`` with the builders of the
     three decoders (so the methods never import this module, which imports them).
 
-    options: the decode's ``magicpig.backends.DecodeOptions`` (``backend``, ``concurrent``,
-    ``offload_dtype`` are read here); dense_layers: the layers that attend exactly
+    options: the decode's ``magicpig.options.DecodeOptions`` (``backend``, ``concurrent``,
+    ``offload_dtype`` are read here; not imported, as that module imports this one); dense_layers: the layers that attend exactly
     (``method.dense_layer_set``); generator: for randomised methods (oracle), sparse layers only;
     offload_layer: () -> the CPU layer class of ``OffloadDecoder`` (called at the first offloaded layer or
     exact layer of a CPU model, whose ``exact_kernel`` then computes the exact parts; a GPU decode that
     offloads nothing never builds the compiled module); timings / projection_pool: see ``OffloadDecoder``.
     """
 
-    options: DecodeOptions = field(default_factory=DecodeOptions)
+    options: Any
     dense_layers: frozenset[int] = frozenset()
     generator: torch.Generator | None = None
     offload_layer: Callable[[], type] | None = None

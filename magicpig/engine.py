@@ -41,13 +41,14 @@ import torch
 
 from magicpig import attention as _attention
 from magicpig.active_layer import clear_active
-from magicpig.backends import DEFAULT_BACKEND, DecodeOptions
+from magicpig.backends import DEFAULT_BACKEND
 from magicpig.cache import CostMeter, MagicPIGCache
 from magicpig.cpu_torch import offload_layer_class
 from magicpig.decode_forward import DecodeForward, unsupported_reason
 from magicpig.decode_linear import decode_linears, resolve_linear_impl
 from magicpig.methods import AttentionMethod, KeyLayout, parse_method
 from magicpig.models import max_context
+from magicpig.options import DecodeOptions
 
 
 @dataclass

@@ -118,7 +118,7 @@ def test_attn_implementation_magicpig_after_import_magicpig():
 
 
 @pytest.mark.parametrize("obj", ["magicpig.attention.patch", "magicpig.engine.Engine",
-                                 "magicpig.methods.registry.parse_method", "magicpig.backends.DecodeOptions"])
+                                 "magicpig.methods.registry.parse_method", "magicpig.options.DecodeOptions"])
 def test_docstring_examples_run(obj):
     import importlib
 

@@ -94,7 +94,7 @@ def test_attn_implementation_magicpig_after_import_magicpig():
     transformers' model code), then `from_config(..., attn_implementation="magicpig")` decodes with an
     explicit MagicPIGCache and its tokens equal the sdpa model's with the dense method."""
     code = textwrap.dedent("""
-        import sys
+        import inspect, sys
         import magicpig
         assert "transformers.modeling_utils" not in sys.modules
         import torch
@@ -108,7 +108,8 @@ def test_attn_implementation_magicpig_after_import_magicpig():
         assert hooked.config._attn_implementation == "magicpig"
         ids = torch.randint(3, 64, (1, 40))
         want = sdpa.generate(ids, max_new_tokens=5, do_sample=False)
-        got = hooked.generate(ids, max_new_tokens=5, do_sample=False, cache=magicpig.MagicPIGCache(hooked, "dense"))
+        kw = "cache" if "cache" in inspect.signature(hooked.forward).parameters else "past_key_values"
+        got = hooked.generate(ids, max_new_tokens=5, do_sample=False, **{kw: magicpig.MagicPIGCache(hooked, "dense")})
         assert torch.equal(want, got)
         print("ok")
     """)

@@ -526,11 +526,12 @@ class DecoderContext:
     three decoders (so the methods never import this module, which imports them).
 
     options: the decode's ``magicpig.options.DecodeOptions`` (``backend``, ``concurrent``,
-    ``offload_dtype`` are read here; not imported, as that module imports this one); dense_layers: the layers that attend exactly
-    (``method.dense_layer_set``); generator: for randomised methods (oracle), sparse layers only;
-    offload_layer: () -> the CPU layer class of ``OffloadDecoder`` (called at the first offloaded layer or
-    exact layer of a CPU model, whose ``exact_kernel`` then computes the exact parts; a GPU decode that
-    offloads nothing never builds the compiled module); timings / projection_pool: see ``OffloadDecoder``.
+    ``offload_dtype`` are read here; not imported, as that module imports this one); dense_layers: the
+    layers that attend exactly (``method.dense_layer_set``); generator: for randomised methods (oracle),
+    sparse layers only; offload_layer: () -> the CPU layer class of ``OffloadDecoder`` (called at the first
+    offloaded layer or exact layer of a CPU model, whose ``exact_kernel`` then computes the exact parts; a
+    GPU decode that offloads nothing never builds the compiled module); timings / projection_pool: see
+    ``OffloadDecoder``.
     """
 
     options: Any

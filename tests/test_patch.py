@@ -25,7 +25,8 @@ def _magicpig_state(model) -> dict:
     """Everything patch may leave behind on the model."""
     return {"class": type(model), "attn": model.config._attn_implementation,
             "config": {k: v for k, v in vars(model.config).items() if k.startswith("magicpig")},
-            "attrs": sorted(k for k in vars(model) if k.startswith("_magicpig") or k == "_prepare_cache_for_generation")}
+            "attrs": sorted(k for k in vars(model)
+                            if k.startswith("_magicpig") or k == "_prepare_cache_for_generation")}
 
 
 def test_with_patch_decodes_with_magicpig_and_restores_the_model():

@@ -7,7 +7,7 @@ CORES ?= all
 # torch's CPU-only wheels (about 200 MB; PyPI's default torch build for Linux is the CUDA one, several GB)
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup test reproduce smoke lint clean-results gpu-check slurm-check
+.PHONY: setup test reproduce smoke lint clean-results gpu-check slurm-check check-transformers
 
 setup: $(STAMP)
 
@@ -54,6 +54,11 @@ lint: setup
 
 clean-results:
 	rm -rf results figures/generated
+
+# The library's tests under the oldest and the newest transformers that pyproject.toml allows, each in a
+# throwaway virtualenv (bench/check_transformers.sh; minutes, so not part of `make test`).
+check-transformers:
+	bash bench/check_transformers.sh
 
 # One CUDA GPU, no network, under 8 minutes: CUDA tests + the throughput experiment on a shape-only
 # Llama-3.1-8B (bench/gpu_check.sh). Installs nothing; PYTHON=... picks the interpreter (default

@@ -3,9 +3,9 @@
 How it plugs in (no modeling file is copied or edited):
 
 * ``register()`` adds the function ``magicpig_attention`` to ``transformers.AttentionInterface`` under the
-  name ``"magicpig"`` and registers transformers' own ``sdpa_mask`` for that name in
-  ``ALL_MASK_ATTENTION_FUNCTIONS``, so the model builds the same boolean 4D mask (or ``None`` for a plain
-  causal pattern) as it does for ``sdpa``.
+  name ``"magicpig"`` and transformers' own ``sdpa_mask`` to ``AttentionMaskInterface`` under the same
+  name, so the model builds the same boolean 4D mask (or ``None`` for a plain causal pattern) as it does
+  for ``sdpa``. ``import magicpig`` registers (at once, or when transformers' model code loads).
 * Prefill (a query block longer than one token) is exact attention: SDPA over query blocks of
   ``PREFILL_BLOCK`` rows so a long prompt never materialises a full (n, n) score matrix.
 * Decode (one query token) is computed by the layer's decoder held in a ``magicpig.cache.MagicPIGCache``:
@@ -13,25 +13,34 @@ How it plugs in (no modeling file is copied or edited):
   The cache's ``update`` runs right before the attention call of the same layer and marks that layer as
   active for the current thread (``magicpig.active_layer``); the attention function reads it from there.
 * ``patch(model, method, backend=...)`` switches a loaded model to the hook and makes ``model.generate``
-  create a ``MagicPIGCache`` with that method when the caller passes none.
+  create a ``MagicPIGCache`` with that method when the caller passes none; as a context manager it
+  switches the model back when the block ends.
 
 Usage::
 
     import magicpig
     model = AutoModelForCausalLM.from_pretrained(path)
-    magicpig.patch(model, "magicpig:K=10,L=150", backend="offload")
-    out = model.generate(input_ids, max_new_tokens=32)
+    with magicpig.patch(model, "magicpig:K=10,L=150", backend="offload"):
+        out = model.generate(input_ids, max_new_tokens=32)
+    # or, at load time, with an explicit cache:
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="magicpig")
+    out = model.generate(input_ids, max_new_tokens=32, cache=magicpig.MagicPIGCache(model, "magicpig"))
 """
 from __future__ import annotations
 
-import types
+import importlib.abc
+import importlib.machinery
+import inspect
+import sys
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from magicpig.active_layer import get_active
-from magicpig.backends import DEFAULT_BACKEND, check_backend
+from magicpig.backends import DEFAULT_BACKEND
+from magicpig.methods import AttentionMethod
+from magicpig.options import DecodeOptions
 
 NAME = "magicpig"
 PREFILL_BLOCK = 1024  # query rows per SDPA call during prefill
@@ -106,13 +115,55 @@ def register() -> None:
     if _registered:
         return
     from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     AttentionInterface.register(NAME, magicpig_attention)
-    AttentionMaskInterface.register(NAME, sdpa_mask)
-    if NAME not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:  # pragma: no cover - older layouts
-        ALL_MASK_ATTENTION_FUNCTIONS._global_mapping[NAME] = sdpa_mask
+    AttentionMaskInterface.register(NAME, sdpa_mask)  # class-wide: ALL_MASK_ATTENTION_FUNCTIONS sees it
     _registered = True
+
+
+_INTERFACE_MODULE = "transformers.modeling_utils"  # defines AttentionInterface; every model class imports it
+
+
+def register_when_transformers_loads() -> None:
+    """``register()`` now if transformers' model code is loaded, else right after it loads (an import hook
+    that removes itself), so that ``attn_implementation="magicpig"`` works after ``import magicpig``
+    while that import stays free of transformers (whose model code takes seconds to import)."""
+    if _INTERFACE_MODULE in sys.modules:
+        register()
+    elif not any(isinstance(finder, _RegisterAfterImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterAfterImport())
+
+
+class _RegisterAfterImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: hands ``transformers.modeling_utils`` a loader that registers after it runs."""
+
+    def find_spec(self, name, path, target=None):
+        if name != _INTERFACE_MODULE:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _RegisteringLoader(spec.loader)
+        return spec
+
+
+class _RegisteringLoader(importlib.abc.Loader):
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):  # get_source, get_filename, ... of the wrapped loader
+        return getattr(self.inner, name)
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self.inner.exec_module(module)
+        try:
+            register()
+        except ImportError:  # a transformers without these interfaces: use_hook() reports it when used
+            pass
 
 
 def use_hook(model) -> None:
@@ -127,33 +178,120 @@ def use_hook(model) -> None:
                          "(it does not use transformers' AttentionInterface)")
 
 
-def patch(model, method: Any = "magicpig", backend: str = DEFAULT_BACKEND, **cache_kwargs):
-    """One line to make ``model.generate`` decode with ``method`` (an AttentionMethod or spec string).
+# ---- magicpig.patch: switch a loaded model, and switch it back ------------------------------------------
+_MISSING = object()
+_CONFIG_ATTRS = ("magicpig_method", "magicpig_backend")  # written on the config, so a saved config says so
+_UNDO, _ENTERED = "_magicpig_undo", "_magicpig_entered"  # the saved states, the `with` blocks' indices in it
+
+
+class _Patched:
+    """Mixed in front of a patched model's class (``_patched_class``): ``generate`` gets a
+    ``MagicPIGCache`` with the patch's method and options when the caller passes no cache, and a
+    ``with`` block around ``patch`` restores the model on exit."""
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        if model_kwargs.get("cache") is None and model_kwargs.get("past_key_values") is None \
+                and generation_config.use_cache is not False:
+            from magicpig.cache import MagicPIGCache
+
+            settings = self._magicpig
+            key = "cache" if "cache" in inspect.signature(self.forward).parameters else "past_key_values"
+            model_kwargs[key] = MagicPIGCache(self, settings["method"], options=settings["options"],
+                                              generator=settings["generator"])
+        return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+
+    def __enter__(self):
+        self.__dict__.setdefault(_ENTERED, []).append(len(self.__dict__[_UNDO]) - 1)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        index = self.__dict__[_ENTERED].pop()
+        undo = self.__dict__[_UNDO]
+        state = undo[index]
+        del undo[index:]
+        _restore(self, state)
+        return False
+
+
+_patched_classes: dict[type, type] = {}
+
+
+def _patched_class(cls: type) -> type:
+    """``cls`` with ``_Patched`` in front, under the same name and module (so ``save_pretrained`` records
+    the original architecture and transformers' checks of the class's source file read the model's)."""
+    if issubclass(cls, _Patched):
+        return cls
+    if cls not in _patched_classes:
+        _patched_classes[cls] = type(cls.__name__, (_Patched, cls),
+                                     {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    return _patched_classes[cls]
+
+
+def _snapshot(model) -> dict:
+    """What ``patch`` changes on ``model``: its class, attention implementation, the config attributes it
+    writes and the model's ``_magicpig*`` attributes (but the undo records themselves)."""
+    return {"class": type(model), "attn": model.config._attn_implementation,
+            "config": {name: model.config.__dict__.get(name, _MISSING) for name in _CONFIG_ATTRS},
+            "attrs": {name: value for name, value in model.__dict__.items()
+                      if name.startswith("_magicpig") and name not in (_UNDO, _ENTERED)}}
+
+
+def _restore(model, state: dict) -> None:
+    model.__class__ = state["class"]
+    if model.config._attn_implementation != state["attn"]:
+        model.set_attn_implementation(state["attn"])
+    for name, value in state["config"].items():
+        if value is _MISSING:
+            model.config.__dict__.pop(name, None)
+        else:
+            setattr(model.config, name, value)
+    for name in [n for n in model.__dict__ if n.startswith("_magicpig") and n not in (_UNDO, _ENTERED)]:
+        del model.__dict__[name]
+    model.__dict__.update(state["attrs"])
+    if not model.__dict__.get(_UNDO) and not model.__dict__.get(_ENTERED):
+        model.__dict__.pop(_UNDO, None)
+        model.__dict__.pop(_ENTERED, None)
+
+
+def patch(model, method: AttentionMethod | str = "magicpig", backend: str = DEFAULT_BACKEND, *,
+          generator: torch.Generator | None = None, offload_impl: str = "auto", concurrent: bool = True,
+          offload_dtype: Any = None, options: DecodeOptions | None = None):
+    """Make ``model.generate`` decode with ``method`` (an AttentionMethod or spec string); returns ``model``.
 
     backend: ``reference`` (everything on the model's device, pure torch) or ``offload`` (MagicPIG's
-    heterogeneous split: offloaded keys/values and hash tables in CPU memory, computed by the CPU module).
-    Extra keyword arguments go to ``MagicPIGCache``. Returns the model.
+    heterogeneous split: offloaded keys/values and hash tables in CPU memory, computed by the CPU module);
+    offload_impl / concurrent / offload_dtype: see ``DecodeOptions`` (or pass ``options``; its ``linear``
+    and ``forward`` do not apply to ``generate``); generator: for randomised methods (oracle).
+
+    The model switches to the ``"magicpig"`` attention implementation and ``generate`` creates a
+    ``MagicPIGCache`` whenever the caller passes no cache. Used as a context manager, the patch is undone
+    when the block ends: the model's class, attention implementation, config and attributes are as before.
+    Called alone it stays in place. The patched model is an instance of a subclass of its class with the
+    same name (``type(model)`` differs; ``isinstance`` holds).
+
+    >>> import torch, transformers, magicpig
+    >>> _ = torch.manual_seed(0)
+    >>> config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+    ...                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    >>> model = transformers.LlamaForCausalLM(config).eval()
+    >>> ids = torch.randint(3, 64, (1, 200))
+    >>> with magicpig.patch(model, "magicpig:K=4,L=8,sinks=2,local=8"):
+    ...     out = model.generate(ids, max_new_tokens=4, do_sample=False, return_dict_in_generate=True)
+    >>> type(out.past_key_values).__name__, out.sequences.shape[1]
+    ('MagicPIGCache', 204)
+    >>> model.config._attn_implementation  # restored
+    'sdpa'
     """
-    from magicpig.cache import MagicPIGCache
     from magicpig.methods import parse_method
 
-    check_backend(backend)
+    options = DecodeOptions.of(options, backend=backend, offload_impl=offload_impl, concurrent=concurrent,
+                               offload_dtype=offload_dtype)
     method = parse_method(method)
+    state = _snapshot(model)
     use_hook(model)
-    model._magicpig = {"method": method, "backend": backend, **cache_kwargs}
+    model.__class__ = _patched_class(type(model))
+    model.__dict__.setdefault(_UNDO, []).append(state)
+    model._magicpig = {"method": method, "options": options, "generator": generator}
     model.config.magicpig_method = method.spec()
-    model.config.magicpig_backend = backend
-    if not getattr(model, "_magicpig_patched", False):
-        original = model._prepare_cache_for_generation
-
-        def _prepare_cache(self, generation_config, model_kwargs, *args, **kwargs):
-            if model_kwargs.get("cache") is None and model_kwargs.get("past_key_values") is None \
-                    and generation_config.use_cache is not False:
-                settings = dict(self._magicpig)
-                model_kwargs["cache"] = MagicPIGCache(self, settings.pop("method"), settings.pop("backend"),
-                                                      **settings)
-            return original(generation_config, model_kwargs, *args, **kwargs)
-
-        model._prepare_cache_for_generation = types.MethodType(_prepare_cache, model)
-        model._magicpig_patched = True
+    model.config.magicpig_backend = options.backend
     return model

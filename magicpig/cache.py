@@ -18,10 +18,11 @@ import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 from magicpig.active_layer import set_active
-from magicpig.backends import DEFAULT_BACKEND, check_backend
-from magicpig.cpu.torch_twin import OFFLOAD_IMPLS, offload_layer_class
-from magicpig.decoders import TIMING_KEYS, DecoderContext, offload_dtype_of
-from magicpig.methods import KeyLayout, parse_method
+from magicpig.backends import DEFAULT_BACKEND
+from magicpig.cpu.torch_twin import offload_layer_class
+from magicpig.decoders import TIMING_KEYS, DecoderContext
+from magicpig.methods import AttentionMethod, KeyLayout, parse_method
+from magicpig.options import DecodeOptions
 
 
 class MagicPIGLayer(DynamicLayer):
@@ -55,11 +56,11 @@ class MagicPIGLayer(DynamicLayer):
 class MagicPIGCache(Cache):
     """transformers Cache that decodes with ``method``.
 
-    model: a transformers model (or its config); method: AttentionMethod or spec string; backend:
-    ``reference`` or ``offload``; generator: torch.Generator for randomised methods (oracle);
-    prefill_only: never switch to decoding (the engine's prefill cache); offload_impl (``OFFLOAD_IMPLS``:
-    which CPU layer class, resolved at the first offloaded layer) / concurrent / offload_dtype
-    ("float32", "bfloat16" or None = by the model's dtype): see ``magicpig.decoders.OffloadDecoder``.
+    model: a transformers model (or its config); method: AttentionMethod or spec string; options: the
+    decode's ``DecodeOptions`` (or its fields ``backend``, ``offload_impl``, ``concurrent``,
+    ``offload_dtype`` as keyword arguments: the CPU layer class is resolved at the first offloaded layer;
+    see ``magicpig.decoders.OffloadDecoder``); generator: torch.Generator for randomised methods (oracle);
+    prefill_only: never switch to decoding (the engine's prefill cache).
 
     Each layer's decoder is the method's choice (``method.make_decoder``); ``layer_decoders`` names them.
 
@@ -73,12 +74,12 @@ class MagicPIGCache(Cache):
     used/candidates per row, averaged over heads; ``pop_step()`` returns the mean over sparse layers.
     """
 
-    def __init__(self, model, method: Any = "magicpig", backend: str = DEFAULT_BACKEND, *,
+    def __init__(self, model, method: AttentionMethod | str = "magicpig", backend: str = DEFAULT_BACKEND, *,
                  generator: torch.Generator | None = None, prefill_only: bool = False,
-                 offload_impl: str = "auto", concurrent: bool = True, offload_dtype: Any = None):
-        check_backend(backend)
-        if offload_impl not in OFFLOAD_IMPLS:
-            raise ValueError(f"offload_impl must be one of {', '.join(OFFLOAD_IMPLS)}, got {offload_impl!r}")
+                 offload_impl: str = "auto", concurrent: bool = True, offload_dtype: Any = None,
+                 options: DecodeOptions | None = None):
+        self.options = DecodeOptions.of(options, backend=backend, offload_impl=offload_impl, concurrent=concurrent,
+                                        offload_dtype=offload_dtype)
         config = getattr(model, "config", model)
         config = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
         self.num_layers = int(config.num_hidden_layers)
@@ -88,21 +89,20 @@ class MagicPIGCache(Cache):
                 f"model config has sliding_window={getattr(config, 'sliding_window', None)} (sliding-window "
                 "attention layers); MagicPIG decodes full-attention layers only: load the model with "
                 "sliding_window=None (and use_sliding_window=False for Qwen2)")
-        self.offload_dtype = offload_dtype_of(offload_dtype)
         self.method = parse_method(method)
-        self.backend = backend
         self.generator = generator
         self.prefill_only = prefill_only
-        self.offload_impl = offload_impl
-        self.concurrent = concurrent
         self.timings: dict[str, float] = {key: 0.0 for key in TIMING_KEYS}
         self.dense_layers = self.method.dense_layer_set(self.num_layers)
-        self.context = DecoderContext(backend=backend, dense_layers=self.dense_layers, generator=generator,
-                                      offload_layer=lambda: offload_layer_class(offload_impl),
-                                      concurrent=concurrent, offload_dtype=self.offload_dtype,
-                                      timings=self.timings)
+        impl = self.options.offload_impl
+        self.context = DecoderContext(options=self.options, dense_layers=self.dense_layers, generator=generator,
+                                      offload_layer=lambda: offload_layer_class(impl), timings=self.timings)
         self._step: list[tuple[torch.Tensor, torch.Tensor, Any]] = []  # (used, candidates, cost1) per layer
         super().__init__(layers=[MagicPIGLayer(self, i) for i in range(self.num_layers)])
+
+    @property
+    def backend(self) -> str:
+        return self.options.backend
 
     # -- building decoders -----------------------------------------------------------------------------
     def is_sparse(self, layer_idx: int) -> bool:
@@ -175,15 +175,6 @@ class MagicPIGCache(Cache):
         cost1 = sum(float(c) for _, _, c in self._step) / len(self._step)
         self._step = []
         return cost2, cost1
-
-    def memory(self) -> dict[str, int]:
-        """Bytes held on the device and in CPU memory by the decoders."""
-        total = {"device": 0, "cpu": 0}
-        for layer in self.layers:
-            if layer.decoder is not None:
-                for key, val in layer.decoder.nbytes().items():
-                    total[key] += val
-        return total
 
 
 class CostMeter:

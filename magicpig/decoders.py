@@ -15,7 +15,7 @@ given a ``DecoderContext``):
   key (centred with the same c) stay on the device, in the model's dtype, and are attended exactly by
   the fused kernel; the offloaded keys/values and their hash tables move to CPU memory and are attended
   by the CPU layer (``magicpig.cpu.OffloadedLayer`` or its torch twin
-  ``magicpig.cpu_torch.TorchOffloadedLayer``); the two partial results merge by log-sum-exp. On a GPU
+  ``magicpig.cpu.torch_twin.TorchOffloadedLayer``); the two partial results merge by log-sum-exp. On a GPU
   the query and its codes go to pinned host buffers with non-blocking copies, the static part is queued
   on the GPU before the CPU part runs (so the two overlap; a CUDA event, not a device synchronize, tells
   the CPU part when its inputs have arrived), and the CPU results come back the same way. On a CPU model
@@ -43,7 +43,6 @@ import torch
 import torch.nn.functional as F
 
 from magicpig import lsh
-from magicpig.backends import DEFAULT_BACKEND
 from magicpig.merge import merge_attention
 from magicpig.methods import AttentionResult, KeyLayout, MagicPIG
 from magicpig.methods.base import AttentionMethod, default_scale, masked_keys
@@ -322,7 +321,7 @@ class OffloadDecoder:
 
     k, v: (B, H_kv, n0, d) prefill keys/values on the model's device (not modified); layout: their
     KeyLayout. layer_class: the class that holds the offloaded keys in CPU memory (``magicpig.cpu
-    .OffloadedLayer``, or ``magicpig.cpu_torch.TorchOffloadedLayer``; ``cpu_torch.offload_layer_class``
+    .OffloadedLayer``, or ``magicpig.cpu.torch_twin.TorchOffloadedLayer``; ``cpu.torch_twin.offload_layer_class``
     picks one by name). Its protocol: ``from_prefill(k, v, center, projections, lo, counts, K, L, dtype,
     min_collisions=...)`` -> layer with ``query_hasher(projections, pool)``, ``attend(q, q_codes,
     min_collisions, scale, timings=...)`` and ``nbytes``; optionally ``attend_checked(q, q_codes, scale,
@@ -526,22 +525,25 @@ class DecoderContext:
     """A cache's decoder settings, handed to ``AttentionMethod.make_decoder`` with the builders of the
     three decoders (so the methods never import this module, which imports them).
 
-    backend: ``reference`` or ``offload``; dense_layers: the layers that attend exactly
-    (``method.dense_layer_set``); generator: for randomised methods (oracle), sparse layers only;
-    offload_layer: () -> the CPU layer class of ``OffloadDecoder`` (called at the first offloaded layer or
-    exact layer of a CPU model, whose ``exact_kernel`` then computes the exact parts; a GPU decode that
-    offloads nothing never builds the compiled module); concurrent / offload_dtype / timings /
-    projection_pool: see ``OffloadDecoder``.
+    options: the decode's ``magicpig.options.DecodeOptions`` (``backend``, ``concurrent``,
+    ``offload_dtype`` are read here; not imported, as that module imports this one); dense_layers: the
+    layers that attend exactly (``method.dense_layer_set``); generator: for randomised methods (oracle),
+    sparse layers only; offload_layer: () -> the CPU layer class of ``OffloadDecoder`` (called at the first
+    offloaded layer or exact layer of a CPU model, whose ``exact_kernel`` then computes the exact parts; a
+    GPU decode that offloads nothing never builds the compiled module); timings / projection_pool: see
+    ``OffloadDecoder``.
     """
 
-    backend: str = DEFAULT_BACKEND
+    options: Any
     dense_layers: frozenset[int] = frozenset()
     generator: torch.Generator | None = None
     offload_layer: Callable[[], type] | None = None
-    concurrent: bool = True
-    offload_dtype: torch.dtype | None = None
     timings: dict[str, float] = field(default_factory=dict)
     projection_pool: list = field(default_factory=list)
+
+    @property
+    def backend(self) -> str:
+        return self.options.backend
 
     def is_dense(self, layer_idx: int) -> bool:
         return layer_idx in self.dense_layers
@@ -567,5 +569,5 @@ class DecoderContext:
         """The heterogeneous device + CPU split of a MagicPIG sparse layer."""
         if self.offload_layer is None:
             raise RuntimeError("DecoderContext.offload: no offload_layer (the CPU layer class) was given")
-        return OffloadDecoder(method, k, v, layout, layer_idx, self.offload_layer(), self.concurrent,
-                              self.offload_dtype, self.timings, self.projection_pool)
+        return OffloadDecoder(method, k, v, layout, layer_idx, self.offload_layer(), self.options.concurrent,
+                              self.options.offload_dtype, self.timings, self.projection_pool)

@@ -4,6 +4,7 @@ API contract (other modules, e.g. ``magicpig eval``, code against exactly this):
 
     from magicpig.engine import Engine, GenerationConfig, GenerationResult
     engine = Engine(model, tokenizer, backend="reference")          # or "offload"
+    engine = Engine(model, tokenizer, options=DecodeOptions(backend="offload", offload_dtype="bfloat16"))
     pre = engine.prefill(prompt_ids)   # list[int] (one prompt) or list[list[int]] (a batch); exact prefill
     results = engine.decode(pre, method, GenerationConfig(max_new_tokens=32, stop=["\\n"], do_sample=False,
                             seed=0), continuation_ids=None)
@@ -29,6 +30,7 @@ sparse layers and those steps (Cost2 of the paper), ``cost1`` the method's searc
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 import time
 from contextlib import nullcontext
@@ -39,14 +41,14 @@ import torch
 
 from magicpig import attention as _attention
 from magicpig.active_layer import clear_active
-from magicpig.backends import DEFAULT_BACKEND, check_backend
+from magicpig.backends import DEFAULT_BACKEND
 from magicpig.cache import CostMeter, MagicPIGCache
-from magicpig.cpu.torch_twin import OFFLOAD_IMPLS, offload_layer_class
-from magicpig.decode_forward import DecodeForward, check_forward_impl, unsupported_reason
-from magicpig.decode_linear import check_linear_impl, decode_linears, resolve_linear_impl
-from magicpig.decoders import offload_dtype_of
+from magicpig.cpu.torch_twin import offload_layer_class
+from magicpig.decode_forward import DecodeForward, unsupported_reason
+from magicpig.decode_linear import decode_linears, resolve_linear_impl
 from magicpig.methods import AttentionMethod, KeyLayout, parse_method
 from magicpig.models import max_context
+from magicpig.options import DecodeOptions
 
 
 @dataclass
@@ -165,58 +167,126 @@ def _rows(ids: Any, what: str) -> list[list[int]]:
     return rows
 
 
+class StopStrings:
+    """Finds the first stop string in one row's answer as its tokens arrive, decoding only the tail.
+
+    ``check(tokens)`` after each appended token: the answer (``tokenizer.decode(tokens,
+    skip_special_tokens=True)``) cut before the first stop string it contains, or None while it contains
+    none. Each call decodes a window of the last tokens that holds at least the longest stop string plus
+    ``MARGIN`` characters before the newest token (the window grows, by doubling, until it does); only when
+    a stop string shows in the window is the whole answer decoded, so the cut text is the whole decode's.
+    The margin absorbs what a window's start may decode differently (a split UTF-8 character, a dropped
+    leading space).
+    """
+
+    MARGIN = 8
+
+    def __init__(self, tokenizer, stop: Sequence[str]):
+        self.tokenizer = tokenizer
+        self.stop = tuple(stop)
+        self.context = max(len(s) for s in self.stop) + self.MARGIN
+        self.window = 4  # tokens decoded per call, before the newest one
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def check(self, tokens: list[int]) -> str | None:
+        newest = len(self._decode(tokens[-1:]))
+        while True:
+            lo = max(0, len(tokens) - 1 - self.window)
+            tail = self._decode(tokens[lo:])
+            if lo == 0 or len(tail) >= self.context + newest:
+                break
+            self.window *= 2
+        if not any(s in tail for s in self.stop):
+            return None
+        text = self._decode(tokens)
+        cut = min((text.find(s) for s in self.stop if s in text), default=-1)
+        return text[:cut] if cut >= 0 else None
+
+
+@dataclass
+class _Run:
+    """One decode of a batch (``Engine.decode``): its settings, its cache and each row's state."""
+
+    method: AttentionMethod
+    config: GenerationConfig
+    cache: MagicPIGCache
+    eos: set[int]
+    sampler: torch.Generator  # draws the sampled tokens
+    forced: list[list[int]]  # per row: ids fed one decode step at a time before generating (setup B)
+    stops: list[StopStrings | None]
+    generated: list[list[int]]
+    kept_logits: list[list[torch.Tensor]]
+    texts: list[str]  # per row: set when a stop string ends it
+    done: list[bool]
+    reason: list[str]
+    costs: CostMeter
+    setup_seconds: float = 0.0
+    step_seconds: list[float] = field(default_factory=list)
+
+
 class Engine:
     """Prefill/decode driver around a transformers causal LM (Llama / Qwen2 / Mistral family).
 
     The model is switched to the ``magicpig`` attention implementation (exact in prefill, so its prefill
-    outputs equal sdpa's). backend: ``reference`` or ``offload``; prefill_chunk: prompt tokens per
-    prefill forward; allow_long_context: permit contexts beyond ``max_position_embeddings``;
-    offload_impl / concurrent / offload_dtype (``float32``, ``bfloat16`` or None = by the model's dtype):
-    the offload backend's settings (``magicpig.decoders.OffloadDecoder``); linear_impl: who computes the
-    linear layers of a decode step on the CPU (``magicpig.decode_linear``: ``auto`` = the CPU module's
-    kernel 4 for a CPU model, ``torch``; each result's ``linear`` says which ran); decode_forward: who runs
-    a decode step's layer loop (``magicpig.decode_forward``: ``auto`` = our loop where it supports the
-    model and kernel 4 computes the linear layers, ``transformers``; each result's ``forward`` says which).
+    outputs equal sdpa's). options: the ``DecodeOptions`` of every decode (or its fields as keyword
+    arguments: ``backend``, ``offload_impl``, ``concurrent``, ``offload_dtype``, ``linear_impl`` for its
+    ``linear`` and ``decode_forward`` for its ``forward``); each result's ``linear`` and ``forward`` say which
+    implementation ran. prefill_chunk: prompt tokens per prefill forward; allow_long_context: permit
+    contexts beyond ``max_position_embeddings``.
+
+    >>> import torch, transformers
+    >>> from magicpig import Engine, GenerationConfig
+    >>> _ = torch.manual_seed(0)
+    >>> config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+    ...                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    >>> engine = Engine(transformers.LlamaForCausalLM(config).eval())
+    >>> pre = engine.prefill([3 + i % 60 for i in range(200)])  # one prompt of 200 tokens, prefilled once
+    >>> table = engine.fork(pre, ["dense", "magicpig:K=4,L=8,sinks=2,local=8"],
+    ...                     GenerationConfig(max_new_tokens=4, ignore_eos=True))
+    >>> [(spec, rows[0].new_tokens) for spec, rows in table.items()]
+    [('dense', 4), ('magicpig:K=4,L=8,sinks=2,local=8', 4)]
+    >>> table["dense"][0].cost, 0 < table["magicpig:K=4,L=8,sinks=2,local=8"][0].cost < 1
+    (1.0, True)
     """
 
     def __init__(self, model, tokenizer=None, backend: str = DEFAULT_BACKEND, *, prefill_chunk: int = 4096,
                  offload_impl: str = "auto", concurrent: bool = True, allow_long_context: bool = False,
-                 offload_dtype: Any = None, linear_impl: str = "auto", decode_forward: str = "auto"):
-        check_backend(backend)
-        self.linear_impl = check_linear_impl(linear_impl)
-        check_forward_impl(decode_forward)
-        if offload_impl not in OFFLOAD_IMPLS:
-            raise ValueError(f"offload_impl must be one of {', '.join(OFFLOAD_IMPLS)}, got {offload_impl!r}")
-        self.offload_dtype = offload_dtype_of(offload_dtype)
+                 offload_dtype: Any = None, linear_impl: str = "auto", decode_forward: str = "auto",
+                 options: DecodeOptions | None = None):
+        self.options = DecodeOptions.of(options, backend=backend, offload_impl=offload_impl, concurrent=concurrent,
+                                        offload_dtype=offload_dtype, linear=linear_impl, forward=decode_forward)
         if not isinstance(prefill_chunk, int) or prefill_chunk < 1:
             raise ValueError(f"prefill_chunk must be a positive integer, got {prefill_chunk!r}")
         self.model = model
         self.tokenizer = tokenizer
-        self.backend = backend
         self.prefill_chunk = prefill_chunk
-        self.offload_impl = offload_impl
-        self.concurrent = concurrent
         self.allow_long_context = allow_long_context
         _attention.use_hook(model)
-        if backend == "offload":  # build/load the CPU module now, not inside the first decode's timing
-            offload_layer_class(offload_impl)
+        if self.backend == "offload":  # build/load the CPU module now, not inside the first decode's timing
+            offload_layer_class(self.options.offload_impl)
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self.device = next(model.parameters()).device
         self.max_context = max_context(model.config)
-        if resolve_linear_impl(self.linear_impl, self.device) == "magicpig":
+        if resolve_linear_impl(self.options.linear, self.device) == "magicpig":
             from magicpig import cpu
 
             cpu.load()  # built here, not inside the first decode's timing
-        self.step_forward = self._choose_forward(decode_forward)
+        self.step_forward = self._choose_forward(self.options.forward)
+
+    @property
+    def backend(self) -> str:
+        return self.options.backend
 
     def _choose_forward(self, impl: str) -> DecodeForward | None:
-        """Our decode loop (``decode_forward`` ``magicpig`` / ``auto``) or None (transformers' forward)."""
+        """Our decode loop (``forward`` ``magicpig`` / ``auto``) or None (transformers' forward)."""
         if impl == "transformers":
             return None
         reason = unsupported_reason(self.model)
-        if reason is None and resolve_linear_impl(self.linear_impl, self.device) != "magicpig":
-            reason = f"linear_impl={self.linear_impl!r} resolves to torch here (the loop runs kernel 4)"
+        if reason is None and resolve_linear_impl(self.options.linear, self.device) != "magicpig":
+            reason = f"linear_impl={self.options.linear!r} resolves to torch here (the loop runs kernel 4)"
         if reason is not None:
             if impl == "magicpig":
                 raise ValueError(f"decode_forward='magicpig' cannot run this model: {reason}")
@@ -325,8 +395,39 @@ class Engine:
         """Decode every row of ``pre`` with ``method`` (see the module docstring); ``pre`` is not changed.
         after_step(i): called after decode forward i (0-based) has been timed, outside its time (the decode
         benchmark measures the machine's bandwidth there)."""
-        method = parse_method(method)
-        config = config or GenerationConfig()
+        return self._decode(pre, self.check_method(method), config or GenerationConfig(), continuation_ids,
+                            after_step)
+
+    def _decode(self, pre: Prefill, method: AttentionMethod, config: GenerationConfig, continuation_ids,
+                after_step: Callable[[int], None] | None = None) -> list[GenerationResult]:
+        """The decode loop: choose each row's next token, run one forward, until every row is done."""
+        run = self._start(pre, method, config, continuation_ids)
+        position = torch.tensor(pre.lengths, dtype=torch.long, device=self.device)
+        logits = pre.logits
+        t0 = time.perf_counter()
+        # our loop calls kernel 4 itself; transformers' forward reaches it through the patched nn.Linear modules
+        with nullcontext("magicpig") if self.step_forward is not None else decode_linears(
+                self.model, self.options.linear) as linear:
+            try:
+                for step in itertools.count():
+                    tokens, active = self._next_tokens(run, logits, step)
+                    if not any(active):
+                        break
+                    t_step = time.perf_counter()
+                    logits = self._decode_step(tokens, position, run.cache)
+                    position += 1
+                    self._sync()
+                    run.step_seconds.append(time.perf_counter() - t_step)
+                    run.costs.add(run.cache.pop_step(), torch.tensor(active, dtype=torch.bool))
+                    if after_step is not None:
+                        after_step(step)
+            finally:
+                clear_active()
+        self._sync()
+        return self._results(run, pre, linear, time.perf_counter() - t0)
+
+    def _start(self, pre: Prefill, method: AttentionMethod, config: GenerationConfig, continuation_ids) -> _Run:
+        """A decode's state, with every layer's decoder built from ``pre`` (timed as ``setup_seconds``)."""
         B = pre.batch
         if continuation_ids is None:
             forced = [[] for _ in range(B)]
@@ -337,93 +438,79 @@ class Engine:
             if len(forced) != B:
                 raise ValueError(f"continuation_ids has {len(forced)} rows for a batch of {B} prompts")
         self._check_length(pre.n + max(len(f) for f in forced) + config.max_new_tokens, "prompt + decode")
-        eos = self.eos_ids(config)
-        sample_gen = torch.Generator(device="cpu").manual_seed(int(config.seed))
         method_gen = torch.Generator(device="cpu").manual_seed(int(config.seed) + 1)
-        cache = MagicPIGCache(self.model, method, self.backend, generator=method_gen,
-                              offload_impl=self.offload_impl, concurrent=self.concurrent,
-                              offload_dtype=self.offload_dtype)
+        checks_stop = bool(config.stop) and self.tokenizer is not None
+        run = _Run(method=method, config=config,
+                   cache=MagicPIGCache(self.model, method, generator=method_gen, options=self.options),
+                   eos=self.eos_ids(config), sampler=torch.Generator(device="cpu").manual_seed(int(config.seed)),
+                   forced=forced, stops=[StopStrings(self.tokenizer, config.stop) if checks_stop else None
+                                         for _ in range(B)],
+                   generated=[[] for _ in range(B)], kept_logits=[[] for _ in range(B)], texts=[""] * B,
+                   done=[config.max_new_tokens == 0] * B, reason=["length"] * B, costs=CostMeter(B))
         t_setup = time.perf_counter()
-        cache.start_decoding(pre.keys, pre.values, pre.layout)
+        run.cache.start_decoding(pre.keys, pre.values, pre.layout)
         self._sync()
-        t0 = time.perf_counter()
-        setup_seconds = t0 - t_setup
-        step_seconds: list[float] = []
-        position = torch.tensor(pre.lengths, dtype=torch.long, device=self.device)
-        logits = pre.logits
-        generated: list[list[int]] = [[] for _ in range(B)]
-        kept_logits: list[list[torch.Tensor]] = [[] for _ in range(B)]
-        texts = [""] * B
-        done = [config.max_new_tokens == 0] * B
-        reason = ["length"] * B
-        costs = CostMeter(B)
-        step = 0
-        # our loop calls kernel 4 itself; transformers' forward reaches it through the patched nn.Linear modules
-        with nullcontext("magicpig") if self.step_forward is not None else decode_linears(
-                self.model, self.linear_impl) as linear:
-            try:
-                while True:
-                    tokens, active = [], []
-                    for b in range(B):
-                        if step < len(forced[b]):
-                            tokens.append(forced[b][step])
-                            active.append(True)
-                            continue
-                        if done[b]:
-                            tokens.append(self.pad_id)
-                            active.append(False)
-                            continue
-                        row_logits = logits[b]
-                        tok = self._choose(row_logits, config, sample_gen)
-                        if config.return_logits:
-                            kept_logits[b].append(row_logits.detach().float().cpu().clone())
-                        if tok in eos:
-                            done[b], reason[b] = True, "eos"
-                        else:
-                            generated[b].append(tok)
-                            if config.stop and self.tokenizer is not None:
-                                text = self.tokenizer.decode(generated[b], skip_special_tokens=True)
-                                cut = min((text.find(s) for s in config.stop if s in text), default=-1)
-                                if cut >= 0:
-                                    texts[b] = text[:cut]
-                                    done[b], reason[b] = True, "stop"
-                            if not done[b] and len(generated[b]) >= config.max_new_tokens:
-                                done[b] = True
-                        tokens.append(tok if not done[b] else self.pad_id)
-                        active.append(not done[b])
-                    if not any(active):
-                        break
-                    t_step = time.perf_counter()
-                    ids = torch.tensor(tokens, dtype=torch.long, device=self.device)[:, None]
-                    if self.step_forward is not None:
-                        logits = self.step_forward(ids, position[:, None], cache)
-                    else:
-                        logits = self._forward(ids, position[:, None], cache, None).logits[:, -1].float()
-                    position += 1
-                    self._sync()
-                    step_seconds.append(time.perf_counter() - t_step)
-                    costs.add(cache.pop_step(), torch.tensor(active, dtype=torch.bool))
-                    if after_step is not None:
-                        after_step(step)
-                    step += 1
-            finally:
-                clear_active()
-        self._sync()
-        seconds = time.perf_counter() - t0
-        timings = {"setup": setup_seconds, **cache.timings}
-        layer_decoders = cache.layer_decoders
+        run.setup_seconds = time.perf_counter() - t_setup
+        return run
+
+    def _next_tokens(self, run: _Run, logits: torch.Tensor, step: int) -> tuple[list[int], list[bool]]:
+        """The token each row feeds to decode forward ``step`` (its forced id, its chosen next token, or
+        padding once done) and whether it is a real token. logits: (B, V) float32 of the last forward."""
+        tokens, active = [], []
+        for b in range(len(run.done)):
+            if step < len(run.forced[b]):
+                tokens.append(run.forced[b][step])
+                active.append(True)
+                continue
+            if run.done[b]:
+                tokens.append(self.pad_id)
+                active.append(False)
+                continue
+            tok = self._choose(logits[b], run.config, run.sampler)
+            if run.config.return_logits:
+                run.kept_logits[b].append(logits[b].detach().float().cpu().clone())
+            self._accept(run, b, tok)
+            tokens.append(tok if not run.done[b] else self.pad_id)
+            active.append(not run.done[b])
+        return tokens, active
+
+    @staticmethod
+    def _accept(run: _Run, b: int, tok: int) -> None:
+        """Row ``b`` chose ``tok``: it ends at EOS (not kept), at a stop string, or at max_new_tokens."""
+        if tok in run.eos:
+            run.done[b], run.reason[b] = True, "eos"
+            return
+        run.generated[b].append(tok)
+        text = run.stops[b].check(run.generated[b]) if run.stops[b] is not None else None
+        if text is not None:
+            run.texts[b] = text
+            run.done[b], run.reason[b] = True, "stop"
+        elif len(run.generated[b]) >= run.config.max_new_tokens:
+            run.done[b] = True
+
+    def _decode_step(self, tokens: list[int], position: torch.Tensor, cache: MagicPIGCache) -> torch.Tensor:
+        """One decode forward of one token per row at ``position`` (B,) -> next-token logits (B, V) float32."""
+        ids = torch.tensor(tokens, dtype=torch.long, device=self.device)[:, None]
+        if self.step_forward is not None:
+            return self.step_forward(ids, position[:, None], cache)
+        return self._forward(ids, position[:, None], cache, None).logits[:, -1].float()
+
+    def _results(self, run: _Run, pre: Prefill, linear: str, seconds: float) -> list[GenerationResult]:
+        timings = {"setup": run.setup_seconds, **run.cache.timings}
+        layer_decoders = run.cache.layer_decoders
         results = []
-        for b in range(B):
-            if reason[b] != "stop" and self.tokenizer is not None:
-                texts[b] = self.tokenizer.decode(generated[b], skip_special_tokens=True)
-            cost, cost1, s = costs.row(b, cache.has_sparse_layers)
+        for b, generated in enumerate(run.generated):
+            text = run.texts[b]
+            if run.reason[b] != "stop" and self.tokenizer is not None:
+                text = self.tokenizer.decode(generated, skip_special_tokens=True)
+            cost, cost1, steps = run.costs.row(b, run.cache.has_sparse_layers)
             results.append(GenerationResult(
-                text=texts[b], token_ids=generated[b], new_tokens=len(generated[b]), cost=cost, cost1=cost1,
-                seconds=seconds, tokens_per_s=len(generated[b]) / seconds if seconds > 0 else math.inf,
-                prompt_tokens=len(pre.prompt_ids[b]), method=method.spec(), backend=self.backend,
-                stop_reason=reason[b], continuation_tokens=len(forced[b]), decode_steps=int(s),
-                setup_seconds=setup_seconds, step_seconds=list(step_seconds), timings=dict(timings),
-                logits=kept_logits[b] if config.return_logits else None,
+                text=text, token_ids=generated, new_tokens=len(generated), cost=cost, cost1=cost1,
+                seconds=seconds, tokens_per_s=len(generated) / seconds if seconds > 0 else math.inf,
+                prompt_tokens=len(pre.prompt_ids[b]), method=run.method.spec(), backend=self.backend,
+                stop_reason=run.reason[b], continuation_tokens=len(run.forced[b]), decode_steps=int(steps),
+                setup_seconds=run.setup_seconds, step_seconds=list(run.step_seconds), timings=dict(timings),
+                logits=run.kept_logits[b] if run.config.return_logits else None,
                 layer_decoders=list(layer_decoders), linear=linear,
                 forward="magicpig" if self.step_forward is not None else "transformers"))
         return results
@@ -432,7 +519,7 @@ class Engine:
                  continuation_ids=None) -> list[GenerationResult]:
         """prefill + decode."""
         method = self.check_method(method)  # spec errors before the expensive prefill
-        return self.decode(self.prefill(prompt_ids), method, config, continuation_ids)
+        return self._decode(self.prefill(prompt_ids), method, config or GenerationConfig(), continuation_ids)
 
     def answer(self, context_ids, question_ids, method: AttentionMethod | str,
                config: GenerationConfig | None = None, setup: str = "A") -> list[GenerationResult]:
@@ -441,18 +528,18 @@ class Engine:
         with the method, then decode. context_ids / question_ids: one prompt or a batch (same rows)."""
         if setup not in ("A", "B"):
             raise ValueError(f"setup must be 'A' or 'B', got {setup!r}")
-        method = parse_method(method)
+        method = self.check_method(method)
         ctx, qs = _rows(context_ids, "context_ids"), _rows(question_ids, "question_ids")
         if len(qs) == 1 and len(ctx) > 1:
             qs = qs * len(ctx)
         if len(qs) != len(ctx):
             raise ValueError(f"question_ids has {len(qs)} rows for {len(ctx)} contexts")
-        if setup == "A":
-            return self.generate([c + q for c, q in zip(ctx, qs)], method, config)
-        return self.decode(self.prefill(ctx), method, config, continuation_ids=qs)
+        prompts = [c + q for c, q in zip(ctx, qs)] if setup == "A" else ctx
+        return self._decode(self.prefill(prompts), method, config or GenerationConfig(),
+                            None if setup == "A" else qs)
 
     def fork(self, pre: Prefill, methods: Sequence[AttentionMethod | str],
              config: GenerationConfig | None = None, continuation_ids=None) -> dict[str, list[GenerationResult]]:
         """Decode one prefill with several methods (the prefill is paid once). Keyed by method spec."""
-        parsed = [parse_method(m) for m in methods]
-        return {m.spec(): self.decode(pre, m, config, continuation_ids) for m in parsed}
+        parsed = [self.check_method(m) for m in methods]
+        return {m.spec(): self._decode(pre, m, config or GenerationConfig(), continuation_ids) for m in parsed}

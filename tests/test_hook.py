@@ -1,4 +1,6 @@
 """The transformers hook: exact prefill attention, `attn_implementation="magicpig"`, `magicpig.patch`."""
+import inspect
+
 import pytest
 import torch
 
@@ -99,7 +101,9 @@ def test_attn_implementation_name_at_load_time():
     assert hooked.config._attn_implementation == "magicpig"
     ids = torch.tensor([random_prompt(30, seed=9)])
     want = sdpa.generate(ids, max_new_tokens=6, do_sample=False)
-    got = hooked.generate(ids, max_new_tokens=6, do_sample=False, cache=MagicPIGCache(hooked, "dense"))
+    # the generate keyword of a cache: `cache` from transformers 5, `past_key_values` before
+    kw = "cache" if "cache" in inspect.signature(hooked.forward).parameters else "past_key_values"
+    got = hooked.generate(ids, max_new_tokens=6, do_sample=False, **{kw: MagicPIGCache(hooked, "dense")})
     assert torch.equal(want, got)
 
 

@@ -40,7 +40,20 @@ def parse_method(spec: str | AttentionMethod) -> AttentionMethod:
     names, fields and values is ignored, inside a value it is an error; numbers are ASCII digits only
     (``K=１１`` is refused, not read as 11); lists (``dense_layers``) are written ``0/16`` (``none`` for
     empty), with ``LIST_SEP`` which never separates methods (``;`` does, in ``--methods``); booleans
-    ``true``/``false``. Errors name the method, the field and the accepted values.
+    ``true``/``false``. Errors name the method, the field and the accepted values. An AttentionMethod
+    is returned as it is, so an entry point parses once and passes the object on.
+
+    >>> method = parse_method("magicpig:K=8,L=75,dense_layers=0/16")
+    >>> method.K, method.L, method.dense_layers
+    (8, 75, (0, 16))
+    >>> method.spec()  # canonical: the fields that differ from their defaults, the method's own first
+    'magicpig:K=8,L=75,dense_layers=0/16'
+    >>> parse_method(method) is method
+    True
+    >>> parse_method("magicpig:K=ten")
+    Traceback (most recent call last):
+    ...
+    ValueError: method 'magicpig': field 'K' expects int, got 'ten'
     """
     if isinstance(spec, AttentionMethod):
         return spec

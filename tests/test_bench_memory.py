@@ -1,10 +1,10 @@
-"""The benchmark's host allocator policy (magicpig.harness.allocator)."""
+"""The decode benchmark's host allocator (magicpig.harness.bench.memory)."""
 import ctypes
 import platform
 
 import pytest
 
-from magicpig.harness import allocator
+from magicpig.harness.bench import memory
 
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the policy acts on glibc only")
 
@@ -23,41 +23,25 @@ def _from_heap(libc, nbytes: int) -> bool:
         libc.free(ctypes.c_void_p(ptr))
 
 
-def test_policy_names_are_checked():
-    with pytest.raises(ValueError, match="--malloc must be one of converged, default"):
-        allocator.check_policy("tcmalloc", "--malloc")
-    with pytest.raises(ValueError, match="malloc"):
-        allocator.apply("fixed")
-
-
 @glibc
 def test_converged_policy_serves_below_32_mib_from_the_heap_and_above_from_fresh_pages():
-    assert allocator.apply("converged") == "converged"
-    libc = allocator._libc()
+    assert memory.converge_allocator() == "converged"
+    libc = memory._libc()
     # glibc's start-up threshold is 128 KiB: 24 MiB would be a fresh mapping without the policy (and with
     # it turned off by an unrelated mallopt)
     assert _from_heap(libc, 24 * 2**20)
     assert not _from_heap(libc, 40 * 2**20)
-    allocator.release()  # callable at any time; the next allocation still works
+    memory.free_memory(trim=True)  # callable at any time; the next allocation still works
     assert _from_heap(libc, 1 * 2**20)
 
 
-@glibc
-def test_default_policy_sets_nothing(monkeypatch):
-    calls = []
-    monkeypatch.setattr(allocator, "_libc", lambda: type("L", (), {"mallopt": lambda *a: calls.append(a) or 1})())
-    assert allocator.apply("default") == "default"
-    assert calls == []
-    assert allocator.apply("converged") == "converged" and len(calls) == 2
-
-
 def test_without_glibc_nothing_is_set(monkeypatch):
-    monkeypatch.setattr(allocator, "_libc", lambda: None)
-    assert allocator.apply("converged") == "default (not glibc)"
-    allocator.release()
+    monkeypatch.setattr(memory, "_libc", lambda: None)
+    assert memory.converge_allocator() == "default (not glibc)"
+    memory.free_memory(trim=True)
 
 
 def test_a_refused_threshold_is_an_error(monkeypatch):
-    monkeypatch.setattr(allocator, "_libc", lambda: type("L", (), {"mallopt": lambda *a: 0})())
+    monkeypatch.setattr(memory, "_libc", lambda: type("L", (), {"mallopt": lambda *a: 0})())
     with pytest.raises(RuntimeError, match="mallopt"):
-        allocator.apply("converged")
+        memory.converge_allocator()

@@ -45,3 +45,23 @@ def test_a_refused_threshold_is_an_error(monkeypatch):
     monkeypatch.setattr(memory, "_libc", lambda: type("L", (), {"mallopt": lambda *a: 0})())
     with pytest.raises(RuntimeError, match="mallopt"):
         memory.converge_allocator()
+
+
+def test_the_estimate_adds_up_the_decoders_estimates():
+    """Llama-3.1-8B in bf16, two sequences of 96K keys, 160 steps: the bytes each backend's row holds, as the
+    decoder classes (and the CPU layer's estimate) count them. The numbers are pinned: a change to any part's
+    count shows here, and changes which rows fit."""
+    import torch
+
+    from magicpig.shapes import ModelShape, model_shape
+
+    s = ModelShape.of_config(model_shape("llama-3.1-8b").config(), torch.bfloat16)
+    row = {(spec, backend): memory.estimate_row(s, spec, backend, 98304, 2, 160)
+           for spec, backend in (("dense", "stock"), ("dense", "reference"), ("magicpig:K=10,L=150", "reference"),
+                                 ("magicpig:K=10,L=150", "offload"))}
+    assert {r["kv"] for r in row.values()} == {2 * 98304 * 2 * 32 * 8 * 128 * 2}
+    assert row["dense", "stock"] == {"device": 26687842816, "host": 0, "kv": 25769803776, "tables": 0}
+    assert row["dense", "reference"]["device"] == 28300298752
+    assert row["magicpig:K=10,L=150", "reference"]["device"] == 80771041792  # codes + float32 keys per layer
+    assert row["magicpig:K=10,L=150", "offload"] == {"device": 8497179136, "host": 54478248160,
+                                                     "kv": 25769803776, "tables": 28587168000}

@@ -163,7 +163,8 @@ def test_diagnostics_add_the_time_breakdown_and_the_in_row_bandwidth(tmp_path, m
     def fake(net, tokenizer, pre, spec, backend, steps, warmup, offload_dtype=None, linear="auto", forward="auto",
              after_step=None):
         for i in range(steps + warmup):
-            after_step(i)
+            if after_step is not None:  # the in-row bandwidth reads: --diagnostics only
+                after_step(i)
         return {"step_seconds": [0.01] * (steps + warmup), "setup_seconds": 0.0, "sampled_fraction": 0.02,
                 "timings": {"cpu_attend": 0.004 * steps, "transfer": 0.001 * steps, "setup": 3.0},
                 "linear": "magicpig" if linear == "auto" else linear,
@@ -230,6 +231,10 @@ def test_row_monitor_reports_steal_and_this_process_kernel_share(monkeypatch):
     import os
     import time
 
+    with bench_decode.RowMonitor(torch.device("cpu")) as mon:  # without --diagnostics: the reader's fields
+        pass
+    assert set(mon.fields()) == {"peak_host_mb", "peak_device_mb", "other_cpu_load", "under_load"}
+
     def busy(work, seconds=0.5):
         steal = iter([10.0, 10.25])  # the hypervisor gave 0.25 s of the machine's time elsewhere
         monkeypatch.setattr(bench_decode.RowMonitor, "_steal", staticmethod(lambda: next(steal)))
@@ -245,9 +250,6 @@ def test_row_monitor_reports_steal_and_this_process_kernel_share(monkeypatch):
         assert 0.25 / 1.0 < f["steal_cpu"] <= 0.25 / 0.5 + 1e-3
         assert 0.0 <= f["own_sys_share"] <= 1.0
     assert syscalls["own_sys_share"] > arithmetic["own_sys_share"]
-    with bench_decode.RowMonitor(torch.device("cpu")) as mon:
-        pass
-    assert set(mon.fields()) == {"peak_host_mb", "peak_device_mb", "other_cpu_load", "under_load"}
 
 
 def test_step_bandwidth_reads_after_every_nth_timed_step_and_checks_the_next_step():

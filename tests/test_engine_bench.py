@@ -201,6 +201,16 @@ def test_offload_dtype_reaches_the_engine_and_the_csv(tmp_path):
                          csv_path=str(tmp_path / "e.csv"), verbose=False)
 
 
+def test_a_csv_of_the_other_diagnostics_setting_is_refused_by_name(tmp_path, monkeypatch):
+    monkeypatch.setattr("magicpig.models.load_model", lambda *a, **k: pytest.fail("model loaded"))
+    for diagnostics, columns, flag in ((False, table.COLUMNS + table.DIAGNOSTIC_COLUMNS, "with"),
+                                       (True, table.COLUMNS, "without")):
+        path = tmp_path / f"{flag}.csv"
+        path.write_text(",".join(columns) + "\n")
+        with pytest.raises(ValueError, match=f"written {flag} --diagnostics"):
+            bench_decode.run("smollm2", (256,), ["dense"], csv_path=str(path), device="cpu", diagnostics=diagnostics)
+
+
 def test_allocator_is_converged_recorded_and_trimmed_before_each_row(tmp_path, monkeypatch):
     applied, trims = [], []
     monkeypatch.setattr(memory, "converge_allocator", lambda: applied.append(1) or "converged")

@@ -412,7 +412,7 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
     src = resolve(model, allow_shape=True)
     if csv_path is None:
         csv_path = os.path.join("results", "bench", f"decode_{time.strftime('%Y%m%d-%H%M%S')}.csv")
-    Table(csv_path, {}, diagnostics).csv.start()  # a file of other columns is refused before the model loads
+    Table(csv_path, {}, diagnostics).start()  # a file of other columns is refused before the model loads
     settings = (steps, warmup, csv_path, verbose, offload_dtype, linear, forward, diagnostics,
                 memory.converge_allocator())
     if src.shape is not None:  # a shape model whose weights cannot fit is refused before it is built

@@ -3,6 +3,8 @@ run keeps what it finished and a rerun adds to the same file), the bytes-limit o
 run ends with."""
 from __future__ import annotations
 
+import csv
+
 from magicpig.atomic_io import CsvAppender
 from magicpig.decoders import TIMING_KEYS
 from magicpig.harness.csv_rows import load_rows  # noqa: F401 (the reader of what this module writes)
@@ -54,6 +56,20 @@ class Table:
         self.columns = COLUMNS + (DIAGNOSTIC_COLUMNS if diagnostics else [])
         self.csv, self.common, self.verbose = CsvAppender(csv_path, self.columns), common, verbose
         self.rows: list[dict] = []
+
+    def start(self) -> None:
+        """Write the header into a new file, or check an existing file's (a rerun adds rows to it)."""
+        try:
+            self.csv.start()
+        except ValueError:
+            other = COLUMNS if self.columns != COLUMNS else COLUMNS + DIAGNOSTIC_COLUMNS
+            with open(self.csv.path, newline="", encoding="utf-8", errors="replace") as fh:
+                header = next(csv.reader(fh), None)
+            if header == other:
+                flag = "with" if other != COLUMNS else "without"
+                raise ValueError(f"--csv: {self.csv.path} holds rows written {flag} --diagnostics; give the same "
+                                 "flag to add rows to it") from None
+            raise
 
     def log(self, msg: str) -> None:
         if self.verbose:

@@ -19,7 +19,7 @@ SHAPES_TITLE = "Models measured by shape only (paper Fig. 8a/b: CodeLlama-34B / 
 # the columns of a ``bench decode`` CSV the report shows (the CSV holds more: magicpig.harness.bench.table)
 DECODE_COLUMNS = ["model", "device", "context", "batch", "method", "backend", "fill", "dtype", "threads",
                   "ms_per_token", "tokens_per_s", "x_bytes_limit", "sampled_fraction", "peak_host_mb",
-                  "peak_device_mb", "fits", "search", "under_load"]
+                  "peak_device_mb", "fits", "reason", "search", "under_load"]
 
 
 def _fitted(df: pd.DataFrame) -> pd.DataFrame:

@@ -264,17 +264,13 @@ class ReferenceDecoder:
         return {"device": dev, "cpu": 0}
 
     @staticmethod
-    def estimate_nbytes(method: AttentionMethod, batch: int, kv_heads: int, n: int, head_dim: int, elem: int,
-                        new_tokens: int) -> dict[str, int]:
-        """Bytes one layer's decoder will hold before it is built (the decode benchmark's memory check):
-        ``device`` = its key/value buffers after ``new_tokens`` appends (and a MagicPIG state's int32 codes
-        and float32 centred keys), ``once_device`` = its build-time padding-zeroed copy, counted once per
-        decode since layers are built one at a time. ``elem``: bytes per key/value element; 64: the
-        buffers' slack (``GrowBuffer``)."""
+    def estimate_nbytes(method, batch: int, kv_heads: int, n: int, head_dim: int, elem: int, new: int) -> dict:
+        """Bytes one layer's decoder will hold (the benchmark's memory check, before building): ``device`` the
+        buffers after ``new`` appends (+64 slack) and a MagicPIG state's codes and float32 keys; ``once_device``
+        the padding-zeroed build copy, counted once per decode (layers are built one by one)."""
         kv = 2 * batch * kv_heads * head_dim * elem
-        state = batch * kv_heads * n * (method.L * 4 + head_dim * 4) if isinstance(method, MagicPIG) else 0
-        return {"device": kv * (n + new_tokens + 64) + state, "host": 0, "tables": 0,
-                "once_device": kv * n, "once_host": 0}
+        state = batch * kv_heads * n * (method.L + head_dim) * 4 if isinstance(method, MagicPIG) else 0
+        return {"device": kv * (n + new + 64) + state, "host": 0, "tables": 0, "once_device": kv * n, "once_host": 0}
 
 
 class ExactDecoder:
@@ -330,13 +326,9 @@ class ExactDecoder:
         return {"device": self.k.view().numel() * self.k.data.element_size() * 2, "cpu": 0}
 
     @staticmethod
-    def estimate_nbytes(batch: int, kv_heads: int, n: int, head_dim: int, elem: int,
-                        new_tokens: int) -> dict[str, int]:
-        """As ``ReferenceDecoder.estimate_nbytes``: the buffers in the model's dtype, and the padding-zeroed
-        copy of the build."""
-        kv = 2 * batch * kv_heads * head_dim * elem
-        return {"device": kv * (n + new_tokens + 64), "host": 0, "tables": 0, "once_device": kv * n,
-                "once_host": 0}
+    def estimate_nbytes(batch: int, kv_heads: int, n: int, head_dim: int, elem: int, new: int) -> dict:
+        """As ``ReferenceDecoder.estimate_nbytes`` (no method state)."""
+        return ReferenceDecoder.estimate_nbytes(Dense(), batch, kv_heads, n, head_dim, elem, new)
 
 
 class OffloadDecoder:
@@ -537,22 +529,16 @@ class OffloadDecoder:
 
     @staticmethod
     def estimate_nbytes(method: MagicPIG, batch: int, heads: int, kv_heads: int, n: int, head_dim: int, elem: int,
-                        new_tokens: int, store: torch.dtype, layer_nbytes: Callable) -> dict[str, int]:
-        """Bytes one sparse layer's decoder will hold (see ``ReferenceDecoder.estimate_nbytes``): on the
-        device the static part (sinks, local window, generated keys: centred keys and values); in host memory
-        the CPU layer (``layer_nbytes``, the layer class's estimate: ``magicpig.cpu.estimate_nbytes``) with its
-        ``tables``; counted once, the build's copies (padding-zeroed keys and values, float32 centred keys,
-        int32 codes on the device; the offloaded keys/values in ``store`` and their codes in host memory) and
-        a step's per-head bitsets of sampled tokens. Deliberately generous."""
-        B, Hkv, d = batch, kv_heads, head_dim
-        static = method.sinks + method.local + new_tokens + 64
-        n_off = max(0, n - method.sinks - method.local)
-        layer = layer_nbytes(B, Hkv, n_off, d, method.K, method.L, store)
-        store_elem = torch.empty((), dtype=store).element_size()
-        return {"device": B * Hkv * static * d * (4 + elem), "host": layer["total"], "tables": layer["tables"],
-                "once_device": 2 * B * Hkv * n * d * elem + 3 * B * Hkv * n * d * 4 + 2 * B * Hkv * n * method.L * 4,
-                "once_host": (2 * B * Hkv * n_off * d * store_elem + B * Hkv * n_off * method.L * 4
-                              + B * heads * n_off // 8)}
+                        new: int, store: torch.dtype, layer_nbytes: Callable) -> dict:
+        """As ``ReferenceDecoder.estimate_nbytes``: on the device the static part (centred keys, values); in host
+        memory the CPU layer (``layer_nbytes``: ``magicpig.cpu.estimate_nbytes``) and its ``tables``; once, the
+        build's copies (device: padded keys/values, float32 keys, int32 codes; host: the offloaded keys/values in
+        ``store`` and codes) and a step's per-head bitsets of sampled tokens."""
+        B, Hkv, d, L, n_off = batch, kv_heads, head_dim, method.L, max(0, n - method.sinks - method.local)
+        layer = layer_nbytes(B, Hkv, n_off, d, method.K, L, store)
+        return {"device": B * Hkv * (method.sinks + method.local + new + 64) * d * (4 + elem), "host": layer["total"],
+                "tables": layer["tables"], "once_device": B * Hkv * n * (2 * d * elem + 3 * d * 4 + 2 * L * 4),
+                "once_host": B * Hkv * n_off * (2 * d * store.itemsize + L * 4) + B * heads * n_off // 8}
 
     def nbytes(self) -> dict[str, int]:
         self._write_pending()

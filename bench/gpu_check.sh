@@ -69,8 +69,8 @@ echo "gpu_check: $([ "$DRY" = 1 ] && echo 'DRY run (CPU rehearsal)' || echo "GPU
 
 "$PYTHON" - "$OUT/machine.json" "$DEVICE" <<'PY' || { echo "gpu_check: machine description failed" >&2; exit 1; }
 import json, sys
-from magicpig.harness.bench_decode import machine_description
-info = machine_description(sys.argv[2])
+from magicpig.harness.machine import machine_record
+info = machine_record(sys.argv[2], load_cpu_module=True)
 with open(sys.argv[1], "w") as fh:
     json.dump(info, fh, indent=1)
 print("machine: " + ", ".join(f"{k}={info[k]}" for k in ("gpu_name", "gpu_memory_gb", "gpu_driver", "cpu_model",
@@ -109,7 +109,7 @@ BENCH_RC=$?
        "+ max batch <= $MAX_BATCH, $WARMUP warm-up + $STEPS timed steps"
   echo "build rc=$BUILD_RC, cuda tests rc=$TESTS_RC ($(tail -n 1 "$OUT/tests.log")), bench rc=$BENCH_RC"
   if [ -s "$OUT/decode.csv" ]; then
-    "$PYTHON" -c "import sys; from magicpig.harness.bench_decode import load_rows, summary; print(summary(load_rows(sys.argv[1])))" "$OUT/decode.csv"
+    "$PYTHON" -c "import sys; from magicpig.harness.bench.table import load_rows, summary; print(summary(load_rows(sys.argv[1])))" "$OUT/decode.csv"
   else
     echo "no decode rows (see $OUT/decode.log):"; tail -n 20 "$OUT/decode.log"
   fi

@@ -262,6 +262,15 @@ class ReferenceDecoder:
         dev = (self.k.view().numel() * self.k.data.element_size() * 2)
         return {"device": dev, "cpu": 0}
 
+    @staticmethod
+    def estimate_nbytes(method, batch: int, kv_heads: int, n: int, head_dim: int, elem: int, new: int) -> dict:
+        """Bytes one layer's decoder will hold (the benchmark's memory check, before building): ``device`` the
+        buffers after ``new`` appends (+64 slack) and a MagicPIG state's codes and float32 keys; ``once_device``
+        the padding-zeroed build copy, counted once per decode (layers are built one by one)."""
+        kv = 2 * batch * kv_heads * head_dim * elem
+        state = batch * kv_heads * n * (method.L + head_dim) * 4 if isinstance(method, MagicPIG) else 0
+        return {"device": kv * (n + new + 64) + state, "host": 0, "tables": 0, "once_device": kv * n, "once_host": 0}
+
 
 class ExactDecoder:
     """A dense layer of the system path (backend ``offload``): keys/values stay on the device in the
@@ -314,6 +323,11 @@ class ExactDecoder:
 
     def nbytes(self) -> dict[str, int]:
         return {"device": self.k.view().numel() * self.k.data.element_size() * 2, "cpu": 0}
+
+    @staticmethod
+    def estimate_nbytes(batch: int, kv_heads: int, n: int, head_dim: int, elem: int, new: int) -> dict:
+        """As ``ReferenceDecoder.estimate_nbytes`` (no method state)."""
+        return ReferenceDecoder.estimate_nbytes(Dense(), batch, kv_heads, n, head_dim, elem, new)
 
 
 class OffloadDecoder:
@@ -511,6 +525,19 @@ class OffloadDecoder:
             t = _add(T, "transfer", t)
         out, lse = merge_attention(static[0], static[1], o_cpu, lse_cpu)
         return AttentionResult(out, lse, sampled.to(torch.float32), candidates, 0.0)
+
+    @staticmethod
+    def estimate_nbytes(method: MagicPIG, batch: int, heads: int, kv_heads: int, n: int, head_dim: int, elem: int,
+                        new: int, store: torch.dtype, layer_nbytes: Callable) -> dict:
+        """As ``ReferenceDecoder.estimate_nbytes``: on the device the static part (centred keys, values); in host
+        memory the CPU layer (``layer_nbytes``: ``magicpig.cpu.estimate_nbytes``) and its ``tables``; once, the
+        build's copies (device: padded keys/values, float32 keys, int32 codes; host: the offloaded keys/values in
+        ``store`` and codes) and a step's per-head bitsets of sampled tokens."""
+        B, Hkv, d, L, n_off = batch, kv_heads, head_dim, method.L, max(0, n - method.sinks - method.local)
+        layer = layer_nbytes(B, Hkv, n_off, d, method.K, L, store)
+        return {"device": B * Hkv * (method.sinks + method.local + new + 64) * d * (4 + elem), "host": layer["total"],
+                "tables": layer["tables"], "once_device": B * Hkv * n * (2 * d * elem + 3 * d * 4 + 2 * L * 4),
+                "once_host": B * Hkv * n_off * (2 * d * store.itemsize + L * 4) + B * heads * n_off // 8}
 
     def nbytes(self) -> dict[str, int]:
         self._write_pending()

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tiny_models import random_prompt, tiny_model
-from magicpig.harness import bench_decode
+from magicpig.harness.bench import decode as bench_decode, memory, prompts, table
 from magicpig.harness.cli import main
 from magicpig.engine import Engine, GenerationConfig
 from magicpig.shapes import ModelShape, model_shape
@@ -17,7 +17,7 @@ class ByteTokenizer:
 
 
 def test_essay_tokens_has_exact_length():
-    ids = bench_decode.essay_tokens(ByteTokenizer(), 5000)
+    ids = prompts.essay_tokens(ByteTokenizer(), 5000)
     assert len(ids) == 5000 and len(set(ids)) > 20
 
 
@@ -25,7 +25,7 @@ def test_tile_prefill_repeats_the_cache_and_decodes():
     model = tiny_model("llama", layers=2)
     engine = Engine(model, None)
     pre = engine.prefill(random_prompt(40, seed=1))
-    big = bench_decode.tile_prefill(pre, 100)
+    big = prompts.tile_prefill(pre, 100)
     assert big.n == 100 and big.keys[0].shape[2] == 100
     assert torch.equal(big.keys[1][:, :, 40:80], pre.keys[1]) and torch.equal(big.values[0][:, :, 80:], pre.values[0][:, :, :20])
     res = Engine(model, None, backend="offload", offload_impl="torch").decode(
@@ -57,7 +57,7 @@ def test_method_arguments_and_the_stock_backend():
 def test_repeat_batch_is_a_view_and_every_row_decodes_alike():
     model = tiny_model("llama", layers=2)
     pre = Engine(model, None).prefill(random_prompt(30, seed=2))
-    big = bench_decode.repeat_batch(pre, 3)
+    big = prompts.repeat_batch(pre, 3)
     assert big.batch == 3 and big.keys[0].shape[0] == 3
     assert big.keys[0].data_ptr() == pre.keys[0].data_ptr()  # no copy
     res = Engine(model, None).decode(big, "dense", GenerationConfig(max_new_tokens=4, ignore_eos=True))
@@ -70,13 +70,13 @@ def _shape(dtype=torch.float32):
 
 def test_estimate_counts_the_kv_cache_and_tables():
     s = _shape(torch.bfloat16)
-    stock = bench_decode.estimate_row(s, "dense", "stock", 98304, 1, 160)
+    stock = memory.estimate_row(s, "dense", "stock", 98304, 1, 160)
     # Llama-3.1-8B, 96K, bf16: 12.9 GB of KV per sequence
     assert stock["kv"] == 2 * 32 * 8 * 98304 * 128 * 2 and stock["host"] == 0
     assert stock["device"] >= stock["kv"]
-    four = bench_decode.estimate_row(s, "dense", "stock", 98304, 4, 160)
+    four = memory.estimate_row(s, "dense", "stock", 98304, 4, 160)
     assert four["kv"] == 4 * stock["kv"] and four["device"] > 3.9 * stock["device"]
-    pig = bench_decode.estimate_row(s, "magicpig:K=10,L=150", "offload", 98304, 1, 160)
+    pig = memory.estimate_row(s, "magicpig:K=10,L=150", "offload", 98304, 1, 160)
     # the sparse layers' KV and tables live in host memory (Table 8: 14 GB of tables, int32 ids at 96K)
     assert 13e9 < pig["tables"] < 15.5e9 and pig["host"] > pig["tables"] + 0.9 * stock["kv"] * 30 / 32
     assert pig["device"] < stock["device"] / 2
@@ -84,11 +84,11 @@ def test_estimate_counts_the_kv_cache_and_tables():
 
 def test_fit_reason_names_the_numbers():
     cpu = torch.device("cpu")
-    assert bench_decode.fit_reason({"device": 10, "host": 10}, cpu, {"host": 1000}) == ""
-    why = bench_decode.fit_reason({"device": 6e9, "host": 6e9}, cpu, {"host": 10e9})
+    assert memory.fit_reason({"device": 10, "host": 10}, cpu, {"host": 1000}) == ""
+    why = memory.fit_reason({"device": 6e9, "host": 6e9}, cpu, {"host": 10e9})
     assert "12.00 GB of host memory" in why and "10.00 GB available" in why
     cuda = torch.device("cuda")
-    why = bench_decode.fit_reason({"device": 6e9, "host": 1e9}, cuda, {"host": 10e9, "device": 5e9})
+    why = memory.fit_reason({"device": 6e9, "host": 1e9}, cuda, {"host": 10e9, "device": 5e9})
     assert "cuda memory" in why and "host" not in why
 
 
@@ -106,21 +106,20 @@ def test_bench_decode_grid_on_a_shape_model(tmp_path, capsys):
     assert [(r["batch"], r["method"], r["backend"]) for r in rows] == [
         ("1", "dense", "stock"), ("1", "dense", "reference"), ("1", "magicpig", "offload"),
         ("2", "dense", "stock"), ("2", "dense", "reference"), ("2", "magicpig", "offload")]
-    for col in bench_decode.COLUMNS:
+    for col in table.COLUMNS:
         assert col in rows[0]
     for r in rows:
         assert r["fits"] == "true" and r["shape_only"] == "true" and r["fill"] == "exact"
         ms, tps, b = float(r["ms_per_token"]), float(r["tokens_per_s"]), int(r["batch"])
         assert ms > 0 and tps == pytest.approx(1000 * b / ms, rel=0.01)
         assert int(r["kv_bytes"]) == b * 2 * 4 * 2 * 128 * 32 * 4 and float(r["peak_host_mb"]) > 0
-        assert r["predicted_ms_per_token"] == "" and r["steps"] == "2" and r["warmup"] == "1"
+        assert r["steps"] == "2" and r["warmup"] == "1" and "steal_cpu" not in r  # diagnostics are off
     assert int(rows[2]["table_bytes"]) > 0 and 0 < float(rows[2]["sampled_fraction"]) < 1
     text = capsys.readouterr().out
     assert "vs stock" in text and "1.00x" in text and "shape-only" in text
 
 
 def test_context_that_cannot_fit_is_refused_with_the_numbers_not_allocated(tmp_path, capsys):
-    # issue 13.4: `--fill tile --context <huge>` allocated layer by layer into the OOM killer
     out = tmp_path / "d.csv"
     rc = main(["bench", "decode", "--model", TINY, "--fill", "tile", "--tile-base", "64",
                "--context", "4000000000", "--steps", "1", "--warmup", "0", "--csv", str(out)])
@@ -133,10 +132,10 @@ def test_context_that_cannot_fit_is_refused_with_the_numbers_not_allocated(tmp_p
 def test_max_throughput_finds_the_largest_batch_the_memory_allows(tmp_path, monkeypatch):
     n = 4096  # the weights and the prefill need less than a 3-sequence row
     s = ModelShape.of_config(model_shape("tiny-llama").config(), torch.float32)
-    need = {b: bench_decode.estimate_row(s, "dense", "stock", n, b, 2)["device"] for b in (3, 4)}
-    assert bench_decode.estimate_prefill(s, n, n, 64)["device"] < need[3]
-    free = (need[3] + need[4]) / 2 / bench_decode.MEMORY_MARGIN  # room for 3 sequences, not 4
-    monkeypatch.setattr(bench_decode, "available_memory", lambda device: {"host": int(free)})
+    need = {b: memory.estimate_row(s, "dense", "stock", n, b, 2)["device"] for b in (3, 4)}
+    assert memory.estimate_prefill(s, n, n, 64)["device"] < need[3]
+    free = (need[3] + need[4]) / 2 / memory.MEMORY_MARGIN  # room for 3 sequences, not 4
+    monkeypatch.setattr(memory, "available_memory", lambda device: {"host": int(free)})
     rows = bench_decode.run(TINY, (n,), ["dense@stock"], batches=(1, 8), steps=1, warmup=1, prefill_chunk=64,
                             csv_path=str(tmp_path / "d.csv"), max_throughput=True, max_batch=64, verbose=False)
     assert [(r["batch"], r["fits"], r["search"]) for r in rows] == [(1, True, ""), (8, False, ""),
@@ -160,11 +159,12 @@ def test_max_throughput_backs_off_on_a_real_oom(tmp_path, monkeypatch):
     assert best["search"].startswith("max-batch") and best["batch"] == 2 and best["fits"] is True
 
 
-def test_time_breakdown_columns_come_from_the_decode_result(tmp_path, monkeypatch):
+def test_diagnostics_add_the_time_breakdown_and_the_in_row_bandwidth(tmp_path, monkeypatch):
     def fake(net, tokenizer, pre, spec, backend, steps, warmup, offload_dtype=None, linear="auto", forward="auto",
              after_step=None):
         for i in range(steps + warmup):
-            after_step(i)
+            if after_step is not None:  # the in-row bandwidth reads: --diagnostics only
+                after_step(i)
         return {"step_seconds": [0.01] * (steps + warmup), "setup_seconds": 0.0, "sampled_fraction": 0.02,
                 "timings": {"cpu_attend": 0.004 * steps, "transfer": 0.001 * steps, "setup": 3.0},
                 "linear": "magicpig" if linear == "auto" else linear,
@@ -172,7 +172,7 @@ def test_time_breakdown_columns_come_from_the_decode_result(tmp_path, monkeypatc
 
     monkeypatch.setattr(bench_decode, "time_engine", fake)
     rows = bench_decode.run(TINY, (128,), ["magicpig@offload"], steps=6, warmup=2,
-                            csv_path=str(tmp_path / "d.csv"), verbose=False)
+                            csv_path=str(tmp_path / "d.csv"), verbose=False, diagnostics=True)
     assert rows[0]["cpu_attend_ms"] == pytest.approx(4.0) and rows[0]["transfer_ms"] == pytest.approx(1.0)
     assert rows[0]["hash_ms"] == "" and rows[0]["ms_per_token"] == pytest.approx(10.0)
     assert rows[0]["linear"] == "magicpig"  # who computed the linear layers is recorded per row
@@ -181,6 +181,12 @@ def test_time_breakdown_columns_come_from_the_decode_result(tmp_path, monkeypatc
     assert rows[0]["stream_gbps_steps"] > 0 and rows[0]["stream_samples"] == 2
     assert rows[0]["x_after_read"] == pytest.approx(1.0)  # equal fake steps: the reads change nothing
     assert "setup_ms" not in rows[0]  # the decoder set-up is once per decode: setup_seconds, not per step
+    assert rows[0]["steal_cpu"] >= 0 and rows[0]["load_before"] >= 0
+    assert rows[0]["stream_gbps"] > 0 and rows[0]["bytes_per_step"] > 0  # the bytes-limit: the run-start read
+    plain = bench_decode.run(TINY, (128,), ["magicpig@offload"], steps=6, warmup=2,
+                             csv_path=str(tmp_path / "e.csv"), verbose=False)
+    assert "cpu_attend_ms" not in plain[0] and "stream_gbps_steps" not in plain[0]
+    assert _rows(tmp_path / "e.csv")[0].keys() == set(table.COLUMNS)
 
 
 def test_offload_dtype_reaches_the_engine_and_the_csv(tmp_path):
@@ -195,23 +201,26 @@ def test_offload_dtype_reaches_the_engine_and_the_csv(tmp_path):
                          csv_path=str(tmp_path / "e.csv"), verbose=False)
 
 
-def test_allocator_policy_is_applied_recorded_and_trims_before_each_row(tmp_path, monkeypatch):
-    from magicpig.harness import allocator
+def test_a_csv_of_the_other_diagnostics_setting_is_refused_by_name(tmp_path, monkeypatch):
+    monkeypatch.setattr("magicpig.models.load_model", lambda *a, **k: pytest.fail("model loaded"))
+    for diagnostics, columns, flag in ((False, table.COLUMNS + table.DIAGNOSTIC_COLUMNS, "with"),
+                                       (True, table.COLUMNS, "without")):
+        path = tmp_path / f"{flag}.csv"
+        path.write_text(",".join(columns) + "\n")
+        with pytest.raises(ValueError, match=f"written {flag} --diagnostics"):
+            bench_decode.run("smollm2", (256,), ["dense"], csv_path=str(path), device="cpu", diagnostics=diagnostics)
 
+
+def test_allocator_is_converged_recorded_and_trimmed_before_each_row(tmp_path, monkeypatch):
     applied, trims = [], []
-    monkeypatch.setattr(allocator, "apply", lambda policy: applied.append(policy) or policy)
-    monkeypatch.setattr(allocator, "release", lambda: trims.append(1))
-    for policy, trimmed in (("converged", True), ("default", False)):
-        trims.clear()
-        out = tmp_path / f"{policy}.csv"
-        rc = main(["bench", "decode", "--model", TINY, "--context", "128", "--method", "dense@stock",
-                   "--method", "magicpig@offload", "--malloc", policy, "--steps", "1", "--warmup", "0",
-                   "--csv", str(out)])
-        assert rc == 0 and applied[-1] == policy
-        assert [r["malloc_policy"] for r in _rows(out)] == [policy, policy]
-        assert (len(trims) >= 2) == trimmed  # before and after each of the two rows
-    with pytest.raises(SystemExit):
-        main(["bench", "decode", "--model", TINY, "--malloc", "jemalloc"])
+    monkeypatch.setattr(memory, "converge_allocator", lambda: applied.append(1) or "converged")
+    monkeypatch.setattr(memory, "free_memory", lambda trim=False: trims.append(trim))
+    out = tmp_path / "d.csv"
+    rc = main(["bench", "decode", "--model", TINY, "--context", "128", "--method", "dense@stock",
+               "--method", "magicpig@offload", "--steps", "1", "--warmup", "0", "--csv", str(out)])
+    assert rc == 0 and applied == [1]
+    assert [r["malloc_policy"] for r in _rows(out)] == ["converged", "converged"]
+    assert trims.count(True) == 4  # before and after each of the two rows
 
 
 def test_forward_choice_reaches_the_engine_and_the_csv(tmp_path):
@@ -232,10 +241,14 @@ def test_row_monitor_reports_steal_and_this_process_kernel_share(monkeypatch):
     import os
     import time
 
+    with bench_decode.RowMonitor(torch.device("cpu")) as mon:  # without --diagnostics: the reader's fields
+        pass
+    assert set(mon.fields()) == {"peak_host_mb", "peak_device_mb", "other_cpu_load", "under_load"}
+
     def busy(work, seconds=0.5):
         steal = iter([10.0, 10.25])  # the hypervisor gave 0.25 s of the machine's time elsewhere
         monkeypatch.setattr(bench_decode.RowMonitor, "_steal", staticmethod(lambda: next(steal)))
-        with bench_decode.RowMonitor(torch.device("cpu")) as mon:
+        with bench_decode.RowMonitor(torch.device("cpu"), diagnostics=True) as mon:
             t0 = time.perf_counter()
             while time.perf_counter() - t0 < seconds:
                 work()
@@ -269,24 +282,19 @@ def test_bytes_limit_counts_weights_kv_and_sampled_rows():
     shape = hardware.model_shape("smollm2")
     row = {"method": "dense", "backend": "stock", "dtype": "float32", "context": 8192, "batch": 2,
            "ms_per_token": 100.0, "sampled_fraction": 1.0}
-    got = bench_decode.bytes_limit("smollm2", row, stream_gbps=10.0)
+    got = table.bytes_limit("smollm2", row, stream_gbps=10.0)
     weights = shape.params_read * 4
     kv = 2 * 30 * 8192 * (2 * 3 * 64 * 4)  # batch x layers x tokens x K+V bytes of 3 kv heads, fp32
     assert got["bytes_per_step"] == int(weights + kv)
     assert got["bytes_limit_ms"] == pytest.approx(1000 * (weights + kv) / 10e9, rel=1e-3)
     assert got["x_bytes_limit"] == pytest.approx(100.0 / got["bytes_limit_ms"], rel=1e-3)
-    sparse = bench_decode.bytes_limit("smollm2", dict(row, method="magicpig:K=10,L=150", backend="offload",
+    sparse = table.bytes_limit("smollm2", dict(row, method="magicpig:K=10,L=150", backend="offload",
                                                       sampled_fraction=0.03), 10.0)
     projections = 28 * 3 * 64 * 10 * 150 * 4  # the queries' hashing reads each kv-head's (d, K*L) float32
     # 2 of 30 layers dense + 3% of the rest, and the projections
     assert weights + projections < sparse["bytes_per_step"] < weights + 0.2 * kv + projections
-    # a row that measured its own bandwidth is held to it; the run-start figure stays beside it
-    during = bench_decode.bytes_limit("smollm2", dict(row, stream_gbps_steps=20.0), stream_gbps=10.0)
-    assert during["bytes_limit_ms"] == pytest.approx(got["bytes_limit_ms"] / 2, rel=1e-3)
-    assert during["x_bytes_limit"] == pytest.approx(2 * got["x_bytes_limit"], rel=1e-3)
-    assert during["x_bytes_limit_start"] == got["x_bytes_limit_start"] == got["x_bytes_limit"]
-    assert bench_decode.bytes_limit("smollm2", dict(row, method="quest"), 10.0) == {}  # not modelled
-    assert bench_decode.bytes_limit("smollm2", row, None) == {}  # not a CPU run: no bandwidth measured
+    assert table.bytes_limit("smollm2", dict(row, method="quest"), 10.0) == {}  # not modelled
+    assert table.bytes_limit("smollm2", row, None) == {}  # not a CPU run: no bandwidth measured
 
 
 def test_one_machine_record_with_the_same_keys_everywhere():
@@ -295,15 +303,16 @@ def test_one_machine_record_with_the_same_keys_everywhere():
     import subprocess
     import sys
 
-    from magicpig.harness import bench_kernel, machine
+    from magicpig.harness import machine
+    from magicpig.harness.bench import kernel as bench_kernel
 
     rec = machine.machine_record("cpu")
     assert tuple(rec) == machine.KEYS and rec["device"] == "cpu" and rec["gpu_name"] is None
     assert rec["cpu_cores_logical"] >= 1 and rec["torch_version"] == torch.__version__ and rec["threads"] >= 1
-    desc = bench_decode.machine_description("cpu")
+    desc = machine.machine_record("cpu", load_cpu_module=True)
     assert tuple(desc) == machine.KEYS and desc["isa"] != "not loaded"  # the benchmarks load the CPU module
     shared = ("cpu_model", "isa", "threads", "torch_version")
-    assert set(shared) <= set(bench_decode.COLUMNS)
+    assert set(shared) <= set(table.COLUMNS)
     assert set(shared) <= set(bench_kernel.Row.__dataclass_fields__)
     # describing the machine compiles nothing: a fresh process without the module says so
     code = "from magicpig.harness.machine import machine_record; print(machine_record('cpu')['isa'])"

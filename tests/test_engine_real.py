@@ -15,7 +15,7 @@ def smollm2():
 
 @pytest.mark.slow
 def test_needle_4k_answered_by_dense_and_magicpig(smollm2):
-    from magicpig.harness.bench_decode import needle_prompt
+    from magicpig.harness.bench.prompts import needle_prompt
     from magicpig.engine import Engine, GenerationConfig
 
     model, tok = smollm2

@@ -211,9 +211,8 @@ def test_csv_with_other_columns_is_refused_before_work(tmp_path):
 
 
 def test_bench_decode_appends_rows_and_refuses_a_foreign_csv_before_loading(tmp_path, monkeypatch):
-    import magicpig.harness.bench_decode as bd
+    import magicpig.harness.bench.decode as bd
 
-    assert not hasattr(bd._Bench, "write")  # the whole-file rewrite is gone; rows go through CsvAppender
     path = tmp_path / "d.csv"
     path.write_text("x,y\n")
     monkeypatch.setattr("magicpig.models.load_model", lambda *a, **k: pytest.fail("model loaded"))

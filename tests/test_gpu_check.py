@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from magicpig.harness.bench_decode import load_rows
+from magicpig.harness.csv_rows import load_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "gpu_check.sh"

@@ -343,12 +343,12 @@ def test_a_row_without_context_is_a_clear_error(tmp_path):
 
 
 def test_reads_the_columns_bench_decode_writes(tmp_path):
-    from magicpig.harness import bench_decode
+    from magicpig.harness.bench.table import COLUMNS
 
-    row = dict.fromkeys(bench_decode.COLUMNS, "")
+    row = dict.fromkeys(COLUMNS, "")
     row.update(model="smollm2", shape_only=False, device="cpu", context=8192, batch=2, method="magicpig",
                backend="offload", ms_per_token=150.0, tokens_per_s=13.33, sampled_fraction=0.021, fits=True,
-               load_before=0.4, load_after=1.9, under_load=False, threads=2, dtype="float32", steps=8, warmup=4)
+               other_cpu_load=0.1, under_load=False, threads=2, dtype="float32", steps=8, warmup=4)
     path = tmp_path / "d.csv"
     pd.DataFrame([row, dict(row, under_load=True), dict(row, fits=False, ms_per_token="")]).to_csv(path, index=False)
     items = project.decode_items([path])

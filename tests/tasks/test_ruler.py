@@ -306,7 +306,7 @@ def test_chat_template_option(tokenizer):
 def test_one_essay_reader_honours_magicpig_essays(tmp_path, monkeypatch):
     """RULER's words, the capture prompt's corpus and bench decode's tokens all come from one reader, which
     reads $MAGICPIG_ESSAYS when it is set (issue 14)."""
-    from magicpig.harness import bench_decode
+    from magicpig.harness.bench import prompts
     from magicpig_tasks.experiments import haystack as capture_haystack
     from magicpig_tasks.ruler import haystack as hs
 
@@ -321,7 +321,7 @@ def test_one_essay_reader_honours_magicpig_essays(tmp_path, monkeypatch):
         def __call__(self, text, add_special_tokens=False):
             return {"input_ids": [ord(c) for c in text]}
 
-    ids = bench_decode.essay_tokens(Chars(), 40)
+    ids = prompts.essay_tokens(Chars(), 40)
     assert "".join(map(chr, ids)).startswith("First essay.\n\nSecond essay here.First")
     monkeypatch.setenv("MAGICPIG_ESSAYS", str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match="neither a folder"):

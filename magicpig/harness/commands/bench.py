@@ -1,10 +1,9 @@
 """``magicpig bench <what>``: benchmarks (not tests). Sub-commands live in SUBCOMMANDS; ``kernel`` times
-the CPU module for one decode step of one layer, ``decode`` the whole model (magicpig.harness.bench_decode). To add
+the CPU module for one decode step of one layer, ``decode`` the whole model (magicpig.harness.bench). To add
 one, add a register function to SUBCOMMANDS; heavy imports stay inside the handlers."""
 from __future__ import annotations
 
 from magicpig.backends import BENCH_BACKENDS
-from magicpig.harness import allocator
 from magicpig.harness.progress import heartbeat
 
 
@@ -37,7 +36,7 @@ def _register_kernel(sub) -> None:
 def _run_kernel(args) -> int:
     import torch
 
-    from magicpig.harness import bench_kernel
+    from magicpig.harness.bench import kernel as bench_kernel
 
     kls = tuple(_parse_kl(x) for x in args.kl) if args.kl else bench_kernel.KLS
     for n in args.n or ():
@@ -70,9 +69,8 @@ def _register_decode(sub) -> None:
                         "repeatable; default dense@stock, dense, magicpig:K=10,L=150@offload")
     p.add_argument("--steps", type=int, default=128, help="timed decode steps (default 128, the paper's)")
     p.add_argument("--warmup", type=int, default=32, help="untimed decode steps first (default 32, the paper's)")
-    p.add_argument("--fill", choices=["exact", "tile", "prefill"], default="exact",
-                   help="prefill every context exactly, or prefill --tile-base tokens and tile the cache "
-                        "('prefill' = exact, the old name)")
+    p.add_argument("--fill", choices=["exact", "tile"], default="exact",
+                   help="prefill every context exactly, or prefill --tile-base tokens and tile the cache")
     p.add_argument("--tile-base", type=int, default=8192)
     p.add_argument("--prefill-chunk", type=int, default=2048, help="prompt tokens per prefill forward")
     p.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available)")
@@ -88,10 +86,10 @@ def _register_decode(sub) -> None:
                    help="who runs the decode step's layer loop for the engine's backends (auto: magicpig's loop for "
                         "a float32 Llama / Mistral / Qwen2 CPU model with kernel-4 linears; stock rows always run "
                         "transformers')")
-    p.add_argument("--malloc", choices=list(allocator.POLICIES), default=allocator.DEFAULT_POLICY,
-                   help="host allocator policy (glibc): converged = mmap/trim thresholds fixed at 32/64 MiB, where "
-                        "glibc's adaptive rule settles, and a trimmed heap before each row, so a row's time does "
-                        "not depend on the rows before it; default = glibc's adaptive thresholds (default converged)")
+    p.add_argument("--diagnostics", action="store_true",
+                   help="also record the load averages, the hypervisor's steal, this process's kernel-time share, "
+                        "the engine's per-step time breakdown and (on the CPU) the memory bandwidth measured "
+                        "between the timed steps (docs/benchmarking.md)")
     p.add_argument("--max-throughput", action="store_true",
                    help="also search the largest batch that fits per method and context and measure it")
     p.add_argument("--max-batch", type=int, default=256, help="upper bound of the --max-throughput search")
@@ -102,7 +100,7 @@ def _register_decode(sub) -> None:
 def _run_decode(args) -> int:
     import sys
 
-    from magicpig.harness import bench_decode
+    from magicpig.harness.bench import decode as bench_decode
 
     methods = tuple(bench_decode.parse_method_arg(m) for m in args.method or ()) or bench_decode.METHODS
     for name, values in (("--context", args.context), ("--batch", args.batch)):
@@ -121,7 +119,7 @@ def _run_decode(args) -> int:
                                 dtype=args.dtype, csv_path=args.csv, prefill_chunk=args.prefill_chunk,
                                 max_throughput=args.max_throughput, max_batch=args.max_batch,
                                 offload_dtype=None if args.offload_dtype == "auto" else args.offload_dtype,
-                                linear=args.linear, forward=args.forward, malloc=args.malloc)
+                                linear=args.linear, forward=args.forward, diagnostics=args.diagnostics)
     if not any(r["fits"] is True for r in rows):
         print("magicpig bench decode: no configuration fits in memory: "
               + "; ".join(sorted({r["reason"] for r in rows})), file=sys.stderr)

@@ -20,7 +20,8 @@ from magicpig.harness.report.paper_tables import (paper_model, ruler_model_secti
                                                   table6_section, task_table)
 from magicpig.harness.report.paper_tables import skipped_notes as _skipped_notes
 from magicpig.harness.report.sections_sweeps import sweep_section, token_section
-from magicpig.harness.report.tables_system import gpu_section, shapes_section, table7_section, table8_section
+from magicpig.harness.report.tables_system import (DECODE_COLUMNS, gpu_section, shapes_section, table7_section,
+                                                   table8_section)
 
 
 def build_report(results: Path | str, out: Path | str, preset: str, preset_config: dict | None = None,
@@ -200,7 +201,7 @@ THROUGHPUT_TITLES = {
                    ["n", "head_dim", "K", "L", "dist", "dtype", "threads", "isa", "sampled_fraction", "ms_per_step",
                     "gb_per_s", "read_gb_per_s", "bandwidth_ratio", "gather_gb_per_s", "step_vs_gather",
                     "speedup_vs_dense", "speedup_vs_roofline", "speedup_vs_reference"]),
-    "decode.csv": ("End-to-end decoding, measured on this machine", None),
+    "decode.csv": ("End-to-end decoding, measured on this machine", DECODE_COLUMNS),
     "fit.csv": ("Bandwidth model fitted to this machine (`magicpig project`: least squares on the unflagged rows)",
                 ["parameter", "value", "source"]),
     "decode_predicted.csv": ("Bandwidth model vs measurement per decode row (error = predicted / measured - 1; "

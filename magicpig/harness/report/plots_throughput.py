@@ -42,41 +42,53 @@ def _gpu_rows(df):
     return df[df["device"].astype(str).str.startswith("cuda")] if df is not None and "device" in df else None
 
 
+def _panels(results: Path, title: str, x: str, y: str, by: str, xlabel: str, ylabel: str):
+    """The three panels of a throughput figure: MEASURED ``y`` vs ``x`` per (method, ``by``) from decode.csv,
+    then the H200 and the paper's-machine panels, titled PROJECTION, left for the caller to draw with the
+    projection CSVs (None where absent: the panel says so). Returns (fig, axes, frames, missing)."""
+    missing: list[str] = []
+    fig, axes = canvas.subplots(3, title, width=4.8, height=4.4)
+    thr = results / "throughput"
+    frames = {name: canvas.read(thr / f"{name}.csv") for name in ("decode", "projection_h200",
+                                                                  "projection_paper_latency")}
+    for ax, name in zip(axes, frames):
+        if frames[name] is None:
+            canvas.no_data(ax, f"throughput/{name}.csv", missing)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+    df = frames["decode"]
+    if df is not None:
+        _measured(axes[0], df, x, y, by)
+    axes[1].set_title("H200: " + PROJECTED, color="darkorange", fontsize=9)
+    return fig, axes, frames, missing
+
+
+def _paper_title(ax, paper_rows: list[dict]) -> None:
+    hw = {str(r.get("hardware")) for r in paper_rows} or {"L20"}
+    ax.set_title(f"paper's {', '.join(sorted(hw))}: paper vs PROJECTION", color="darkorange", fontsize=9)
+    canvas.legend_below(ax, ncol=1, fontsize=6)
+
+
 def throughput_batch(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """Tokens/s vs batch: measured on this machine | PROJECTION on one H200 | the paper's L20: its numbers
     beside the projection of the same settings (each machine on its own axes)."""
     title = "Decoding throughput vs batch"
-    missing: list[str] = []
-    fig, (ax, axp, axl) = canvas.subplots(3, title, width=4.8, height=4.4)
-    thr = results / "throughput"
-    df = canvas.read(thr / "decode.csv")
-    if df is None:
-        canvas.no_data(ax, "throughput/decode.csv", missing)
-    else:
-        _measured(ax, df, "batch", "tokens_per_s", "context")
+    fig, (ax, axp, axl), frames, missing = _panels(results, title, "batch", "tokens_per_s", "context", "batch",
+                                                   "tokens / s")
+    df, proj, lat = frames["decode"], frames["projection_h200"], frames["projection_paper_latency"]
+    if df is not None:
         canvas.fit_single(ax, df["batch"])
-        ax.set_xlabel("batch")
-        ax.set_ylabel("tokens / s")
     ax.set_title("MEASURED on this machine (" + ("no rows" if df is None else
                                                  ", ".join(sorted(set(df["device"].astype(str))))) + ")", fontsize=9)
-    proj = canvas.read(thr / "projection_h200.csv")
-    if proj is None:
-        canvas.no_data(axp, "throughput/projection_h200.csv", missing)
-    else:
+    if proj is not None:
         for i, ((m, n), g) in enumerate(proj.groupby(["method", "context"], sort=False)):
             g = g.sort_values("batch")
             axp.plot(g["batch"], g["tokens_per_s"], "o-", color=f"C{i % 10}", label=f"{m}, {n // 1024}K")
         axp.set_yscale("log")
         canvas.readable_log(axp)
         canvas.legend_below(axp, fontsize=6)
-    axp.set_xlabel("batch")
-    axp.set_ylabel("tokens / s")
-    axp.set_title("H200: " + PROJECTED, color="darkorange", fontsize=9)
-    lat = canvas.read(thr / "projection_paper_latency.csv")
     paper_rows = _system(ref).get("max_throughput_tokens_per_s", [])
-    if lat is None:
-        canvas.no_data(axl, "throughput/projection_paper_latency.csv", missing)
-    else:
+    if lat is not None:
         sel = lat[lat["what"].astype(str).str.contains("tokens/s")]
         axl.plot(sel["batch"], sel["projected"], "D", color="darkorange", mfc="none", ms=8,
                  label="projected (bandwidth model)")
@@ -88,11 +100,7 @@ def throughput_batch(results: Path, ref: dict, path: Path) -> canvas.FigureResul
             axl.axhline(row["tokens_per_s"], color="crimson", ls="--", lw=1,
                         label=f"paper {row['method']} (GPU-only, largest batch): {row['tokens_per_s']} tok/s")
     axl.set_ylim(bottom=0)
-    axl.set_xlabel("batch")
-    axl.set_ylabel("tokens / s")
-    hw = {str(r.get("hardware")) for r in paper_rows} or {"L20"}
-    axl.set_title(f"paper's {', '.join(sorted(hw))}: paper vs PROJECTION", color="darkorange", fontsize=9)
-    canvas.legend_below(axl, ncol=1, fontsize=6)
+    _paper_title(axl, paper_rows)
     return canvas.save(fig, path, title, missing)
 
 
@@ -100,23 +108,14 @@ def throughput_context(results: Path, ref: dict, path: Path) -> canvas.FigureRes
     """ms per token vs context: measured on this machine | PROJECTION (H200, batch 1) | the paper's
     latency beside the projection of the same setting on the paper's machine."""
     title = "Decoding latency vs context"
-    missing: list[str] = []
-    fig, (ax, axp, axl) = canvas.subplots(3, title, width=4.8, height=4.4)
-    thr = results / "throughput"
-    df = canvas.read(thr / "decode.csv")
-    if df is None:
-        canvas.no_data(ax, "throughput/decode.csv", missing)
-    else:
-        _measured(ax, df, "context", "ms_per_token", "batch")
+    fig, (ax, axp, axl), frames, missing = _panels(results, title, "context", "ms_per_token", "batch",
+                                                   "context (tokens)", "ms / token")
+    df, proj, lat = frames["decode"], frames["projection_h200"], frames["projection_paper_latency"]
+    if df is not None:
         ax.set_xscale("log", base=2)
         canvas.fit_single(ax, df["context"], log=True)
-        ax.set_xlabel("context (tokens)")
-        ax.set_ylabel("ms / token")
     ax.set_title("MEASURED on this machine", fontsize=9)
-    proj = canvas.read(thr / "projection_h200.csv")
-    if proj is None:
-        canvas.no_data(axp, "throughput/projection_h200.csv", missing)
-    else:
+    if proj is not None:
         one = proj[proj["batch"] == 1]
         for i, (m, g) in enumerate(one.groupby("method", sort=False)):
             g = g.sort_values("context")
@@ -124,14 +123,7 @@ def throughput_context(results: Path, ref: dict, path: Path) -> canvas.FigureRes
         axp.set_xscale("log", base=2)
         canvas.log_if_wide(axp, one["ms_per_token"])
         canvas.legend_below(axp, ncol=1, fontsize=6)
-    axp.set_xlabel("context (tokens)")
-    axp.set_ylabel("ms / token")
-    axp.set_title("H200: " + PROJECTED, color="darkorange", fontsize=9)
-    lat = canvas.read(thr / "projection_paper_latency.csv")
-    paper_rows = _system(ref).get("latency_ms_per_token", [])
-    if lat is None:
-        canvas.no_data(axl, "throughput/projection_paper_latency.csv", missing)
-    else:
+    if lat is not None:
         sel = lat[lat["what"].astype(str).str.contains("ms/token")]
         names = [f"{h}\n{w}" for h, w in zip(sel["hardware"], sel["what"])]
         xs = np.arange(len(sel))
@@ -139,10 +131,8 @@ def throughput_context(results: Path, ref: dict, path: Path) -> canvas.FigureRes
         axl.bar(xs + 0.2, pd.to_numeric(sel["paper"], errors="coerce").fillna(0), 0.4, color="crimson",
                 alpha=0.7, label="paper")
         axl.set_xticks(xs, names, fontsize=7)
-    axl.set_ylabel("ms / token")
-    hw = {str(r.get("hardware")) for r in paper_rows} or {"L20"}
-    axl.set_title(f"paper's {', '.join(sorted(hw))}: paper vs PROJECTION", color="darkorange", fontsize=9)
-    canvas.legend_below(axl, ncol=1, fontsize=6)
+    axl.set_xlabel("")
+    _paper_title(axl, _system(ref).get("latency_ms_per_token", []))
     return canvas.save(fig, path, title, missing)
 
 

@@ -16,8 +16,10 @@ TABLE7_TITLE = "Table 7: (K, L) against latency and throughput"
 TABLE8_TITLE = "Table 8: memory and compute overhead of the hash tables"
 GPU_TITLE = "GPU runs (`make gpu-check`)"
 SHAPES_TITLE = "Models measured by shape only (paper Fig. 8a/b: CodeLlama-34B / 13B)"
-DECODE_COLUMNS = ["model", "device", "context", "batch", "method", "backend", "ms_per_token", "tokens_per_s", "fits",
-                  "search"]
+# the columns of a ``bench decode`` CSV the report shows (the CSV holds more: magicpig.harness.bench.table)
+DECODE_COLUMNS = ["model", "device", "context", "batch", "method", "backend", "fill", "dtype", "threads",
+                  "ms_per_token", "tokens_per_s", "x_bytes_limit", "sampled_fraction", "peak_host_mb",
+                  "peak_device_mb", "fits", "reason", "search", "under_load"]
 
 
 def _fitted(df: pd.DataFrame) -> pd.DataFrame:
@@ -166,7 +168,7 @@ def gpu_section(gpu_root: Path) -> list[str]:
 
 
 def decode_table(df: pd.DataFrame | None) -> str:
-    """The main columns of a ``bench decode`` CSV as a table."""
+    """The ``DECODE_COLUMNS`` of a ``bench decode`` CSV as a table."""
     cols = [c for c in DECODE_COLUMNS if df is not None and c in df.columns]
     if not cols:
         return "No rows."

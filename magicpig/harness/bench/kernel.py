@@ -1,28 +1,8 @@
-"""Kernel benchmark of the CPU module (``magicpig bench kernel``): one decode step of one layer.
-
-For each configuration (n, head_dim, K, L, key distribution) it measures, in one run: time per decode step
-(retrieval + sparse attention, one ``OffloadedLayer.attend`` call for 32 query / 8 kv heads), the sampled
-fraction, bytes touched, achieved GB/s, the machine's streaming-read GB/s (a tensor far larger than the
-caches, read with the same threads) and their ratio, and the speedup over exact CPU attention (the faster
-of torch SDPA and a GQA-grouped matmul-softmax-matmul, same data, dtype and threads) and over the torch
-reference ``MagicPIG.attend``.
-
-Two more measures put these in context: the time to merely read the same rows the step reads, in the same
-random order, with no arithmetic and the widest vector loads the CPU has (``gather_ms``: what random row
-reads reach on this machine, usually below streaming reads), and the exact-attention roofline, all keys and
-values read at the streaming bandwidth (``roofline_ms``: no exact CPU attention can be faster).
-
-Bytes touched = sum over query heads of (sampled keys x 2 x head_dim x element size + bucket entries read x
-id size). Step, retrieval and gather timings start from cold caches: a buffer of 8x the last-level cache
-(``llc_bytes``: sysfs and lscpu; at least 128 MiB, at most a quarter of the available RAM) is read before
-each repetition, as another layer's step would leave them. The streaming bandwidth every ratio divides by is
-measured one way only (``stream_read_gbps``: the median of STREAM_REPS reads of one buffer of at least 4x the
-last-level cache, with the step's threads), and both sizes are printed with the results.
-
-Before anything is allocated or the CSV is opened, the memory the largest configuration needs (inputs,
-codes, the offloaded layer, exact-attention temporaries, flush and streaming buffers) is checked against the
-available RAM (``check_memory``): an impossible run is refused with the numbers, not killed half-way.
-"""
+"""Kernel benchmark of the CPU module (``magicpig bench kernel``): one decode step of one layer (retrieval +
+sparse attention, 32 query / 8 kv heads, batch 1) per (n, head_dim, K, L, key distribution), against this
+machine's streaming-read bandwidth, exact CPU attention, the torch reference and the time to merely read the
+rows the step reads. Timings start from cold caches; the memory the largest configuration needs is checked
+before anything is allocated. What each column means: docs/benchmarking.md."""
 from __future__ import annotations
 
 import csv
@@ -67,31 +47,20 @@ class Row:
     gb_per_s: float
     read_gb_per_s: float
     bandwidth_ratio: float
-    gather_ms: float          # reading the step's distinct rows, random order, no arithmetic (cold)
+    gather_ms: float  # reading the step's distinct rows, random order, no arithmetic (cold)
     gather_gb_per_s: float
-    step_vs_gather: float     # gather_ms / ms_per_step: 1 = the step costs no more than its row reads
-    roofline_ms: float        # all keys and values at read_gb_per_s: the floor of any exact attention
+    step_vs_gather: float  # gather_ms / ms_per_step: 1 = the step costs no more than its row reads
+    roofline_ms: float  # all keys and values at read_gb_per_s: the floor of any exact attention
     speedup_vs_roofline: float
     dense_ms: float
-    dense_kind: str
-    sdpa_ms: float
-    grouped_ms: float
+    dense_kind: str  # the faster exact attention: sdpa, or grouped (matmul-softmax-matmul)
     speedup_vs_dense: float
     reference_ms: float
     speedup_vs_reference: float
     load_avg: float
-    gather_ratio: float       # gather_gb_per_s / read_gb_per_s: the random-row ceiling, as a ratio to streaming
-    llc_bytes: int            # last-level cache found (llc_bytes)
-    flush_bytes: int          # bytes read before each cold repetition
-    stream_bytes: int         # streaming buffer of read_gb_per_s
-    # the same measured in one thread's CPU time (time.thread_time, torch / OpenMP set to 1 thread):
-    # insensitive to preemption by other processes on a shared machine, so comparable across loads
-    cpu1_ms_per_step: float
-    cpu1_read_gb_per_s: float
-    cpu1_bandwidth_ratio: float
-    cpu1_dense_ms: float
-    cpu1_speedup_vs_dense: float
-    # the machine (magicpig.harness.machine.machine_record's keys)
+    llc_bytes: int  # last-level cache found (llc_bytes)
+    flush_bytes: int  # bytes read before each cold repetition
+    stream_bytes: int  # streaming buffer of read_gb_per_s
     cpu_model: str = ""
     torch_version: str = ""
 
@@ -168,18 +137,17 @@ def stream_bytes_for(llc: int, minimum: int = STREAM_MIN_BYTES) -> int:
     return max(minimum, 4 * llc) // 8 * 8
 
 
-def timed_cold(fn, reps: int, flush: torch.Tensor, clock=time.perf_counter, threads: int | None = None) -> float:
-    """Fastest of ``reps`` calls of ``fn`` (seconds by ``clock``), each after reading ``flush`` so that
-    it starts from cold caches; one untimed call first."""
-    mod = cpu.load()
-    threads = threads or cpu.num_threads()
+def timed_cold(fn, reps: int, flush: torch.Tensor) -> float:
+    """Fastest of ``reps`` calls of ``fn`` (seconds), each after reading ``flush`` so that it starts from
+    cold caches; one untimed call first."""
+    mod, threads = cpu.load(), cpu.num_threads()
     fn()
     best = float("inf")
     for _ in range(reps):
         mod.stream_read(flush, threads)
-        t0 = clock()
+        t0 = time.perf_counter()
         fn()
-        best = min(best, clock() - t0)
+        best = min(best, time.perf_counter() - t0)
     return best
 
 
@@ -200,7 +168,7 @@ def union_rows(layer, bits: torch.Tensor) -> torch.Tensor:
 
 def timed(fn, reps: int, warmup: int = 1) -> float:
     """Fastest of ``reps`` calls (seconds) after ``warmup`` calls: on a shared machine the minimum is the
-    estimate least disturbed by other processes (the median is printed by --verbose runs)."""
+    estimate least disturbed by other processes."""
     for _ in range(warmup):
         fn()
     times = []
@@ -229,28 +197,8 @@ def stream_read_gbps(threads: int, nbytes: int, reps: int = STREAM_REPS, clock=t
     """Streaming-read bandwidth (GB/s, 1e9 bytes): the median of ``reps`` timed reads of one ``nbytes``
     buffer (``stream_bytes_for``: at least 4x the last-level cache, so that each read comes from memory)
     with ``threads`` threads (``stream_read_seconds``). The one method every ratio of this benchmark
-    divides by; ``clock=time.thread_time`` with one thread gives the single-thread CPU-time figure."""
+    divides by."""
     return max(1, nbytes // 8) * 8 / statistics.median(stream_read_seconds(threads, nbytes, reps, clock)) / 1e9
-
-
-def single_thread_measures(layer, q, q_codes, keys, values, reps: int, stream_bytes: int, flush: torch.Tensor):
-    """(step s, streaming-read GB/s, exact-attention s) in one thread's CPU time (time.thread_time: not
-    counting preemption by other processes on a shared machine)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        single = layer.with_threads(1)  # the layer's threads are fixed when it is built (plan)
-        step = timed_cold(lambda: single.attend(q, q_codes, 2), reps, flush, clock=time.thread_time, threads=1)
-        read = stream_read_gbps(1, stream_bytes, clock=time.thread_time)
-        dense = float("inf")
-        for f in grouped_attention(q, keys, values):
-            f()
-            t0 = time.thread_time()
-            f()
-            dense = min(dense, time.thread_time() - t0)
-    finally:
-        torch.set_num_threads(old)
-    return step, read, dense
 
 
 def make_data(n: int, d: int, K: int, L: int, dist: str, dtype: torch.dtype, seed: int = 0):
@@ -385,35 +333,30 @@ def run_config(n: int, d: int, K: int, L: int, dist: str, dtype: torch.dtype, *,
     roofline_s = keys.numel() * 2 * elt / (read_gbps * 1e9)
     ref_s = reference_time(q, centered, values, center, codes, proj, K, L) if reference else float("nan")
     gbps = touched / step_s / 1e9
-    step1, read1, dense1 = single_thread_measures(layer, q, q_codes, keys, values, reps, stream_bytes, flush)
     return Row(n=n, head_dim=d, K=K, L=L, dist=dist, dtype=str(dtype).replace("torch.", ""), threads=threads,
                isa=cpu.isa(), sampled_fraction=float(sampled.sum()) / (HEADS * n),
                retrieve_ms=retrieve_s * 1e3, ms_per_step=step_s * 1e3, bytes_touched=touched, gb_per_s=gbps,
                read_gb_per_s=read_gbps, bandwidth_ratio=gbps / read_gbps, gather_ms=gather_s * 1e3,
                gather_gb_per_s=gather_gbps, step_vs_gather=gather_s / step_s,
                roofline_ms=roofline_s * 1e3, speedup_vs_roofline=roofline_s / step_s, dense_ms=dense_s * 1e3,
-               dense_kind=dense_kind, sdpa_ms=sdpa_s * 1e3, grouped_ms=grouped_s * 1e3,
-               speedup_vs_dense=dense_s / step_s, reference_ms=ref_s * 1e3, speedup_vs_reference=ref_s / step_s,
-               load_avg=os.getloadavg()[0], gather_ratio=gather_gbps / read_gbps, llc_bytes=llc,
-               flush_bytes=flush.numel() * 8, stream_bytes=stream_bytes, cpu1_ms_per_step=step1 * 1e3,
-               cpu1_read_gb_per_s=read1, cpu1_bandwidth_ratio=touched / step1 / 1e9 / read1,
-               cpu1_dense_ms=dense1 * 1e3, cpu1_speedup_vs_dense=dense1 / step1,
-               cpu_model=cpu_model(), torch_version=torch.__version__)
+               dense_kind=dense_kind, speedup_vs_dense=dense_s / step_s, reference_ms=ref_s * 1e3,
+               speedup_vs_reference=ref_s / step_s, load_avg=os.getloadavg()[0], llc_bytes=llc,
+               flush_bytes=flush.numel() * 8, stream_bytes=stream_bytes, cpu_model=cpu_model(),
+               torch_version=torch.__version__)
 
 
 HEADER = (f"{'n':>7} {'hd':>4} {'K':>3} {'L':>4} {'dist':>6} {'frac%':>6} {'retr ms':>8} {'ms/step':>8} "
           f"{'MB':>6} {'GB/s':>6} {'read':>6} {'ratio':>6} {'gather':>7} {'gat/rd':>6} {'gat/step':>8} "
-          f"{'dense ms':>9} {'x dense':>8} {'x roof':>7} {'x ref':>7} {'load':>5} | 1-thread cpu: {'ms':>6} "
-          f"{'ratio':>6} {'x dense':>8}")
+          f"{'dense ms':>9} {'x dense':>8} {'x roof':>7} {'x ref':>7} {'load':>5}")
 
 
 def format_row(r: Row) -> str:
     return (f"{r.n:>7} {r.head_dim:>4} {r.K:>3} {r.L:>4} {r.dist:>6} {100 * r.sampled_fraction:>6.2f} "
             f"{r.retrieve_ms:>8.3f} {r.ms_per_step:>8.3f} {r.bytes_touched / 1e6:>6.2f} {r.gb_per_s:>6.1f} "
-            f"{r.read_gb_per_s:>6.1f} {r.bandwidth_ratio:>6.2f} {r.gather_gb_per_s:>7.1f} {r.gather_ratio:>6.2f} "
-            f"{r.step_vs_gather:>8.2f} {r.dense_ms:>7.1f}{r.dense_kind[0]:>2} {r.speedup_vs_dense:>8.1f} "
-            f"{r.speedup_vs_roofline:>7.1f} {r.speedup_vs_reference:>7.0f} {r.load_avg:>5.2f} |"
-            f"               {r.cpu1_ms_per_step:>6.2f} {r.cpu1_bandwidth_ratio:>6.2f} {r.cpu1_speedup_vs_dense:>8.1f}")
+            f"{r.read_gb_per_s:>6.1f} {r.bandwidth_ratio:>6.2f} {r.gather_gb_per_s:>7.1f} "
+            f"{r.gather_gb_per_s / r.read_gb_per_s:>6.2f} {r.step_vs_gather:>8.2f} {r.dense_ms:>7.1f}"
+            f"{r.dense_kind[0]:>2} {r.speedup_vs_dense:>8.1f} {r.speedup_vs_roofline:>7.1f} "
+            f"{r.speedup_vs_reference:>7.0f} {r.load_avg:>5.2f}")
 
 
 LEGEND = ("# ratio = GB/s / read (streaming); gather = GB/s of reading the same rows in the same random order with "

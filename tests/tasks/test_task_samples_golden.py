@@ -62,7 +62,7 @@ def make_task(name: str, settings: dict):
     from magicpig_tasks.registry import get_task
 
     path = str(FIXTURES / DATA[name]) if name in DATA else None
-    return get_task(name, path, **settings)
+    return get_task(name, path, settings)
 
 
 def digest(tokenizer, name: str, settings: dict, length: int, seed: int, count: int) -> str:
@@ -78,8 +78,7 @@ def digest(tokenizer, name: str, settings: dict, length: int, seed: int, count: 
         scores = []
         for prediction in (" " + ", ".join(s.references), " nothing"):
             scores.append(task.score(prediction, s))
-            extra = getattr(task, "extra_scores", None)
-            scores.append(extra(prediction, s) if extra else {})
+            scores.append(task.extra_scores(prediction, s))
         rows.append([s.id, s.context_ids, s.question_ids, s.references, s.max_new_tokens, s.stop, s.meta, scores])
     text = json.dumps({"describe": task.describe(), "samples": rows}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()

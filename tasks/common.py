@@ -58,9 +58,9 @@ class Task:
     Subclasses set ``names`` (the names it is built by, e.g. ``("ruler/cwe",)``; one class may serve several),
     ``groups`` (the task groups that include it, e.g. ``("ruler",)``), ``metric`` (a short label) and
     ``max_new_tokens``, and implement ``build`` and ``score``. ``configure`` takes the task settings it reads
-    (``magicpig_tasks.settings``) and ``settings`` reports them. ``method_overrides`` maps a method name to
-    field values that the evaluator applies when the user's spec does not set that field (GSM8K:
-    ``{"magicpig": {"local": 24}}``).
+    (``magicpig_tasks.settings``; by default the prompt template, ``chat_template``) and ``settings`` reports
+    them. ``method_overrides`` maps a method name to field values that the evaluator applies when the user's
+    spec does not set that field (GSM8K: ``{"magicpig": {"local": 24}}``).
     """
 
     names: ClassVar[tuple[str, ...]] = ()
@@ -81,6 +81,11 @@ class Task:
 
     def configure(self, settings: dict[str, Any]) -> None:
         """Take the settings this task reads from ``settings`` (every task setting, checked)."""
+        self.chat_template = settings["chat_template"]
+
+    def encoder(self, tokenizer) -> PromptEncoder:
+        """What renders and tokenizes this task's prompts: its template, the tokenizer's BOS rule."""
+        return PromptEncoder(tokenizer, self.chat_template)
 
     def build(self, tokenizer, length: int, count: int, seed: int = 0) -> list[Sample]:
         """``count`` samples sized for ``length`` tokens; deterministic in (task, length, index, seed)."""
@@ -100,7 +105,7 @@ class Task:
 
     def settings(self) -> dict[str, Any]:
         """The task's prompt settings (chat template, BOS ...) that change its samples; in ``describe``."""
-        return {}
+        return {"chat_template": self.chat_template}
 
     def describe(self) -> dict[str, Any]:
         """What identifies the task's prompts and scoring (recorded in metrics.json, part of the resume key)."""
@@ -147,19 +152,13 @@ class SyntheticTask(Task):
     material size whose prompt, in the ``chat_template`` setting's template, fits in ``length`` tokens
     (answer prefix included; the answer budget comes on top), so prompts land just under the target."""
 
-    def configure(self, settings: dict[str, Any]) -> None:
-        self.chat_template = settings["chat_template"]
-
-    def settings(self) -> dict[str, Any]:
-        return {"chat_template": self.chat_template}
-
     def make(self, rng: random.Random, length: int, tokenizer) -> Draft:
         """One sample's material; ``tokenizer`` only for material measured in tokens (vt's solved example)."""
         raise NotImplementedError
 
     def build(self, tokenizer, length: int, count: int, seed: int = 0) -> list[Sample]:
         check_build_args(self.name, length, count)
-        enc = PromptEncoder(tokenizer, self.chat_template)
+        enc = self.encoder(tokenizer)
         return [self.fit(enc, length, self.make(sample_rng(self.name, length, i, seed), length, tokenizer),
                          f"{self.name}/{length}/{seed}/{i}") for i in range(count)]
 

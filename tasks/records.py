@@ -48,9 +48,6 @@ class RecordsTask(Task):
     def check_record(self, index: int, record: dict[str, Any]) -> None:
         """Raise ValueError naming the task, the record and the field when ``record`` cannot be prompted."""
 
-    def encoder(self, tokenizer) -> PromptEncoder:
-        return PromptEncoder(tokenizer, self.chat_template)
-
     def sample(self, enc: PromptEncoder, record: dict[str, Any], index: int, length: int) -> Sample:
         """The sample of record ``index``."""
         raise NotImplementedError
@@ -76,13 +73,15 @@ class LmEvalTask(RecordsTask):
     groups = ("lm_eval",)
     max_new_tokens: ClassVar[int] = 256
     method_overrides = {"magicpig": {"local": 24}}
-    add_bos: bool = False
+
+    def configure(self, settings: dict[str, Any]) -> None:
+        self.chat_template, self.add_bos = "none", False
 
     def encoder(self, tokenizer) -> PromptEncoder:
-        return PromptEncoder(tokenizer, "none", add_bos=self.add_bos)
+        return PromptEncoder(tokenizer, self.chat_template, add_bos=self.add_bos)
 
     def settings(self) -> dict[str, Any]:
-        return {"chat_template": "none", "add_bos": self.add_bos}
+        return {**super().settings(), "add_bos": self.add_bos}
 
 
 def read_records(path: str | Path, what: str) -> list[dict[str, Any]]:

@@ -5,15 +5,13 @@ lines, greedy generation stopped at "Q:", "</s>", "<|im_end|>", scored by strict
 No chat template and, by default, no BOS token: lm-evaluation-harness of the paper's era (0.4.x) encodes
 with ``add_special_tokens=False`` unless its ``add_bos_token`` model argument is set; the ``gsm8k_add_bos``
 task setting (``magicpig eval --gsm8k-add-bos``) lets the tokenizer add its special tokens as that argument
-does. The paper runs MagicPIG
-here with a local window of 24 tokens (the paper's lm-eval setting, Sec. 5 / Table 1): ``method_overrides`` asks the evaluator for
-``local=24`` on magicpig specs that do not set it.
+does. The paper runs MagicPIG here with a local window of 24 tokens (the paper's lm-eval setting, Sec. 5 /
+Table 1): ``method_overrides`` asks the evaluator for ``local=24`` on magicpig specs that do not set it.
 ``length`` caps the prompt: a longer one is an error (the 8-shot prompt is ~900 tokens).
 Data: a local ``.jsonl`` / ``.json`` / ``.parquet`` file with ``question`` and ``answer`` fields, or the
 hub parquet mirror of openai/gsm8k (main, test).
 """
 from __future__ import annotations
-
 
 from magicpig_tasks.common import Sample, register
 from magicpig_tasks.encoding import PromptEncoder
@@ -36,6 +34,7 @@ class GSM8KCoT(LmEvalTask):
     source_url = HUB_URL
 
     def configure(self, settings: dict) -> None:
+        super().configure(settings)
         self.add_bos = settings["gsm8k_add_bos"]
 
     def check_record(self, index: int, record: dict) -> None:

@@ -65,11 +65,8 @@ class InfiniIGSM(RecordsTask):
     metric = "accuracy (integer after 'Answer:')"
 
     def configure(self, settings: dict) -> None:
+        super().configure(settings)
         self.set_name, self.ops = parse_task(self.name.removeprefix("infini_igsm/"))
-        self.chat_template = settings["chat_template"]
-
-    def settings(self) -> dict:
-        return {"chat_template": self.chat_template}
 
     @property
     def source_url(self) -> str:  # type: ignore[override]

@@ -36,9 +36,6 @@ class LongBenchTask(RecordsTask):
         # the template that runs: none for the tasks LongBench prompts without one
         self.chat_template = settings["chat_template"] if self.spec.chat else "none"
 
-    def settings(self) -> dict:
-        return {"chat_template": self.chat_template}
-
     @property
     def metric(self) -> str:  # type: ignore[override]
         return self.spec.metric

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from magicpig_tasks.common import Draft, TaskUnavailable, check_build_args, record_order, register, sample_rng
-from magicpig_tasks.encoding import PromptEncoder
 from magicpig_tasks.records import RecordsTask
 from magicpig_tasks.ruler.base import RulerTask
 
@@ -128,7 +127,7 @@ class QATask(RulerTask, RecordsTask):
         questions = self.records()  # fails (TaskUnavailable) before any other work
         order = record_order(len(questions), seed)
         check_build_args(self.name, length, count)
-        enc = PromptEncoder(tokenizer, self.chat_template)
+        enc = self.encoder(tokenizer)
         out = []
         for i in range(count):
             question = order[i % len(order)]

@@ -45,12 +45,6 @@ class FileQuestions(RecordsTask):
     metric = "string_match_all"
     max_new_tokens = 4
 
-    def configure(self, settings):
-        self.chat_template = settings["chat_template"]
-
-    def settings(self):
-        return {"chat_template": self.chat_template}
-
     def check_record(self, index, record):
         if "question" not in record or "answer" not in record:
             raise ValueError(f"{self.name}: record {index} needs 'question' and 'answer'")

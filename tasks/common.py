@@ -1,21 +1,24 @@
-"""What every benchmark task shares: the sample type, the task interface, prompt encoding and sizing.
+"""What every benchmark task shares: the sample type, the task interface and its registry, and the base of
+the synthetic tasks (drawn from a seeded RNG and sized to a target length).
 
-A task turns (tokenizer, target length, sample count, seed) into ``Sample`` objects and scores a
-generated string against a sample's references. Each sample carries its prompt as two token-id lists,
-``context_ids`` and ``question_ids``, whose concatenation is the full prompt:
+A task turns (tokenizer, target length, sample count, seed) into ``Sample`` objects and scores a generated
+string against a sample's references. Each sample carries its prompt as ``context_ids`` + ``question_ids``:
 
 * setup A (the paper's): prefill ``prompt_ids`` = context + question, then decode the answer;
 * setup B: prefill only ``context_ids``, then feed ``question_ids`` through the decode path.
 
-The two parts are tokenized separately (split at a character offset of the rendered prompt), so both
-setups see exactly the same token sequence.
+Task classes register with ``@register`` under the names in their ``names``; ``magicpig_tasks.registry``
+builds them by name. The data-backed tasks derive from ``magicpig_tasks.records.RecordsTask``.
 """
 from __future__ import annotations
 
 import random
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+from magicpig_tasks.encoding import PromptEncoder, fit_size
+from magicpig_tasks.settings import task_settings
 
 
 class TaskUnavailable(RuntimeError):
@@ -52,17 +55,37 @@ class Sample:
 class Task:
     """Base class of a benchmark task.
 
-    Subclasses set ``name`` (e.g. ``ruler/cwe``), ``metric`` (a short label), ``max_new_tokens`` and
-    implement ``build`` and ``score``. ``method_overrides`` maps a method name to field values that the
-    evaluator applies when the user's spec does not set that field (GSM8K: ``{"magicpig": {"local": 24}}``).
-    ``sized``: whether ``length`` sets the prompt size (RULER) or only caps it (LongBench, GSM8K).
+    Subclasses set ``names`` (the names it is built by, e.g. ``("ruler/cwe",)``; one class may serve several),
+    ``groups`` (the task groups that include it, e.g. ``("ruler",)``), ``metric`` (a short label) and
+    ``max_new_tokens``, and implement ``build`` and ``score``. ``configure`` takes the task settings it reads
+    (``magicpig_tasks.settings``; by default the prompt template, ``chat_template``) and ``settings`` reports
+    them. ``method_overrides`` maps a method name to field values that the evaluator applies when the user's
+    spec does not set that field (GSM8K: ``{"magicpig": {"local": 24}}``).
     """
 
-    name: ClassVar[str] = ""
+    names: ClassVar[tuple[str, ...]] = ()
+    groups: ClassVar[tuple[str, ...]] = ()
     metric: ClassVar[str] = ""
     max_new_tokens: ClassVar[int] = 32
-    sized: ClassVar[bool] = True
     method_overrides: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def __init__(self, name: str | None = None, settings: Mapping[str, Any] | None = None):
+        """``name``: one of ``names`` (may be left out when there is only one); ``settings``: task settings,
+        the others take their defaults."""
+        if name is None and len(self.names) == 1:
+            name = self.names[0]
+        if name not in self.names:
+            raise ValueError(f"unknown task {name!r} for {type(self).__name__}; its names: {', '.join(self.names)}")
+        self.name = name
+        self.configure(task_settings(settings))
+
+    def configure(self, settings: dict[str, Any]) -> None:
+        """Take the settings this task reads from ``settings`` (every task setting, checked)."""
+        self.chat_template = settings["chat_template"]
+
+    def encoder(self, tokenizer) -> PromptEncoder:
+        """What renders and tokenizes this task's prompts: its template, the tokenizer's BOS rule."""
+        return PromptEncoder(tokenizer, self.chat_template)
 
     def build(self, tokenizer, length: int, count: int, seed: int = 0) -> list[Sample]:
         """``count`` samples sized for ``length`` tokens; deterministic in (task, length, index, seed)."""
@@ -72,13 +95,17 @@ class Task:
         """Score of one prediction in [0, 100]."""
         raise NotImplementedError
 
+    def extra_scores(self, prediction: str, sample: Sample) -> dict[str, float]:
+        """Further named scores of one prediction, recorded beside ``score`` (GSM8K: strict and flexible)."""
+        return {}
+
     def aggregate(self, scores: Sequence[float]) -> float:
         """Task score from per-sample scores (mean, in [0, 100]); NaN-free: 0 samples -> 0.0."""
         return float(sum(scores) / len(scores)) if scores else 0.0
 
     def settings(self) -> dict[str, Any]:
         """The task's prompt settings (chat template, BOS ...) that change its samples; in ``describe``."""
-        return {}
+        return {"chat_template": self.chat_template}
 
     def describe(self) -> dict[str, Any]:
         """What identifies the task's prompts and scoring (recorded in metrics.json, part of the resume key)."""
@@ -86,24 +113,67 @@ class Task:
                 "method_overrides": self.method_overrides, **self.settings()}
 
 
-class LmEvalTask(Task):
-    """A data-backed task of the paper's Table 1, run as lm-evaluation-harness 0.4 runs it: a plain prompt (no
-    chat template), a BOS token only when asked, a 256-token answer and MagicPIG's 24-token local window. The
-    records come from ``data_path`` (``--data TASK=PATH``) or the hub, read once (``self._records``)."""
+TASKS: dict[str, type[Task]] = {}
 
-    max_new_tokens: ClassVar[int] = 256
-    sized: ClassVar[bool] = False
-    method_overrides = {"magicpig": {"local": 24}}
 
-    def __init__(self, data_path: str | None = None, add_bos: bool = False):
-        if not isinstance(add_bos, bool):
-            raise ValueError(f"{self.name}: add_bos must be true or false, got {add_bos!r}")
-        self.data_path = data_path
-        self.add_bos = add_bos
-        self._records: list[dict] | None = None
+def register(cls: type[Task]) -> type[Task]:
+    """Class decorator: make ``cls`` buildable under each of its ``names`` (``get_task``), in the groups of
+    its ``groups``. A name already taken is refused."""
+    if not cls.names:
+        raise ValueError(f"{cls.__name__}: a task class needs names")
+    taken = [n for n in cls.names if n in TASKS]
+    if taken:
+        raise ValueError(f"{cls.__name__}: task name(s) {', '.join(taken)} already registered")
+    TASKS.update({name: cls for name in cls.names})
+    return cls
 
-    def settings(self) -> dict[str, Any]:
-        return {"chat_template": "none", "add_bos": self.add_bos}
+
+# A rendering of one drawn sample at material size s: (context text, question text, answer prefix).
+Render = Callable[[int], tuple[str, str, str]]
+
+
+@dataclass
+class Draft:
+    """One drawn sample before sizing. ``render(s)``: the prompt with ``s`` units of material (haystack lines,
+    words, documents ...), its token count non-decreasing in s; ``per_1k``: a rough s for 1000 tokens (where
+    the size search starts); ``min_size`` / ``max_size``: the sizes its material allows (None: unbounded)."""
+
+    render: Render
+    references: Sequence[str]
+    per_1k: float
+    meta: dict[str, Any] = field(default_factory=dict)
+    min_size: int = 0
+    max_size: int | None = None
+
+
+class SyntheticTask(Task):
+    """A task whose samples are drawn, not read: ``make(rng, length, tokenizer)`` draws one ``Draft`` from the
+    sample's own RNG (``sample_rng``) for a ``length``-token prompt, and ``build`` gives each its largest
+    material size whose prompt, in the ``chat_template`` setting's template, fits in ``length`` tokens
+    (answer prefix included; the answer budget comes on top), so prompts land just under the target."""
+
+    def make(self, rng: random.Random, length: int, tokenizer) -> Draft:
+        """One sample's material; ``tokenizer`` only for material measured in tokens (vt's solved example)."""
+        raise NotImplementedError
+
+    def build(self, tokenizer, length: int, count: int, seed: int = 0) -> list[Sample]:
+        check_build_args(self.name, length, count)
+        enc = self.encoder(tokenizer)
+        return [self.fit(enc, length, self.make(sample_rng(self.name, length, i, seed), length, tokenizer),
+                         f"{self.name}/{length}/{seed}/{i}") for i in range(count)]
+
+    def fit(self, enc: PromptEncoder, length: int, draft: Draft, sample_id: str) -> Sample:
+        """The sample of ``draft`` at its largest size that fits ``length`` tokens."""
+        size = fit_size(lambda s: enc.count(*draft.render(s)), length,
+                        guess=max(1, int(draft.per_1k * length / 1000)), lo=draft.min_size, hi=draft.max_size)
+        ctx, q, prefix = draft.render(size)
+        ctx_ids, q_ids = enc.encode(ctx, q, prefix)
+        if len(ctx_ids) + len(q_ids) > length:
+            raise ValueError(f"{self.name}: length {length} is too short for the task's template and needles "
+                             f"({len(ctx_ids) + len(q_ids)} tokens with the smallest haystack)")
+        meta = dict(draft.meta, haystack_size=size, answer_prefix=prefix)
+        return Sample(id=sample_id, context_ids=ctx_ids, question_ids=q_ids, references=list(draft.references),
+                      max_new_tokens=self.max_new_tokens, stop=[], meta=meta)
 
 
 def sample_rng(task: str, length: int, index: int, seed: int) -> random.Random:
@@ -127,109 +197,3 @@ def check_build_args(task: str, length: int, count: int, minimum: int = 64) -> N
         raise ValueError(f"{task}: length must be an int >= {minimum} tokens, got {length!r}")
     if not isinstance(count, int) or count < 0:
         raise ValueError(f"{task}: samples must be an int >= 0, got {count!r}")
-
-
-# Prompt templates a task can wrap its text in (``chat_template`` task setting):
-# * tokenizer: the tokenizer's own chat template (for Llama-3.1 a system block with dates), today's default;
-# * meta-chat-3: the original MagicPIG's RULER template for Llama-3.1 (its ``evaluations/RULER/data/
-#   template.py``), written out below, tokenized with the tokenizer's special tokens (BOS) as its
-#   Hugging Face wrapper did. Its first ``<`` is missing in the original; kept, so the text is the same;
-# * none: the plain text (tokenized with the tokenizer's special tokens).
-CHAT_TEMPLATES = ("tokenizer", "meta-chat-3", "none")
-META_CHAT_3 = ("|begin_of_text|><|start_header_id|>user<|end_header_id|> {body} <|eot_id|>\n"
-               "<|start_header_id|>assistant<|end_header_id|>")
-
-
-def check_chat_template(value: str) -> str:
-    """``value`` if it names a prompt template, else a ValueError naming the field and the choices."""
-    if value not in CHAT_TEMPLATES:
-        raise ValueError(f"chat_template must be one of {', '.join(CHAT_TEMPLATES)}, got {value!r}")
-    return value
-
-
-class PromptEncoder:
-    """Render (context text, question text) into token ids inside a prompt template.
-
-    ``template`` (one of CHAT_TEMPLATES): the body ``context + question`` becomes one user message of the
-    tokenizer's chat template with its generation prompt (``tokenizer``; plain text when the tokenizer has
-    none), is put into META_CHAT_3 (``meta-chat-3``) or stays plain (``none``); ``answer_prefix`` goes after
-    it (as RULER does). The rendered string is cut where the question starts and both halves are tokenized
-    separately, special-token text (``<|im_start|>`` ...) parsed as special tokens.
-    ``add_bos``: whether the tokenizer adds its special tokens (BOS) in front; default: not with the
-    tokenizer's chat template (it writes BOS itself), otherwise yes.
-    """
-
-    def __init__(self, tokenizer, template: str = "tokenizer", add_bos: bool | None = None):
-        self.tokenizer = tokenizer
-        self.template = check_chat_template(template)
-        if template == "tokenizer" and getattr(tokenizer, "chat_template", None) is None:
-            self.template = "none"
-        self.add_bos = (self.template != "tokenizer") if add_bos is None else bool(add_bos)
-
-    def render(self, context: str, question: str, answer_prefix: str = "") -> tuple[str, str]:
-        """The prompt string split into (context part, question part)."""
-        body = context + question
-        if self.template == "none":
-            return context, question + answer_prefix
-        if self.template == "meta-chat-3":
-            full = META_CHAT_3.format(body=body)
-        else:
-            full = self.tokenizer.apply_chat_template([{"role": "user", "content": body}], tokenize=False,
-                                                      add_generation_prompt=True)
-        start = full.find(body)
-        if start < 0:
-            raise ValueError("chat template changed the message text; cannot split context and question")
-        cut = start + len(context)
-        return full[:cut], full[cut:] + answer_prefix
-
-    def encode(self, context: str, question: str, answer_prefix: str = "") -> tuple[list[int], list[int]]:
-        """(context_ids, question_ids) as python int lists."""
-        ctx_text, q_text = self.render(context, question, answer_prefix)
-        ctx = self.tokenizer(ctx_text, add_special_tokens=self.add_bos).input_ids
-        q = self.tokenizer(q_text, add_special_tokens=False).input_ids
-        return list(ctx), list(q)
-
-    def count(self, context: str, question: str, answer_prefix: str = "") -> int:
-        c, q = self.encode(context, question, answer_prefix)
-        return len(c) + len(q)
-
-
-def fit_size(n_tokens: Callable[[int], int], target: int, guess: int, lo: int = 0, hi: int | None = None) -> int:
-    """The largest size s in [lo, hi] with ``n_tokens(s) <= target`` (``n_tokens`` non-decreasing in s).
-
-    Starts from ``guess``, brackets by doubling / halving, then bisects: about log2 of the bracket
-    width calls. Returns ``lo`` when even ``lo`` is too long (the caller checks and reports).
-    """
-    guess = max(lo, guess if hi is None else min(guess, hi))
-    cache: dict[int, int] = {}
-
-    def length(s: int) -> int:
-        if s not in cache:
-            cache[s] = n_tokens(s)
-        return cache[s]
-
-    if length(guess) <= target:
-        good, step = guess, max(1, guess // 16)
-        while True:
-            nxt = good + step if hi is None else min(good + step, hi)
-            if nxt == good or length(nxt) > target:
-                bad = nxt if nxt != good else good + 1
-                break
-            good, step = nxt, step * 2
-    else:
-        bad, step = guess, max(1, guess // 16)
-        while True:
-            nxt = max(lo, bad - step)
-            if length(nxt) <= target:
-                good = nxt
-                break
-            if nxt == lo:
-                return lo
-            bad, step = nxt, step * 2
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        if length(mid) <= target:
-            good = mid
-        else:
-            bad = mid
-    return good

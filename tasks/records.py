@@ -1,10 +1,87 @@
-"""Reading benchmark records (dicts) from local files, or from the Hugging Face hub parquet files fetched
+"""The data-backed tasks: ``RecordsTask`` (one sample per record of a dataset), ``LmEvalTask`` (its
+lm-evaluation-harness flavour), and reading records (dicts) from local files, or from remote files fetched
 into the local cache by ``magicpig_tasks.download.fetch``."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from magicpig_tasks.common import Sample, Task, check_build_args, record_order
+from magicpig_tasks.encoding import PromptEncoder
+
+
+class RecordsTask(Task):
+    """A task whose samples come from a dataset's records: a local file (``data_path``; ``magicpig eval
+    --data TASK=PATH``) or the file at ``source_url``, read and checked once (``records``). Sample j is
+    record j of ``record_order`` (file order for seed 0), prompted by ``sample``.
+
+    A prompt longer than ``length`` is refused, naming the record, unless the task ``truncates`` it itself
+    (LongBench). ``one_sample_per_record``: a run may ask for at most as many samples as there are records
+    (RULER QA asks a question again with a new haystack instead).
+    """
+
+    source_url: ClassVar[str] = ""
+    truncates: ClassVar[bool] = False
+    one_sample_per_record: ClassVar[bool] = True
+
+    def __init__(self, name: str | None = None, settings: dict[str, Any] | None = None,
+                 data_path: str | None = None):
+        super().__init__(name, settings)
+        self.data_path = data_path
+        self._records: list | None = None
+
+    def records(self) -> list:
+        """The task's records, read and checked on first use."""
+        if self._records is None:
+            self._records = self.load()
+        return self._records
+
+    def load(self) -> list[dict[str, Any]]:
+        """Read the records (``data_path``, else ``source_url``) and check each (``check_record``)."""
+        rows = (read_records(self.data_path, self.name) if self.data_path
+                else read_remote_records(self.source_url, self.name))
+        for i, row in enumerate(rows):
+            self.check_record(i, row)
+        return rows
+
+    def check_record(self, index: int, record: dict[str, Any]) -> None:
+        """Raise ValueError naming the task, the record and the field when ``record`` cannot be prompted."""
+
+    def sample(self, enc: PromptEncoder, record: dict[str, Any], index: int, length: int) -> Sample:
+        """The sample of record ``index``."""
+        raise NotImplementedError
+
+    def build(self, tokenizer, length: int, count: int, seed: int = 0) -> list[Sample]:
+        check_build_args(self.name, length, count)
+        rows = self.records()
+        enc = self.encoder(tokenizer)
+        out = []
+        for j in record_order(len(rows), seed)[:count]:
+            sample = self.sample(enc, rows[j], j, length)
+            if not self.truncates and sample.n_tokens > length:
+                raise ValueError(f"{self.name}: prompt of record {j} has {sample.n_tokens} tokens > length {length}")
+            out.append(sample)
+        return out
+
+
+class LmEvalTask(RecordsTask):
+    """A data-backed task of the paper's Table 1, run as lm-evaluation-harness 0.4 runs it: a plain prompt (no
+    chat template), no BOS token (GSM8K: unless its ``gsm8k_add_bos`` setting asks for one), a 256-token
+    answer and MagicPIG's 24-token local window."""
+
+    groups = ("lm_eval",)
+    max_new_tokens: ClassVar[int] = 256
+    method_overrides = {"magicpig": {"local": 24}}
+
+    def configure(self, settings: dict[str, Any]) -> None:
+        self.chat_template, self.add_bos = "none", False
+
+    def encoder(self, tokenizer) -> PromptEncoder:
+        return PromptEncoder(tokenizer, self.chat_template, add_bos=self.add_bos)
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "add_bos": self.add_bos}
 
 
 def read_records(path: str | Path, what: str) -> list[dict[str, Any]]:
@@ -66,9 +143,10 @@ def _jsonl_rows(p: Path, what: str) -> list:
     return rows
 
 
-def read_hub_parquet(url: str, what: str) -> list[dict[str, Any]]:
-    """Records of a remote parquet file (https URL), through the one fetcher (``magicpig_tasks.download``:
-    cached, offline-aware); ``TaskUnavailable`` with the reason when it cannot be had."""
+def read_remote_records(url: str, what: str) -> list[dict[str, Any]]:
+    """Records of a remote ``.jsonl`` / ``.json`` / ``.parquet`` file (https URL), through the one fetcher
+    (``magicpig_tasks.download``: cached, offline-aware); ``TaskUnavailable`` with the reason when it cannot
+    be had."""
     from magicpig_tasks.download import fetch
 
     return read_records(fetch(url, None, what), what)

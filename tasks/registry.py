@@ -1,36 +1,51 @@
-"""Names of the accuracy tasks and groups, and ``get_task`` to build one.
+"""The accuracy tasks by name: ``get_task`` builds one, ``expand`` resolves task and group names.
 
-Task names: ``ruler/<task>`` (13), ``longbench/<task>`` (6), ``gsm8k``, ``coqa``, ``mmlu_cot`` (the paper's
-Table 1), ``infini_igsm/<set>_op<N>`` (6, Table 6). Groups expand to several tasks: ``ruler`` (all 13),
-``ruler/synthetic`` (the 11 without QA data), ``longbench`` (all 6), ``lm_eval`` (Table 1's three),
-``infini_igsm`` (all 6).
+Every task class registers itself (``@register``, ``magicpig_tasks.common``) under its ``names``; the
+package's ``__init__`` imports the built-in task modules, so their tasks are known, in its order. Built in:
+``ruler/<task>`` (13), ``longbench/<task>`` (6), ``gsm8k``, ``coqa``, ``mmlu_cot`` (the paper's Table 1),
+``infini_igsm/<set>_op<N>`` (6, Table 6). A group is every task that names it in its ``groups``: ``ruler``,
+``ruler/synthetic`` (RULER without its QA data), ``longbench``, ``lm_eval``, ``infini_igsm``.
+
+``TASK_NAMES``, ``GROUPS`` and ``DATA_TASKS`` (the tasks that read a data file, ``--data TASK=PATH``) are
+computed from the registered classes when read, so a task registered later (a user's module) is in them.
 """
 from __future__ import annotations
 
-from magicpig_tasks.common import CHAT_TEMPLATES, Task, check_chat_template
-from magicpig_tasks.infini_igsm import TASKS as INFINI_IGSM
-from magicpig_tasks.longbench import SPECS as LONGBENCH_SPECS, TASKS as LONGBENCH
-from magicpig_tasks.ruler import NON_QA, TASKS as RULER
+from typing import Any, Mapping
 
-TASK_NAMES: tuple[str, ...] = tuple(f"ruler/{t}" for t in RULER) + tuple(f"longbench/{t}" for t in LONGBENCH) \
-    + ("gsm8k", "coqa", "mmlu_cot") + tuple(f"infini_igsm/{t}" for t in INFINI_IGSM)
-GROUPS: dict[str, tuple[str, ...]] = {
-    "ruler": tuple(f"ruler/{t}" for t in RULER),
-    "ruler/synthetic": tuple(f"ruler/{t}" for t in NON_QA),
-    "longbench": tuple(f"longbench/{t}" for t in LONGBENCH),
-    "lm_eval": ("gsm8k", "coqa", "mmlu_cot"),
-    "infini_igsm": tuple(f"infini_igsm/{t}" for t in INFINI_IGSM),
-}
-# tasks that read a data file (and so accept --data TASK=PATH)
-DATA_TASKS = ("ruler/qa_1", "ruler/qa_2") + GROUPS["longbench"] + GROUPS["lm_eval"] + GROUPS["infini_igsm"]
-# the prompt settings get_task takes (``magicpig eval`` option, default, what it changes)
-TASK_SETTINGS = {
-    "chat_template": ("--chat-template", "tokenizer",
-                      "prompt template of ruler/*, infini_igsm/* and "
-                      + ", ".join(f"longbench/{t}" for t, spec in LONGBENCH_SPECS.items() if spec.chat)
-                      + f": {', '.join(CHAT_TEMPLATES)}"),
-    "gsm8k_add_bos": ("--gsm8k-add-bos", False, "GSM8K prompts start with the tokenizer's BOS token"),
-}
+from magicpig_tasks.common import TASKS, Task, register
+from magicpig_tasks.records import RecordsTask
+from magicpig_tasks.settings import task_settings
+
+__all__ = ["TASKS", "Task", "register", "task_names", "groups", "data_tasks", "expand", "get_task"]
+
+
+def task_names() -> tuple[str, ...]:
+    """Every registered task name, in registration order."""
+    return tuple(TASKS)
+
+
+def groups() -> dict[str, tuple[str, ...]]:
+    """Group name -> its tasks, in registration order (groups in order of first appearance)."""
+    out: dict[str, list[str]] = {}
+    for name, cls in TASKS.items():
+        for group in cls.groups:
+            out.setdefault(group, []).append(name)
+    return {group: tuple(names) for group, names in out.items()}
+
+
+def data_tasks() -> tuple[str, ...]:
+    """The tasks that read a data file (and so accept ``--data TASK=PATH``)."""
+    return tuple(name for name, cls in TASKS.items() if issubclass(cls, RecordsTask))
+
+
+_COMPUTED = {"TASK_NAMES": task_names, "GROUPS": groups, "DATA_TASKS": data_tasks}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _COMPUTED:
+        return _COMPUTED[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def expand(names: list[str] | tuple[str, ...] | str) -> list[str]:
@@ -38,51 +53,34 @@ def expand(names: list[str] | tuple[str, ...] | str) -> list[str]:
     task names, in order, no duplicates; unknown names raise ValueError listing the known ones."""
     if isinstance(names, str):
         names = [names]
+    known_groups = groups()
     out: list[str] = []
     for raw in (part for item in names for part in item.replace(";", ",").split(",")):
         name = raw.strip()
         if not name:
             continue
-        if name in GROUPS:
-            items = GROUPS[name]
-        elif name in TASK_NAMES:
+        if name in known_groups:
+            items = known_groups[name]
+        elif name in TASKS:
             items = (name,)
         else:
-            raise ValueError(f"unknown task {name!r}; tasks: {', '.join(TASK_NAMES)}; "
-                             f"groups: {', '.join(GROUPS)}")
+            raise ValueError(f"unknown task {name!r}; tasks: {', '.join(TASKS)}; groups: {', '.join(known_groups)}")
         out.extend(i for i in items if i not in out)
     if not out:
         raise ValueError("no task given")
     return out
 
 
-def get_task(name: str, data_path: str | None = None, *, chat_template: str = "tokenizer",
-             gsm8k_add_bos: bool = False) -> Task:
-    """Build task ``name``; ``data_path`` is a local data file for the tasks in DATA_TASKS.
-
-    ``chat_template`` (one of magicpig_tasks.common.CHAT_TEMPLATES): the prompt template of the RULER tasks, of
-    the LongBench tasks that take one and of infini_igsm (GSM8K, CoQA and MMLU-CoT take none). ``gsm8k_add_bos``: GSM8K prompts start with the
-    tokenizer's BOS (off: lm-eval's default of the paper's era). Both show in the task's ``describe()``."""
-    check_chat_template(chat_template)
-    if name not in TASK_NAMES:
-        raise ValueError(f"unknown task {name!r}; tasks: {', '.join(TASK_NAMES)}")
-    if data_path is not None and name not in DATA_TASKS:
-        raise ValueError(f"task {name!r} takes no data file (only {', '.join(DATA_TASKS)} do)")
-    family, _, short = name.partition("/")
-    if family == "ruler":
-        from magicpig_tasks.ruler import make_task
-        return make_task(short, data_path, chat_template)
-    if family == "longbench":
-        from magicpig_tasks.longbench import LongBenchTask
-        return LongBenchTask(short, data_path, chat_template)
-    if family == "infini_igsm":
-        from magicpig_tasks.infini_igsm import InfiniIGSM
-        return InfiniIGSM(short, data_path, chat_template)
-    if name == "coqa":
-        from magicpig_tasks.coqa import CoQA
-        return CoQA(data_path)
-    if name == "mmlu_cot":
-        from magicpig_tasks.mmlu import MMLUCoT
-        return MMLUCoT(data_path)
-    from magicpig_tasks.gsm8k import GSM8KCoT
-    return GSM8KCoT(data_path, add_bos=gsm8k_add_bos)
+def get_task(name: str, data_path: str | None = None, settings: Mapping[str, Any] | None = None) -> Task:
+    """Build task ``name``. ``data_path``: a local data file, for the tasks in ``DATA_TASKS``; ``settings``:
+    task settings (``magicpig_tasks.settings``), the others at their defaults. Each task applies the ones it
+    reads and shows them in its ``describe()``."""
+    settings = task_settings(settings)
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; tasks: {', '.join(TASKS)}")
+    cls = TASKS[name]
+    if data_path is None:
+        return cls(name, settings)
+    if not issubclass(cls, RecordsTask):
+        raise ValueError(f"task {name!r} takes no data file (only {', '.join(data_tasks())} do)")
+    return cls(name, settings, data_path)

@@ -32,16 +32,16 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 def no_loading(monkeypatch):
     """Loading a model, a tokenizer or building a sample fails the test."""
     import magicpig.models as models
-    from magicpig_tasks.common import Task
+    from magicpig_tasks.common import SyntheticTask, Task
+    from magicpig_tasks.records import RecordsTask
 
     def boom(*a, **k):
         raise AssertionError("a model was loaded or a sample built before the arguments were checked")
 
     for name in ("load_model", "load_tokenizer"):
         monkeypatch.setattr(models, name, boom)
-    monkeypatch.setattr(Task, "build", boom)
-    from magicpig_tasks.ruler.base import RulerTask
-    monkeypatch.setattr(RulerTask, "build", boom)
+    for cls in (Task, SyntheticTask, RecordsTask):
+        monkeypatch.setattr(cls, "build", boom)
 
 
 def eval_error(capsys, *extra: str, out: Path, methods=("--methods", "dense")) -> str:

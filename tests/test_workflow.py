@@ -101,7 +101,7 @@ def test_overwrite_switch_reaches_every_eval_command():
 
 
 def test_chat_template_choices_match_the_schema():
-    from magicpig_tasks.common import CHAT_TEMPLATES
+    from magicpig_tasks.settings import CHAT_TEMPLATES
 
     from magicpig.harness.pipeline_config import load_schema
 

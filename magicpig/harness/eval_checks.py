@@ -13,13 +13,10 @@ def check_task_data(cfg: Any, tasks: dict[str, Any]) -> None:
         path = cfg.data.get(name)
         if not path:
             continue
-        if hasattr(task, "records"):
-            count = len(task.records())  # raises for an unreadable or empty file, naming it
-            if isinstance(cfg.samples, int) and cfg.samples > count:
-                raise ValueError(f"samples: {cfg.samples} asked for {name}, but its data file {path} holds "
-                                 f"{count} records; ask for at most {count}, or 'all'")
-        elif hasattr(task, "data"):
-            task.data()
+        count = len(task.records())  # a RecordsTask: raises for an unreadable or empty file, naming it
+        if task.one_sample_per_record and isinstance(cfg.samples, int) and cfg.samples > count:
+            raise ValueError(f"samples: {cfg.samples} asked for {name}, but its data file {path} holds "
+                             f"{count} records; ask for at most {count}, or 'all'")
 
 
 def model_context_length(cfg: Any, model: Any = None) -> int | None:

@@ -65,7 +65,7 @@ LOCK_FILE = "eval.lock"
 # EvalConfig fields that do not change a prediction row (or enter run_settings in another form)
 _NOT_RESULT_FIELDS = {"model", "methods", "tasks", "lengths", "samples", "out", "device", "data",
                       "allow_long_context", "progress", "overwrite",
-                      "chat_template", "gsm8k_add_bos"}  # these two: in task.describe(), as each task applies them
+                      "task_settings"}  # in task.describe(), as each task applies them
 
 
 def fields_in_spec(spec: str) -> set[str]:
@@ -112,17 +112,16 @@ class EvalConfig:
     allow_long_context: bool = False
     progress: bool = True
     overwrite: bool = False
-    chat_template: str = "tokenizer"  # RULER / LongBench prompt template: magicpig_tasks.common.CHAT_TEMPLATES
-    gsm8k_add_bos: bool = False  # GSM8K prompts start with BOS (off: lm-eval's default of the paper's era)
+    task_settings: dict[str, Any] = field(default_factory=dict)  # magicpig_tasks.settings (chat_template ...)
 
     def check(self) -> None:
-        from magicpig_tasks.common import check_chat_template
         from magicpig_tasks.registry import DATA_TASKS, expand
+        from magicpig_tasks.settings import task_settings
 
         from magicpig.methods import parse_method
 
         self.tasks = expand(self.tasks)
-        check_chat_template(self.chat_template)
+        self.task_settings = task_settings(self.task_settings)
         self.methods = split_methods(self.methods)
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
@@ -185,8 +184,7 @@ class _Unit:
 def _get_task(cfg: EvalConfig, name: str):
     from magicpig_tasks.registry import get_task
 
-    return get_task(name, cfg.data.get(name), chat_template=cfg.chat_template,
-                    gsm8k_add_bos=cfg.gsm8k_add_bos)
+    return get_task(name, cfg.data.get(name), cfg.task_settings)
 
 
 def _model_id(model: str) -> str:
@@ -418,9 +416,9 @@ def _run_sample(cfg: EvalConfig, eng, task, sample, methods, preds) -> None:
         decoders = getattr(res, "layer_decoders", None)  # the decoder each layer ran (engines that report it)
         if decoders:
             row["layer_decoders"] = [str(d) for d in decoders]
-        extra = getattr(task, "extra_scores", None)
-        if extra is not None:
-            row["scores"] = extra(res.text, sample)
+        scores = task.extra_scores(res.text, sample)
+        if scores:
+            row["scores"] = scores
         preds[spec].append(row)
 
 

@@ -20,9 +20,10 @@ and the Hugging Face one (``questions`` / ``answers`` dicts of lists: ``{"input_
 """
 from __future__ import annotations
 
+from magicpig_tasks.common import Sample, register
 from magicpig_tasks.coqa.metrics import coqa_scores
-from magicpig_tasks.common import LmEvalTask, PromptEncoder, Sample, check_build_args, record_order
-from magicpig_tasks.records import read_records
+from magicpig_tasks.encoding import PromptEncoder
+from magicpig_tasks.records import LmEvalTask
 
 HUB_URL = "https://nlp.stanford.edu/data/coqa/coqa-dev-v1.0.json"
 STOP = ["\nQ:"]
@@ -61,43 +62,26 @@ def gold_answers(record: dict, answers: list[str]) -> list[str]:
     return gold
 
 
+@register
 class CoQA(LmEvalTask):
-    name = "coqa"
+    names = ("coqa",)
     metric = "f1 (SQuAD token F1, lm-eval coqa; em recorded)"
+    source_url = HUB_URL
 
-    def records(self) -> list[dict]:
-        if self._records is None:
-            if self.data_path:
-                rows = read_records(self.data_path, self.name)
-            else:
-                from magicpig_tasks.download import fetch
+    def check_record(self, index: int, record: dict) -> None:
+        if not isinstance(record.get("story"), str):
+            raise ValueError(f"coqa: record {index} needs a 'story' string")
+        q = turn_texts(record.get("questions"), f"record {index} 'questions'")
+        a = turn_texts(record.get("answers"), f"record {index} 'answers'")
+        if len(q) != len(a):
+            raise ValueError(f"coqa: record {index} has {len(q)} questions and {len(a)} answers")
 
-                rows = read_records(fetch(HUB_URL, None, self.name), self.name)
-            for i, r in enumerate(rows):
-                if not isinstance(r.get("story"), str):
-                    raise ValueError(f"coqa: record {i} needs a 'story' string")
-                q = turn_texts(r.get("questions"), f"record {i} 'questions'")
-                a = turn_texts(r.get("answers"), f"record {i} 'answers'")
-                if len(q) != len(a):
-                    raise ValueError(f"coqa: record {i} has {len(q)} questions and {len(a)} answers")
-            self._records = rows
-        return self._records
-
-    def build(self, tokenizer, length: int, count: int, seed: int = 0) -> list[Sample]:
-        check_build_args(self.name, length, count)
-        rows = self.records()
-        enc = PromptEncoder(tokenizer, "none", add_bos=self.add_bos)
-        out = []
-        for j in record_order(len(rows), seed)[:count]:
-            row = rows[j]
-            questions, answers = turn_texts(row["questions"], "questions"), turn_texts(row["answers"], "answers")
-            ctx, q = enc.encode(*prompt_parts(row["story"], questions, answers))
-            if len(ctx) + len(q) > length:
-                raise ValueError(f"coqa: prompt of record {j} has {len(ctx) + len(q)} tokens > length {length}")
-            out.append(Sample(id=f"coqa/{row.get('id', j)}", context_ids=ctx, question_ids=q,
-                              references=gold_answers(row, answers), max_new_tokens=self.max_new_tokens,
-                              stop=list(STOP), meta={"index": j, "turns": len(questions)}))
-        return out
+    def sample(self, enc: PromptEncoder, row: dict, index: int, length: int) -> Sample:
+        questions, answers = turn_texts(row["questions"], "questions"), turn_texts(row["answers"], "answers")
+        ctx, q = enc.encode(*prompt_parts(row["story"], questions, answers))
+        return Sample(id=f"coqa/{row.get('id', index)}", context_ids=ctx, question_ids=q,
+                      references=gold_answers(row, answers), max_new_tokens=self.max_new_tokens, stop=list(STOP),
+                      meta={"index": index, "turns": len(questions)})
 
     @staticmethod
     def prediction_text(prediction: str) -> str:

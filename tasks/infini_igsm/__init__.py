@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import re
 
-from magicpig_tasks.common import PromptEncoder, Sample, Task, check_build_args, check_chat_template, record_order
-from magicpig_tasks.records import read_hub_parquet, read_records
+from magicpig_tasks.common import Sample, register
+from magicpig_tasks.encoding import PromptEncoder
+from magicpig_tasks.records import RecordsTask
 
 SETS = ("4k_close", "8k_close")
 OPS = (2, 4, 5)
@@ -56,54 +57,37 @@ def predicted_answer(text: str) -> int | None:
     return INVALID
 
 
-class InfiniIGSM(Task):
-    sized = False
+@register
+class InfiniIGSM(RecordsTask):
+    names = tuple(f"infini_igsm/{short}" for short in TASKS)
+    groups = ("infini_igsm",)
     max_new_tokens = 1024
     metric = "accuracy (integer after 'Answer:')"
 
-    def __init__(self, short: str, data_path: str | None = None, chat_template: str = "tokenizer"):
-        self.short = short
-        self.set_name, self.ops = parse_task(short)
-        self.data_path = data_path
-        self.chat_template = check_chat_template(chat_template)
-        self._records: list[dict] | None = None
+    def configure(self, settings: dict) -> None:
+        super().configure(settings)
+        self.set_name, self.ops = parse_task(self.name.removeprefix("infini_igsm/"))
 
     @property
-    def name(self) -> str:  # type: ignore[override]
-        return f"infini_igsm/{self.short}"
+    def source_url(self) -> str:  # type: ignore[override]
+        size, kind = self.set_name.split("_")
+        return HUB_URL.format(size=size, kind=kind, op=self.ops)
 
-    def settings(self) -> dict:
-        return {"chat_template": self.chat_template}
+    def check_record(self, index: int, record: dict) -> None:
+        for key in ("problem", "question", "solution"):
+            if not isinstance(record.get(key), str):
+                raise ValueError(f"{self.name}: record {index} needs a string field {key!r}")
+        gold_answer(record["solution"])
 
-    def records(self) -> list[dict]:
-        if self._records is None:
-            if self.data_path:
-                rows = read_records(self.data_path, self.name)
-            else:
-                size, kind = self.set_name.split("_")
-                rows = read_hub_parquet(HUB_URL.format(size=size, kind=kind, op=self.ops), self.name)
-            for i, r in enumerate(rows):
-                for key in ("problem", "question", "solution"):
-                    if not isinstance(r.get(key), str):
-                        raise ValueError(f"{self.name}: record {i} needs a string field {key!r}")
-                gold_answer(r["solution"])
-            self._records = [r for r in rows if "op" not in r or int(r["op"]) == self.ops]
-        return self._records
+    def load(self) -> list[dict]:
+        """The records with this task's number of operations (a file may mix them: its ``op`` field)."""
+        return [r for r in super().load() if "op" not in r or int(r["op"]) == self.ops]
 
-    def build(self, tokenizer, length: int, count: int, seed: int = 0) -> list[Sample]:
-        check_build_args(self.name, length, count)
-        rows = self.records()
-        enc = PromptEncoder(tokenizer, self.chat_template)
-        out = []
-        for j in record_order(len(rows), seed)[:count]:
-            row = rows[j]
-            ctx, q = enc.encode(f"Problem: {row['problem']}", f" Question: {row['question']} Solution: ")
-            if len(ctx) + len(q) > length:
-                raise ValueError(f"{self.name}: prompt of record {j} has {len(ctx) + len(q)} tokens > length {length}")
-            out.append(Sample(id=f"{self.name}/{j}", context_ids=ctx, question_ids=q,
-                              references=[str(gold_answer(row["solution"]))], max_new_tokens=self.max_new_tokens,
-                              stop=[], meta={"index": j, "ops": self.ops}))
-        return out
+    def sample(self, enc: PromptEncoder, row: dict, index: int, length: int) -> Sample:
+        ctx, q = enc.encode(f"Problem: {row['problem']}", f" Question: {row['question']} Solution: ")
+        return Sample(id=f"{self.name}/{index}", context_ids=ctx, question_ids=q,
+                      references=[str(gold_answer(row["solution"]))], max_new_tokens=self.max_new_tokens,
+                      stop=[], meta={"index": index, "ops": self.ops})
 
     def score(self, prediction: str, sample: Sample) -> float:
         pred = predicted_answer(prediction)

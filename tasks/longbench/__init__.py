@@ -2,43 +2,39 @@
 passage_retrieval_en, trec, triviaqa) with the reference prompts, budgets, truncation and metrics.
 
 ``length`` caps the prompt: a longer raw prompt keeps its first and last ``length // 2`` tokens (middle
-truncation), before the prompt template is applied (qasper, passage_retrieval_en only; ``chat_template``
-picks it, see magicpig_tasks.common.CHAT_TEMPLATES; the other four tasks take none, as LongBench). Samples are the
-first ``count`` records in dataset order (a seeded permutation when seed != 0).
+truncation), before the prompt template is applied (qasper, passage_retrieval_en only; the ``chat_template``
+setting picks it; the other four tasks take none, as LongBench). Samples are the first ``count`` records in
+dataset order (a seeded permutation when seed != 0).
 Data: a local ``.jsonl`` / ``.json`` / ``.parquet`` file (``data_path``) or the hub parquet mirror.
 """
 from __future__ import annotations
 
-
-from magicpig_tasks.common import PromptEncoder, Sample, Task, check_build_args, record_order, check_chat_template
-from magicpig_tasks.records import read_hub_parquet, read_records
+from magicpig_tasks.common import Sample, register
+from magicpig_tasks.encoding import PromptEncoder
 from magicpig_tasks.longbench.metrics import METRICS
-from magicpig_tasks.longbench.prompts import SPECS
+from magicpig_tasks.longbench.prompts import SPECS, LongBenchSpec
+from magicpig_tasks.records import RecordsTask
 
-TASKS = tuple(SPECS)
 HUB_URL = "https://huggingface.co/datasets/THUDM/LongBench/resolve/refs%2Fconvert%2Fparquet/{task}/test/0000.parquet"
 
 
-class LongBenchTask(Task):
-    sized = False
-
-    def __init__(self, short: str, data_path: str | None = None, chat_template: str = "tokenizer"):
-        if short not in SPECS:
-            raise ValueError(f"unknown LongBench task {short!r}; known: {', '.join(SPECS)}")
-        self.short = short
-        self.spec = SPECS[short]
-        self.data_path = data_path
-        check_chat_template(chat_template)
-        # the template that runs: none for the tasks LongBench prompts without one
-        self.chat_template = chat_template if self.spec.chat else "none"
-        self._records: list[dict] | None = None
-
-    def settings(self) -> dict:
-        return {"chat_template": self.chat_template}
+@register
+class LongBenchTask(RecordsTask):
+    names = tuple(f"longbench/{short}" for short in SPECS)
+    groups = ("longbench",)
+    truncates = True
 
     @property
-    def name(self) -> str:  # type: ignore[override]
-        return f"longbench/{self.short}"
+    def short(self) -> str:
+        return self.name.removeprefix("longbench/")
+
+    @property
+    def spec(self) -> LongBenchSpec:
+        return SPECS[self.short]
+
+    def configure(self, settings: dict) -> None:
+        # the template that runs: none for the tasks LongBench prompts without one
+        self.chat_template = settings["chat_template"] if self.spec.chat else "none"
 
     @property
     def metric(self) -> str:  # type: ignore[override]
@@ -48,27 +44,16 @@ class LongBenchTask(Task):
     def max_new_tokens(self) -> int:  # type: ignore[override]
         return self.spec.max_new_tokens
 
-    def records(self) -> list[dict]:
-        if self._records is None:
-            if self.data_path:
-                rows = read_records(self.data_path, self.name)
-            else:
-                rows = read_hub_parquet(HUB_URL.format(task=self.short), self.name)
-            for i, r in enumerate(rows):
-                for key in ("context", "input", "answers"):
-                    if key not in r:
-                        raise ValueError(f"{self.name}: record {i} has no field {key!r}")
-            self._records = rows
-        return self._records
+    @property
+    def source_url(self) -> str:  # type: ignore[override]
+        return HUB_URL.format(task=self.short)
 
-    def build(self, tokenizer, length: int, count: int, seed: int = 0) -> list[Sample]:
-        check_build_args(self.name, length, count)
-        rows = self.records()
-        order = record_order(len(rows), seed)
-        enc = PromptEncoder(tokenizer, self.chat_template)
-        return [self.sample(enc, rows[j], j, length, seed) for j in order[:count]]
+    def check_record(self, index: int, record: dict) -> None:
+        for key in ("context", "input", "answers"):
+            if key not in record:
+                raise ValueError(f"{self.name}: record {index} has no field {key!r}")
 
-    def sample(self, enc: PromptEncoder, row: dict, index: int, length: int, seed: int) -> Sample:
+    def sample(self, enc: PromptEncoder, row: dict, index: int, length: int) -> Sample:
         head, tail = self.spec.template.split("{context}")
         context = head + row["context"]
         question = tail.replace("{input}", str(row["input"]))

@@ -26,8 +26,9 @@ import re
 import string
 from pathlib import Path
 
-from magicpig_tasks.common import LmEvalTask, PromptEncoder, Sample, check_build_args, record_order
-from magicpig_tasks.records import read_hub_parquet, read_records
+from magicpig_tasks.common import Sample, register
+from magicpig_tasks.encoding import PromptEncoder
+from magicpig_tasks.records import LmEvalTask
 
 HUB_URL = "https://huggingface.co/datasets/cais/mmlu/resolve/main/all/test-00000-of-00001.parquet"
 LM_EVAL_COMMIT = "7785577ceac539f7e25cf98bbe11264466326803"  # lm-evaluation-harness, 2024-10-15
@@ -85,12 +86,14 @@ def lm_eval_exemplars(path: Path) -> dict:
     return {"description": cfg.get("description", ""), "samples": samples}
 
 
+@register
 class MMLUCoT(LmEvalTask):
-    name = "mmlu_cot"
+    names = ("mmlu_cot",)
     metric = "exact_match (lm-eval mmlu_flan_cot_fewshot, get-answer filter)"
+    source_url = HUB_URL
 
-    def __init__(self, data_path: str | None = None, add_bos: bool = False):
-        super().__init__(data_path, add_bos)
+    def __init__(self, name: str | None = None, settings: dict | None = None, data_path: str | None = None):
+        super().__init__(name, settings, data_path)
         self._exemplars: dict[str, dict] = {}
 
     def settings(self) -> dict:
@@ -103,19 +106,13 @@ class MMLUCoT(LmEvalTask):
         data = json.loads(Path(self.data_path).read_text(encoding="utf-8"))
         return data.get("exemplars") if isinstance(data, dict) else None
 
-    def records(self) -> list[dict]:
-        if self._records is None:
-            rows = (read_records(self.data_path, self.name) if self.data_path
-                    else read_hub_parquet(HUB_URL, self.name))
-            for i, r in enumerate(rows):
-                for key in ("subject", "question", "choices", "answer"):
-                    if key not in r:
-                        raise ValueError(f"mmlu_cot: record {i} needs field {key!r}")
-                if not isinstance(r["choices"], list) or len(r["choices"]) != 4:
-                    raise ValueError(f"mmlu_cot: record {i} needs 4 choices, got {r['choices']!r}")
-                gold_letter(r["answer"])
-            self._records = rows
-        return self._records
+    def check_record(self, index: int, record: dict) -> None:
+        for key in ("subject", "question", "choices", "answer"):
+            if key not in record:
+                raise ValueError(f"mmlu_cot: record {index} needs field {key!r}")
+        if not isinstance(record["choices"], list) or len(record["choices"]) != 4:
+            raise ValueError(f"mmlu_cot: record {index} needs 4 choices, got {record['choices']!r}")
+        gold_letter(record["answer"])
 
     def exemplars(self, subject: str) -> dict:
         if subject not in self._exemplars:
@@ -131,21 +128,10 @@ class MMLUCoT(LmEvalTask):
                 self._exemplars[subject] = lm_eval_exemplars(fetch(url, None, f"{self.name} exemplars"))
         return self._exemplars[subject]
 
-    def build(self, tokenizer, length: int, count: int, seed: int = 0) -> list[Sample]:
-        check_build_args(self.name, length, count)
-        rows = self.records()
-        enc = PromptEncoder(tokenizer, "none", add_bos=self.add_bos)
-        out = []
-        for j in record_order(len(rows), seed)[:count]:
-            row = rows[j]
-            ctx, q = enc.encode(fewshot_text(self.exemplars(row["subject"])),
-                                question_text(row["question"], row["choices"]))
-            if len(ctx) + len(q) > length:
-                raise ValueError(f"mmlu_cot: prompt of record {j} has {len(ctx) + len(q)} tokens > length {length}")
-            out.append(Sample(id=f"mmlu_cot/{j}", context_ids=ctx, question_ids=q,
-                              references=[gold_letter(row["answer"])], max_new_tokens=self.max_new_tokens,
-                              stop=[], meta={"index": j, "subject": row["subject"]}))
-        return out
+    def sample(self, enc: PromptEncoder, row: dict, index: int, length: int) -> Sample:
+        ctx, q = enc.encode(fewshot_text(self.exemplars(row["subject"])), question_text(row["question"], row["choices"]))
+        return Sample(id=f"mmlu_cot/{index}", context_ids=ctx, question_ids=q, references=[gold_letter(row["answer"])],
+                      max_new_tokens=self.max_new_tokens, stop=[], meta={"index": index, "subject": row["subject"]})
 
     def score(self, prediction: str, sample: Sample) -> float:
         return 100.0 * matches(extract_answer(prediction), sample.references[0])

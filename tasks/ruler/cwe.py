@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import random
 
+from magicpig_tasks.common import Draft, register
 from magicpig_tasks.ruler import haystack as hs
-from magicpig_tasks.ruler.base import Render, RulerTask
+from magicpig_tasks.ruler.base import RulerTask
 
 TEMPLATE = ("Below is a numbered list of words. In these words, some appear more often than others. "
             "Memorize the ones that appear most often.\n{context}\n"
@@ -34,21 +35,19 @@ def vocabulary() -> list[str]:
     return sorted(set(adjs) | set(nouns) | set(verbs))
 
 
+@register
 class CommonWords(RulerTask):
-    name = "ruler/cwe"
+    names = ("ruler/cwe",)
     max_new_tokens = 120
     freq_cw = 30
     freq_ucw = 3
     num_cw = 10
 
-    def max_size(self) -> int:
-        return len(vocabulary()) - self.num_cw - 40
-
-    def make(self, rng: random.Random) -> tuple[Render, list[str], float, dict]:
+    def make(self, rng: random.Random, length: int, tokenizer) -> Draft:
         vocab = vocabulary()
         order = rng.sample(vocab, len(vocab))
         ex_words, words = order[:40], order[40:]
-        small = self._length < 4096
+        small = length < 4096
         ex_n, ex_fc, ex_fu = (20, 3, 1) if small else (40, 10, 3)
         fc, fu = (6, 1) if small else (self.freq_cw, self.freq_ucw)
         ex_common, ex_uncommon = ex_words[:self.num_cw], ex_words[self.num_cw:ex_n]
@@ -63,4 +62,5 @@ class CommonWords(RulerTask):
             ctx = numbered(word_list(common, words[self.num_cw:self.num_cw + s], fc, fu, shuffle_seed))
             return example + "\n" + head + ctx, tail, ANSWER_PREFIX
 
-        return render, common, 1000 / (4.0 * fu + 0.1), {"freq_cw": fc, "freq_ucw": fu}
+        return Draft(render, common, 1000 / (4.0 * fu + 0.1), {"freq_cw": fc, "freq_ucw": fu},
+                     max_size=len(vocab) - self.num_cw - 40)

@@ -12,7 +12,8 @@ import math
 import random
 import string
 
-from magicpig_tasks.ruler.base import Render, RulerTask
+from magicpig_tasks.common import Draft, register
+from magicpig_tasks.ruler.base import RulerTask
 
 TEMPLATE = ("Read the following coded text and track the frequency of each coded word. Find the three most "
             "frequently appeared coded words. {context}\nQuestion: Do not provide any explanation. Please "
@@ -35,14 +36,16 @@ def zipf_counts(n_words: int, vocab: int, alpha: float) -> list[int]:
     return [int(n_words * k ** -alpha / z) for k in range(1, vocab + 1)]
 
 
+@register
 class FrequentWords(RulerTask):
-    name = "ruler/fwe"
+    names = ("ruler/fwe",)
     max_new_tokens = 50
     alpha = 2.0
     word_len = 6
+    min_words = 64  # enough words for ranks 2-4 to appear with distinct counts
 
-    def make(self, rng: random.Random) -> tuple[Render, list[str], float, dict]:
-        size = max(4, self._length // 50)
+    def make(self, rng: random.Random, length: int, tokenizer) -> Draft:
+        size = max(4, length // 50)
         vocab: set[str] = set()
         while len(vocab) < size:
             vocab.add("".join(rng.choices(string.ascii_lowercase, k=self.word_len)))
@@ -57,7 +60,5 @@ class FrequentWords(RulerTask):
             random.Random(shuffle_seed).shuffle(text)
             return head + " ".join(text), tail, ANSWER_PREFIX
 
-        return render, words[1:4], 1000 / 1.3, {"alpha": self.alpha, "vocab_size": size}
-
-    def min_size(self) -> int:
-        return 64  # enough words for ranks 2-4 to appear with distinct counts
+        return Draft(render, words[1:4], 1000 / 1.3, {"alpha": self.alpha, "vocab_size": size},
+                     min_size=self.min_words)

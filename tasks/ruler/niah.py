@@ -28,8 +28,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from magicpig_tasks.common import Draft, register
 from magicpig_tasks.ruler import haystack as hs
-from magicpig_tasks.ruler.base import Render, RulerTask
+from magicpig_tasks.ruler.base import RulerTask
 
 TEMPLATE = ("Some special magic {kind} are hidden within the following text. Make sure to memorize it. "
             "I will quiz you about the {kind} afterwards.\n{context}\n"
@@ -69,22 +70,12 @@ CONFIGS = {
 _PER_1K = {"repeat": 42, "essay": 720, "needle": 40}
 
 
+@register
 class NiahTask(RulerTask):
-    max_new_tokens = 128
+    names = tuple(f"ruler/{short}" for short in CONFIGS)
 
-    def __init__(self, name: str, chat_template: str = "tokenizer"):
-        super().__init__(chat_template)
-        if name not in CONFIGS:
-            raise ValueError(f"unknown niah task {name!r}; known: {', '.join(CONFIGS)}")
-        self.short = name
-        self.cfg = CONFIGS[name]
-
-    @property
-    def name(self) -> str:  # type: ignore[override]
-        return f"ruler/{self.short}"
-
-    def make(self, rng: random.Random) -> tuple[Render, list[str], float, dict]:
-        cfg = self.cfg
+    def make(self, rng: random.Random, length: int, tokenizer) -> Draft:
+        cfg = CONFIGS[self.name.removeprefix("ruler/")]
         plural = kind = cfg.value_kind
         one = cfg.num_queries * cfg.num_values == 1
         template, prefix = TEMPLATE, ANSWER_PREFIX
@@ -137,4 +128,4 @@ class NiahTask(RulerTask):
         def render(s: int) -> tuple[str, str, str]:
             return head + context(s), tail, ans
 
-        return render, answers, _PER_1K[cfg.haystack], meta
+        return Draft(render, answers, _PER_1K[cfg.haystack], meta)

@@ -19,9 +19,9 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from magicpig_tasks.common import TaskUnavailable
-from magicpig_tasks.download import fetch
-from magicpig_tasks.ruler.base import Render, RulerTask
+from magicpig_tasks.common import Draft, TaskUnavailable, check_build_args, record_order, register, sample_rng
+from magicpig_tasks.records import RecordsTask
+from magicpig_tasks.ruler.base import RulerTask
 
 TEMPLATE = ("Answer the question based on the given documents. Only give me the answer and do not output any "
             "other words.\n\nThe following are given documents.\n\n{context}\n\nAnswer the question based on "
@@ -91,27 +91,24 @@ def _read_json(path, what):
     return json.loads(p.read_text(encoding="utf-8"))
 
 
-class QATask(RulerTask):
+@register
+class QATask(RulerTask, RecordsTask):
+    """A RULER QA task: its records are the dataset's answerable questions; each sample is sized like the
+    synthetic tasks' (``SyntheticTask.fit``), its haystack made of documents."""
+
+    names = ("ruler/qa_1", "ruler/qa_2")
+    groups = ("ruler",)
     metric = "string_match_part"
     max_new_tokens = 32
-
-    def __init__(self, short: str, data_path: str | None = None, chat_template: str = "tokenizer"):
-        super().__init__(chat_template)
-        if short not in ("qa_1", "qa_2"):
-            raise ValueError(f"unknown RULER QA task {short!r}; known: qa_1, qa_2")
-        self.short = short
-        self.data_path = data_path
-        self._data: QAData | None = None
-        self._seed = 0
-        self._index = 0
-
-    @property
-    def name(self) -> str:  # type: ignore[override]
-        return f"ruler/{self.short}"
+    one_sample_per_record = False  # sample i asks question i modulo their count, with its own haystack
+    _data: QAData | None = None
 
     def data(self) -> QAData:
+        """The documents and questions, read on first use (``TaskUnavailable`` when they cannot be had)."""
         if self._data is None:
-            if self.short == "qa_1":
+            from magicpig_tasks.download import fetch
+
+            if self.name == "ruler/qa_1":
                 path = self.data_path or fetch(SQUAD_URL, "squad_dev_v2.0.json", "ruler/qa_1 (SQuAD v2.0 dev)")
                 self._data = load_squad(path)
             else:
@@ -122,31 +119,31 @@ class QATask(RulerTask):
                 raise TaskUnavailable(f"{self.name}: no answerable question in {path}")
         return self._data
 
-    def build(self, tokenizer, length, count, seed=0):
-        data = self.data()  # fails (TaskUnavailable) before any other work
-        order = list(range(len(data.questions)))
-        if seed:
-            random.Random(seed).shuffle(order)
-        from magicpig_tasks.common import PromptEncoder, check_build_args
+    def records(self) -> list[tuple[str, list[str], list[int]]]:
+        """The questions: (question, answers, indices of its gold documents)."""
+        return self.data().questions
+
+    def build(self, tokenizer, length: int, count: int, seed: int = 0):
+        questions = self.records()  # fails (TaskUnavailable) before any other work
+        order = record_order(len(questions), seed)
         check_build_args(self.name, length, count)
-        enc = PromptEncoder(tokenizer, self.chat_template)
+        enc = self.encoder(tokenizer)
         out = []
         for i in range(count):
-            self._index = order[i % len(order)]
-            s = self.build_one(enc, length, i, seed)
-            n_gold = len(data.questions[self._index][2])
+            question = order[i % len(order)]
+            s = self.fit(enc, length, self.draft(question, sample_rng(self.name, length, i, seed)),
+                         f"{self.name}/{length}/{seed}/{i}")
+            n_gold = len(questions[question][2])
             s.meta["hard_negatives"] = min(s.meta["hard_negatives_available"], s.meta["haystack_size"] - n_gold)
             out.append(s)
         return out
 
-    def max_size(self) -> int:
-        return len(self.data().docs)
-
-    def make(self, rng: random.Random) -> tuple[Render, list[str], float, dict]:
+    def draft(self, index: int, rng: random.Random) -> Draft:
+        """Question ``index`` among as many documents as fit: its gold ones, then hard negatives, then others."""
         data = self.data()
-        question, answers, gold = data.questions[self._index]
+        question, answers, gold = data.questions[index]
         gold_set = set(gold)
-        hard = [i for i in data.hard_negatives(self._index) if i not in gold_set]
+        hard = [i for i in data.hard_negatives(index) if i not in gold_set]
         hard_set = set(hard)
         others = [i for i in range(len(data.docs)) if i not in gold_set and i not in hard_set]
         rng.shuffle(hard)
@@ -165,8 +162,6 @@ class QATask(RulerTask):
             ctx = "\n\n".join(DOCUMENT.format(i=j + 1, text=data.docs[d]) for j, d in enumerate(chosen))
             return head + ctx, tail, ANSWER_PREFIX
 
-        return render, answers, 6.0, {"question": question, "question_index": self._index,
-                                      "hard_negatives_available": len(hard)}
-
-    def min_size(self) -> int:
-        return len(self.data().questions[self._index][2])
+        return Draft(render, answers, 6.0, {"question": question, "question_index": index,
+                                            "hard_negatives_available": len(hard)},
+                     min_size=len(gold), max_size=len(data.docs))

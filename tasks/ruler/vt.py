@@ -11,18 +11,18 @@ entry of ``scripts/data/synthetic/constants.py`` at commit c3f5e3b, July 2026; t
   as fit in 500 tokens of the model's tokenizer (RULER sizes it with ``max_seq_length=500``), followed by
   its answer prefix, two spaces and the five names, a newline, then a newline before the task itself.
 
-Older layouts differ: the original MagicPIG fork joins everything with spaces, an earlier version of this
-suite put blank lines between the noise lines and used a 5-line example. The answer prefix uses RULER's
-corrected spelling "assigned" (the fork has "assgined").
+The original MagicPIG fork lays the prompt out differently (everything joined with spaces). The answer
+prefix uses RULER's corrected spelling "assigned" (the fork has "assgined").
 """
 from __future__ import annotations
 
 import random
 import string
 
+from magicpig_tasks.common import Draft, register
+from magicpig_tasks.encoding import fit_size
 from magicpig_tasks.ruler import haystack as hs
-from magicpig_tasks.common import fit_size
-from magicpig_tasks.ruler.base import Render, RulerTask
+from magicpig_tasks.ruler.base import RulerTask
 
 TEMPLATE = ("Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
             "{context}\nQuestion: Find all variables that are assigned the value {query} in the text above.")
@@ -66,41 +66,33 @@ def _context(stmts: list[str], fracs: list[float], noise_count: int) -> str:
     return "\n".join(lines).replace(". \n", ".\n")
 
 
+@register
 class VariableTracking(RulerTask):
-    name = "ruler/vt"
+    names = ("ruler/vt",)
     max_new_tokens = 30
-    num_chains = 1
     num_hops = 4
-    _tokenizer = None  # set by build: the solved example is sized with the model's tokenizer
 
-    def build(self, tokenizer, length, count, seed=0):
-        self._tokenizer = tokenizer
-        return super().build(tokenizer, length, count, seed)
-
-    def min_size(self) -> int:
-        return self.num_hops + 1
-
-    def example(self, stmts: list[str], names: list[str], value: str, fracs: list[float]) -> str:
-        """The solved example, its noise sized to EXAMPLE_TOKENS tokens (question and prefix included,
-        no special tokens), ending in a newline."""
+    def example(self, stmts: list[str], names: list[str], value: str, fracs: list[float], tokenizer) -> str:
+        """The solved example, its noise sized to EXAMPLE_TOKENS tokens of ``tokenizer`` (question and prefix
+        included, no special tokens), ending in a newline."""
         prefix = ANSWER_PREFIX.format(num_v=self.num_hops + 1, query=value)
 
         def text(n: int) -> str:
             return TEMPLATE.format(context=_context(stmts, fracs, n), query=value) + prefix
 
         def n_tokens(n: int) -> int:
-            return len(self._tokenizer(text(n), add_special_tokens=False).input_ids)
+            return len(tokenizer(text(n), add_special_tokens=False).input_ids)
 
-        n = fit_size(n_tokens, EXAMPLE_TOKENS, guess=15, lo=self.min_size())
+        n = fit_size(n_tokens, EXAMPLE_TOKENS, guess=15, lo=self.num_hops + 1)
         return text(n) + " " + " ".join(names) + "\n"
 
-    def make(self, rng: random.Random) -> tuple[Render, list[str], float, dict]:
+    def make(self, rng: random.Random, length: int, tokenizer) -> Draft:
         taken: set[str] = set()
         ex_stmts, ex_names, ex_value = _chain(rng, self.num_hops, taken, letters=3)
         ex_fracs = sorted(rng.random() for _ in ex_stmts)
         stmts, names, value = _chain(rng, self.num_hops, taken)
         fracs = sorted(rng.random() for _ in stmts)
-        example = self.example(ex_stmts, ex_names, ex_value, ex_fracs)
+        example = self.example(ex_stmts, ex_names, ex_value, ex_fracs, tokenizer)
         head, tail = TEMPLATE.split("{context}")
         tail = tail.format(query=value)
         prefix = ANSWER_PREFIX.format(num_v=self.num_hops + 1, query=value)
@@ -108,4 +100,5 @@ class VariableTracking(RulerTask):
         def render(s: int) -> tuple[str, str, str]:
             return example + "\n" + head + _context(stmts, fracs, s), tail, prefix
 
-        return render, names, 45.0, {"value": value, "chain": stmts, "example_value": ex_value}
+        return Draft(render, names, 45.0, {"value": value, "chain": stmts, "example_value": ex_value},
+                     min_size=self.num_hops + 1)

@@ -4,8 +4,10 @@ from __future__ import annotations
 import pytest
 from fidelity_helpers import BosTokenizer
 
-from magicpig_tasks.common import CHAT_TEMPLATES, META_CHAT_3, PromptEncoder, check_chat_template, fit_size, sample_rng
-from magicpig_tasks.registry import GROUPS, TASK_NAMES, expand, get_task
+from magicpig_tasks.common import sample_rng
+from magicpig_tasks.encoding import META_CHAT_3, PromptEncoder, fit_size
+from magicpig_tasks.registry import DATA_TASKS, GROUPS, TASK_NAMES, expand, get_task
+from magicpig_tasks.settings import CHAT_TEMPLATES, SETTINGS, check_chat_template, task_settings
 
 
 @pytest.mark.parametrize("guess", [1, 7, 50, 400, 5000])
@@ -68,19 +70,35 @@ def test_chat_template_checked(tokenizer):
     with pytest.raises(ValueError, match="chat_template must be one of tokenizer, meta-chat-3, none, got 'llama'"):
         PromptEncoder(tokenizer, "llama")
     with pytest.raises(ValueError, match="chat_template must be one of"):
-        get_task("ruler/cwe", chat_template="meta-chat")
+        get_task("ruler/cwe", settings={"chat_template": "meta-chat"})
 
 
 def test_task_settings_in_describe():
     """describe() (recorded in metrics.json, part of the resume key) names the template that runs."""
+    def template(name, value):
+        return get_task(name, settings={"chat_template": value}).describe()["chat_template"]
+
     assert get_task("ruler/vt").describe()["chat_template"] == "tokenizer"
-    assert get_task("ruler/niah_single_1", chat_template="meta-chat-3").describe()["chat_template"] == "meta-chat-3"
-    assert get_task("ruler/qa_1", chat_template="none").describe()["chat_template"] == "none"
-    assert get_task("longbench/qasper", chat_template="meta-chat-3").describe()["chat_template"] == "meta-chat-3"
-    assert get_task("longbench/lcc", chat_template="meta-chat-3").describe()["chat_template"] == "none"
+    assert template("ruler/niah_single_1", "meta-chat-3") == "meta-chat-3"
+    assert template("ruler/qa_1", "none") == "none"
+    assert template("longbench/qasper", "meta-chat-3") == "meta-chat-3"
+    assert template("longbench/lcc", "meta-chat-3") == "none"
+    assert template("infini_igsm/4k_close_op2", "none") == "none"
     g = get_task("gsm8k").describe()
     assert g["add_bos"] is False and g["chat_template"] == "none"
-    assert get_task("gsm8k", gsm8k_add_bos=True).describe()["add_bos"] is True
+    assert get_task("gsm8k", settings={"gsm8k_add_bos": True}).describe()["add_bos"] is True
+    assert get_task("coqa", settings={"gsm8k_add_bos": True}).describe()["add_bos"] is False  # GSM8K's only
+
+
+def test_task_settings_defaults_and_errors():
+    """One dict of settings: defaults filled in, unknown names and bad values refused naming the setting."""
+    assert task_settings() == {"chat_template": "tokenizer", "gsm8k_add_bos": False}
+    assert task_settings({"chat_template": "none"}) == {"chat_template": "none", "gsm8k_add_bos": False}
+    assert {name: s.default for name, s in SETTINGS.items()} == task_settings()
+    with pytest.raises(ValueError, match="task settings: unknown 'chat_templte'; known: chat_template, gsm8k_add_bos"):
+        task_settings({"chat_templte": "none"})
+    with pytest.raises(ValueError, match="gsm8k_add_bos must be true or false, got 'yes'"):
+        get_task("gsm8k", settings={"gsm8k_add_bos": "yes"})
 
 
 def test_registry_expand_and_errors():
@@ -94,3 +112,34 @@ def test_registry_expand_and_errors():
         get_task("ruler/cwe", data_path="x.json")
     for name in TASK_NAMES:
         assert get_task(name).name == name
+
+
+def test_groups_and_data_tasks_come_from_the_task_classes():
+    """The groups and DATA_TASKS are derived from the registered classes, in the order of the built-in
+    modules."""
+    assert list(GROUPS) == ["ruler", "ruler/synthetic", "longbench", "lm_eval", "infini_igsm"]
+    assert GROUPS["ruler"][-2:] == ("ruler/qa_1", "ruler/qa_2") and "ruler/qa_1" not in GROUPS["ruler/synthetic"]
+    assert GROUPS["lm_eval"] == ("gsm8k", "coqa", "mmlu_cot") and len(GROUPS["infini_igsm"]) == 6
+    assert DATA_TASKS == ("ruler/qa_1", "ruler/qa_2") + GROUPS["longbench"] + GROUPS["lm_eval"] + GROUPS["infini_igsm"]
+    assert len(TASK_NAMES) == 28 and len(set(TASK_NAMES)) == 28
+
+
+def test_every_task_class_of_the_package_is_registered():
+    """A task module the registry does not import never registers: every concrete task class defined in
+    magicpig_tasks (outside experiments/) is registered under each of its names."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import magicpig_tasks
+    from magicpig_tasks.common import TASKS, Task
+
+    found = []
+    for info in pkgutil.walk_packages(magicpig_tasks.__path__, "magicpig_tasks."):
+        if info.name.startswith("magicpig_tasks.experiments"):
+            continue
+        module = importlib.import_module(info.name)
+        found += [cls for _, cls in inspect.getmembers(module, inspect.isclass)
+                  if issubclass(cls, Task) and cls.__module__ == info.name and cls.names]
+    assert found and all(TASKS.get(name) is cls for cls in found for name in cls.names)
+    assert sorted(TASKS) == sorted(n for cls in set(found) for n in cls.names)

@@ -52,20 +52,6 @@ def test_config_errors(tmp_path):
         EvalConfig(**{**base, "data": {"ruler/cwe": "x"}}).check()
 
 
-@pytest.fixture(scope="module")
-def tiny(tokenizer):
-    """A 2-layer random Llama (fixed seed) whose vocabulary covers the real tokenizer."""
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
-                      initializer_range=0.2, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
-                      pad_token_id=0)
-    torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="sdpa").eval()
-
-
 class CountingEngine:
     """Wraps the real engine and counts prefills and decodes."""
 

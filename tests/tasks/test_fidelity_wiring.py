@@ -1,5 +1,5 @@
-"""The prompt-fidelity settings reach the tasks: ``magicpig eval --chat-template`` / ``--gsm8k-add-bos`` ->
-EvalConfig -> get_task -> the task's describe() (settings.json and metrics.json record it)."""
+"""The task settings reach the tasks: ``magicpig eval --chat-template`` / ``--gsm8k-add-bos`` ->
+EvalConfig.task_settings -> get_task -> the task's describe() (settings.json and metrics.json record it)."""
 from __future__ import annotations
 
 import pytest
@@ -25,12 +25,12 @@ def _cfg_from_cli(monkeypatch, tmp_path, *extra):
 
 def test_cli_defaults_keep_todays_template_and_paper_era_bos(monkeypatch, tmp_path):
     cfg = _cfg_from_cli(monkeypatch, tmp_path)
-    assert cfg.chat_template == "tokenizer" and cfg.gsm8k_add_bos is False
+    assert cfg.task_settings == {"chat_template": "tokenizer", "gsm8k_add_bos": False}
 
 
 def test_cli_options_reach_the_tasks(monkeypatch, tmp_path):
     cfg = _cfg_from_cli(monkeypatch, tmp_path, "--chat-template", "meta-chat-3", "--gsm8k-add-bos")
-    assert cfg.chat_template == "meta-chat-3" and cfg.gsm8k_add_bos is True
+    assert cfg.task_settings == {"chat_template": "meta-chat-3", "gsm8k_add_bos": True}
     assert evaluate._get_task(cfg, "ruler/vt").describe()["chat_template"] == "meta-chat-3"
     assert evaluate._get_task(cfg, "longbench/qasper").describe()["chat_template"] == "meta-chat-3"
     assert evaluate._get_task(cfg, "gsm8k").describe()["add_bos"] is True
@@ -38,7 +38,7 @@ def test_cli_options_reach_the_tasks(monkeypatch, tmp_path):
 
 def test_config_rejects_unknown_template(tmp_path):
     cfg = EvalConfig(model="smollm2", methods=["dense"], tasks=["ruler/vt"], lengths=[1024], samples=1, out=tmp_path,
-                     chat_template="llama3")
+                     task_settings={"chat_template": "llama3"})
     with pytest.raises(ValueError, match="chat_template must be one of tokenizer, meta-chat-3, none"):
         cfg.check()
 
@@ -47,7 +47,7 @@ def test_settings_and_metrics_record_the_task_settings(tmp_path):
     from magicpig.methods import parse_method
 
     cfg = EvalConfig(model="smollm2", methods=["dense"], tasks=["gsm8k"], lengths=[1024], samples=1, out=tmp_path,
-                     gsm8k_add_bos=True)
+                     task_settings={"gsm8k_add_bos": True})
     cfg.check()
     task = evaluate._get_task(cfg, "gsm8k")
     method = parse_method("dense")
@@ -63,8 +63,16 @@ def test_magicpig_tasks_lists_the_settings(capsys):
 
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out
-    assert "setting chat_template (magicpig eval --chat-template, default tokenizer)" in out
+    assert "setting chat_template (magicpig eval --chat-template, default tokenizer; one of" in out
     assert "tokenizer, meta-chat-3, none" in out and "--gsm8k-add-bos" in out
     assert main(["tasks", "--json"]) == 0
     settings = json.loads(capsys.readouterr().out)["settings"]
     assert settings["gsm8k_add_bos"]["default"] is False and settings["chat_template"]["option"] == "--chat-template"
+    assert settings["chat_template"]["choices"] == ["tokenizer", "meta-chat-3", "none"]
+
+
+def test_config_rejects_unknown_setting(tmp_path):
+    cfg = EvalConfig(model="smollm2", methods=["dense"], tasks=["ruler/vt"], lengths=[1024], samples=1, out=tmp_path,
+                     task_settings={"add_bos": True})
+    with pytest.raises(ValueError, match="task settings: unknown 'add_bos'"):
+        cfg.check()

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from magicpig_tasks.gsm8k import STOP, GSM8KCoT, fewshot_prefix
+from magicpig_tasks.gsm8k import STOP, fewshot_prefix
 from magicpig_tasks.gsm8k.exemplars import EXEMPLARS
+from magicpig_tasks.registry import get_task
 from magicpig_tasks.gsm8k.extract import INVALID, exact_match, flexible_answer, gold_answer, normalise, strict_answer
 
 
@@ -42,7 +43,7 @@ def test_matching():
 
 
 def test_samples_from_fixture(tokenizer, fixtures):
-    task = GSM8KCoT(str(fixtures / "gsm8k_test_tiny.jsonl"))
+    task = get_task("gsm8k", str(fixtures / "gsm8k_test_tiny.jsonl"))
     samples = task.build(tokenizer, 2048, 10)
     assert [s.references for s in samples] == [["7"], ["2400"], ["7"]]
     s = samples[1]
@@ -62,7 +63,7 @@ def test_samples_from_fixture(tokenizer, fixtures):
 def test_method_overrides():
     from magicpig.harness.evaluate import effective_method
 
-    task = GSM8KCoT()
+    task = get_task("gsm8k")
     m, applied = effective_method("magicpig:K=10,L=220", task.method_overrides)
     assert m.local == 24 and applied == {"local": 24}
     m, applied = effective_method("magicpig:K=10,L=220,local=64", task.method_overrides)
@@ -72,16 +73,16 @@ def test_method_overrides():
 
 
 def test_no_bos_by_default_as_lm_eval(tokenizer, fixtures):
-    """lm-eval of the paper's era encodes without special tokens: no BOS unless add_bos is set."""
+    """lm-eval of the paper's era encodes without special tokens: no BOS unless gsm8k_add_bos is set."""
     from fidelity_helpers import BosTokenizer
 
     bos = BosTokenizer(tokenizer)
     path = str(fixtures / "gsm8k_test_tiny.jsonl")
-    plain = GSM8KCoT(path).build(bos, 2048, 1)[0]
+    plain = get_task("gsm8k", path).build(bos, 2048, 1)[0]
     assert plain.context_ids[0] != 1
     assert plain.context_ids == tokenizer(fewshot_prefix(), add_special_tokens=False).input_ids
-    with_bos = GSM8KCoT(path, add_bos=True).build(bos, 2048, 1)[0]
+    with_bos = get_task("gsm8k", path, {"gsm8k_add_bos": True}).build(bos, 2048, 1)[0]
     assert with_bos.context_ids == [1] + plain.context_ids and with_bos.question_ids == plain.question_ids
-    assert GSM8KCoT().describe()["add_bos"] is False and GSM8KCoT(add_bos=True).describe()["add_bos"] is True
+    assert get_task("gsm8k").describe()["add_bos"] is False and get_task("gsm8k", settings={"gsm8k_add_bos": True}).describe()["add_bos"] is True
     with pytest.raises(ValueError, match="add_bos must be true or false"):
-        GSM8KCoT(add_bos="yes")
+        get_task("gsm8k", settings={"gsm8k_add_bos": "yes"})

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from magicpig_tasks.common import TaskUnavailable
-from magicpig_tasks.infini_igsm import TASKS, InfiniIGSM, gold_answer, parse_task, predicted_answer
+from magicpig_tasks.infini_igsm import TASKS, gold_answer, parse_task, predicted_answer
+from magicpig_tasks.registry import get_task
 
 
 def test_names():
@@ -28,20 +29,20 @@ def test_answers():
 
 def test_samples_from_fixture(tokenizer, fixtures):
     path = str(fixtures / "infini_igsm_tiny.jsonl")
-    op2 = InfiniIGSM("4k_close_op2", path, chat_template="none").build(tokenizer, 4096, 10)
+    op2 = get_task("infini_igsm/4k_close_op2", path, {"chat_template": "none"}).build(tokenizer, 4096, 10)
     assert [s.references for s in op2] == [["5"], ["5"]]  # the op-4 record is left out
     s = op2[0]
     assert tokenizer.decode(s.prompt_ids).startswith("Problem: The number of adult owls in Pine Grove equals 3.")
     assert tokenizer.decode(s.question_ids) == " Question: What is the number of adult crows in Pine Grove? Solution: "
-    task = InfiniIGSM("4k_close_op4", path, chat_template="none")
+    task = get_task("infini_igsm/4k_close_op4", path, {"chat_template": "none"})
     (s4,) = task.build(tokenizer, 4096, 10)
     assert s4.references == ["12"] and s4.max_new_tokens == 1024
     assert task.score("c = 4 + 8 = 12. Answer: 12.", s4) == 100.0
     assert task.score("Answer: 13.", s4) == 0.0 and task.score("twelve", s4) == 0.0
-    chat = InfiniIGSM("4k_close_op2", path).build(tokenizer, 4096, 1)[0]
+    chat = get_task("infini_igsm/4k_close_op2", path).build(tokenizer, 4096, 1)[0]
     assert "<|im_start|>user" in tokenizer.decode(chat.prompt_ids)  # the model's chat template by default
     with pytest.raises(ValueError, match="tokens > length"):
-        InfiniIGSM("4k_close_op2", path).build(tokenizer, 64, 1)
+        get_task("infini_igsm/4k_close_op2", path).build(tokenizer, 64, 1)
 
 
 def test_offline_and_registry(offline):

@@ -12,12 +12,13 @@ from magicpig_tasks.coqa.metrics import coqa_scores, exact, token_f1
 from magicpig_tasks.common import TaskUnavailable
 from magicpig_tasks.mmlu import (EXEMPLAR_URL, INVALID, LM_EVAL_COMMIT, MMLUCoT, extract_answer, fewshot_text,
                                  gold_letter, matches, question_text)
+from magicpig_tasks.registry import get_task
 
 
 # ---- CoQA ------------------------------------------------------------------------------------------------
 
 def test_coqa_prompt_and_golds(tokenizer, fixtures):
-    task = CoQA(str(fixtures / "coqa_dev_tiny.json"))
+    task = get_task("coqa", str(fixtures / "coqa_dev_tiny.json"))
     samples = task.build(tokenizer, 2048, 10)
     assert [s.id for s in samples] == ["coqa/story-a", "coqa/story-b"]
     a = samples[0]
@@ -52,7 +53,7 @@ def test_coqa_scores():
 
 
 def test_coqa_task_scores_first_line(tokenizer, fixtures):
-    task = CoQA(str(fixtures / "coqa_dev_tiny.json"))
+    task = get_task("coqa", str(fixtures / "coqa_dev_tiny.json"))
     s = task.build(tokenizer, 2048, 1)[0]
     assert task.score(" carrots\nQ: next", s) == 100.0
     # golds "carrots", "the carrots" -> "carrots" both; F1 of "carrots and hay" = 2*(1/3)*1/(4/3) = 0.5
@@ -77,8 +78,8 @@ def test_coqa_hugging_face_layout(tmp_path, tokenizer, fixtures):
         hf.append(row)
     path = tmp_path / "coqa.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in hf))
-    a = CoQA(str(fixtures / "coqa_dev_tiny.json")).build(tokenizer, 2048, 2)
-    b = CoQA(str(path)).build(tokenizer, 2048, 2)
+    a = get_task("coqa", str(fixtures / "coqa_dev_tiny.json")).build(tokenizer, 2048, 2)
+    b = get_task("coqa", str(path)).build(tokenizer, 2048, 2)
     assert [(s.prompt_ids, s.references) for s in a] == [(s.prompt_ids, s.references) for s in b]
 
 
@@ -87,10 +88,10 @@ def test_coqa_bad_records(tmp_path):
     path.write_text(json.dumps({"story": "s", "questions": {"input_text": ["a", "b"]},
                                 "answers": {"input_text": ["x"]}}) + "\n")
     with pytest.raises(ValueError, match="2 questions and 1 answers"):
-        CoQA(str(path)).records()
+        get_task("coqa", str(path)).records()
     path.write_text(json.dumps({"questions": [], "answers": []}) + "\n")
     with pytest.raises(ValueError, match="'story'"):
-        CoQA(str(path)).records()
+        get_task("coqa", str(path)).records()
     assert turn_texts({"input_text": ["q"]}, "x") == ["q"]
     assert prompt_parts("S", ["q1", "q2"], ["a1", "a2"]) == ("S\n\nQ: q1\n\nA: a1\n\n", "Q: q2\n\nA:")
     assert gold_answers({}, ["a1", "a2"]) == ["a2"]
@@ -98,7 +99,7 @@ def test_coqa_bad_records(tmp_path):
 
 def test_coqa_offline_is_unavailable(offline):
     with pytest.raises(TaskUnavailable, match="MAGICPIG_OFFLINE=1"):
-        CoQA().records()
+        get_task("coqa").records()
 
 
 # ---- MMLU-CoT --------------------------------------------------------------------------------------------
@@ -117,7 +118,7 @@ def test_mmlu_extraction_and_matching():
 
 
 def test_mmlu_prompt_from_fixture(tokenizer, fixtures):
-    task = MMLUCoT(str(fixtures / "mmlu_cot_tiny.json"))
+    task = get_task("mmlu_cot", str(fixtures / "mmlu_cot_tiny.json"))
     samples = task.build(tokenizer, 4096, 5)
     assert [s.references for s in samples] == [["(B)"], ["(A)"], ["(D)"]]
     text = tokenizer.decode(samples[0].prompt_ids)
@@ -142,13 +143,13 @@ def test_mmlu_exemplars_from_lm_eval_task_file(offline, tmp_path, monkeypatch, t
     data = tmp_path / "mmlu.jsonl"
     data.write_text(json.dumps({"subject": "fixture_subject", "question": "Which is 3?",
                                 "choices": ["1", "2", "3", "4"], "answer": 2}) + "\n")
-    task = MMLUCoT(str(data))
+    task = get_task("mmlu_cot", str(data))
     with pytest.raises(TaskUnavailable, match="MAGICPIG_OFFLINE=1"):
         task.build(tokenizer, 4096, 1)
     url = EXEMPLAR_URL.format(commit=LM_EVAL_COMMIT, subject="fixture_subject")
     cache_dir().mkdir(parents=True, exist_ok=True)
     shutil.copy(fixtures / "lm_eval_mmlu_fixture_subject.yaml", cache_dir() / cache_name(url))
-    s = MMLUCoT(str(data)).build(tokenizer, 4096, 1)[0]
+    s = get_task("mmlu_cot", str(data)).build(tokenizer, 4096, 1)[0]
     text = tokenizer.decode(s.prompt_ids)
     # the description runs straight into the first exemplar, as lm-eval 0.4.5 renders it
     assert text.startswith("Multiple choice questions about a fixture subject.Q: Which is a prime?\n(A) 4 (B) 6 ")
@@ -160,13 +161,13 @@ def test_mmlu_bad_records(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps({"subject": "s", "question": "q", "choices": ["a", "b"], "answer": 0}) + "\n")
     with pytest.raises(ValueError, match="4 choices"):
-        MMLUCoT(str(path)).records()
+        get_task("mmlu_cot", str(path)).records()
     with pytest.raises(ValueError, match="4 exemplars"):
         fewshot_text({"description": "d", "samples": [{"question": "q", "target": "t"}]})
 
 
 def test_registry_names_the_new_tasks():
-    from magicpig_tasks.registry import DATA_TASKS, expand, get_task
+    from magicpig_tasks.registry import DATA_TASKS, expand
 
     assert expand("lm_eval") == ["gsm8k", "coqa", "mmlu_cot"]
     assert {"coqa", "mmlu_cot"} <= set(DATA_TASKS)

@@ -4,9 +4,13 @@ from __future__ import annotations
 import pytest
 
 from magicpig_tasks.common import TaskUnavailable
-from magicpig_tasks.longbench import LongBenchTask
+from magicpig_tasks.registry import get_task
 from magicpig_tasks.longbench.metrics import (classification, code_sim, first_code_line, fuzz_ratio, normalize_answer, qa_f1,
                                      retrieval)
+
+
+def longbench(short, data_path=None, chat_template="tokenizer"):
+    return get_task(f"longbench/{short}", data_path, {"chat_template": chat_template})
 
 
 def test_normalize_answer():
@@ -69,7 +73,7 @@ def test_retrieval_hand_worked():
 
 
 def test_trec_from_fixture(tokenizer, fixtures):
-    task = LongBenchTask("trec", str(fixtures / "longbench_trec_tiny.jsonl"))
+    task = longbench("trec", str(fixtures / "longbench_trec_tiny.jsonl"))
     samples = task.build(tokenizer, 4096, 5)
     assert len(samples) == 2  # the file has two records
     s = samples[0]
@@ -84,7 +88,7 @@ def test_trec_from_fixture(tokenizer, fixtures):
 
 
 def test_qasper_chat_and_scoring(tokenizer, fixtures):
-    task = LongBenchTask("qasper", str(fixtures / "longbench_qasper_tiny.jsonl"))
+    task = longbench("qasper", str(fixtures / "longbench_qasper_tiny.jsonl"))
     s = task.build(tokenizer, 4096, 1)[0]
     q = tokenizer.decode(s.question_ids)
     assert tokenizer.decode(s.context_ids).startswith("<|im_start|>system")  # chat template
@@ -96,10 +100,10 @@ def test_qasper_chat_and_scoring(tokenizer, fixtures):
 
 
 def test_lcc_and_retrieval_prompts(tokenizer, fixtures):
-    lcc = LongBenchTask("lcc", str(fixtures / "longbench_lcc_tiny.jsonl")).build(tokenizer, 4096, 1)[0]
+    lcc = longbench("lcc", str(fixtures / "longbench_lcc_tiny.jsonl")).build(tokenizer, 4096, 1)[0]
     text = tokenizer.decode(lcc.prompt_ids)
     assert text.startswith("Please complete the code given below. \nimport os") and text.endswith("Next line of code:\n")
-    pr_task = LongBenchTask("passage_retrieval_en", str(fixtures / "longbench_passage_retrieval_en_tiny.jsonl"))
+    pr_task = longbench("passage_retrieval_en", str(fixtures / "longbench_passage_retrieval_en_tiny.jsonl"))
     pr = pr_task.build(tokenizer, 4096, 1)[0]
     assert tokenizer.decode(pr.question_ids).split("<|im_end|>")[0].endswith("The answer is: ")
     assert pr_task.score("Paragraph 1", pr) == 100.0 and pr.max_new_tokens == 32
@@ -109,7 +113,7 @@ def test_middle_truncation(tokenizer, fixtures, tmp_path):
     long_ctx = " ".join(f"word{i}" for i in range(3000))
     path = tmp_path / "trec.jsonl"
     path.write_text('{"input": "Q?", "context": "%s", "answers": ["City"], "all_classes": ["City"]}\n' % long_ctx)
-    s = LongBenchTask("trec", str(path)).build(tokenizer, 512, 1)[0]
+    s = longbench("trec", str(path)).build(tokenizer, 512, 1)[0]
     text = tokenizer.decode(s.prompt_ids)
     assert s.meta["truncated"] and s.n_tokens <= 520
     assert text.startswith("Please determine the type") and text.endswith("word2999\nQ?")
@@ -120,11 +124,11 @@ def test_bad_records_and_offline(tokenizer, tmp_path, offline):
     bad = tmp_path / "x.jsonl"
     bad.write_text('{"input": "q", "answers": ["a"]}\n')
     with pytest.raises(ValueError, match="field 'context'"):
-        LongBenchTask("trec", str(bad)).build(tokenizer, 1024, 1)
-    with pytest.raises(ValueError, match="unknown LongBench task"):
-        LongBenchTask("narrativeqa")
+        longbench("trec", str(bad)).build(tokenizer, 1024, 1)
+    with pytest.raises(ValueError, match="unknown task 'longbench/narrativeqa'"):
+        longbench("narrativeqa")
     with pytest.raises(FileNotFoundError):
-        LongBenchTask("trec", str(tmp_path / "missing.jsonl")).build(tokenizer, 1024, 1)
+        longbench("trec", str(tmp_path / "missing.jsonl")).build(tokenizer, 1024, 1)
 
 
 def test_hub_unreachable_is_task_unavailable(monkeypatch, tmp_path):
@@ -142,7 +146,7 @@ def test_hub_unreachable_is_task_unavailable(monkeypatch, tmp_path):
     monkeypatch.setenv("MAGICPIG_DATA", str(tmp_path / "cache"))
     monkeypatch.setattr(urllib.request, "urlopen", boom)
     with pytest.raises(TaskUnavailable, match="THUDM/LongBench.*network is unreachable"):
-        LongBenchTask("trec").records()
+        longbench("trec").records()
     assert records  # module imported
 
 
@@ -162,7 +166,7 @@ def test_hub_data_offline_and_cached(monkeypatch, tmp_path, fixtures, switch):
     monkeypatch.setenv("MAGICPIG_DATA", str(tmp_path / "cache"))
     monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: pytest.fail("offline mode used the network"))
     with pytest.raises(TaskUnavailable, match=f"{switch}=1"):
-        LongBenchTask("trec").records()
+        longbench("trec").records()
     import pandas as pd
 
     url = HUB_URL.format(task="trec")
@@ -170,7 +174,7 @@ def test_hub_data_offline_and_cached(monkeypatch, tmp_path, fixtures, switch):
     cached.parent.mkdir(parents=True)
     pd.read_json(fixtures / "longbench_trec_tiny.jsonl", lines=True).to_parquet(cached)
     assert cached.suffix == ".parquet" and "THUDM" in cached.name
-    rows = LongBenchTask("trec").records()
+    rows = longbench("trec").records()
     assert rows and {"context", "input", "answers"} <= set(rows[0])
     assert shutil.os.path.isfile(cached)
 
@@ -178,17 +182,17 @@ def test_hub_data_offline_and_cached(monkeypatch, tmp_path, fixtures, switch):
 def test_chat_template_setting(tokenizer, fixtures):
     """qasper takes the chosen template (the original MagicPIG's meta-chat-3, or none); lcc stays plain."""
     path = str(fixtures / "longbench_qasper_tiny.jsonl")
-    meta = LongBenchTask("qasper", path, chat_template="meta-chat-3").build(tokenizer, 4096, 1)[0]
+    meta = longbench("qasper", path, chat_template="meta-chat-3").build(tokenizer, 4096, 1)[0]
     text = tokenizer.decode(meta.prompt_ids)
     assert text.startswith("|begin_of_text|><|start_header_id|>user<|end_header_id|> You are given a scientific")
     assert text.endswith("Answer: <|eot_id|>\n<|start_header_id|>assistant<|end_header_id|>")
-    plain = LongBenchTask("qasper", path, chat_template="none").build(tokenizer, 4096, 1)[0]
+    plain = longbench("qasper", path, chat_template="none").build(tokenizer, 4096, 1)[0]
     assert tokenizer.decode(plain.prompt_ids).startswith("You are given a scientific article")
     lcc_path = str(fixtures / "longbench_lcc_tiny.jsonl")
-    lcc = LongBenchTask("lcc", lcc_path, chat_template="meta-chat-3")
+    lcc = longbench("lcc", lcc_path, chat_template="meta-chat-3")
     assert lcc.describe()["chat_template"] == "none"
-    default = LongBenchTask("lcc", lcc_path).build(tokenizer, 4096, 1)[0]
+    default = longbench("lcc", lcc_path).build(tokenizer, 4096, 1)[0]
     assert lcc.build(tokenizer, 4096, 1)[0].prompt_ids == default.prompt_ids
     for short in ("qasper", "lcc"):
         with pytest.raises(ValueError, match="chat_template must be one of"):
-            LongBenchTask(short, path, chat_template="chatml")
+            longbench(short, path, chat_template="chatml")

@@ -10,13 +10,18 @@ from collections import Counter
 import pytest
 
 from magicpig_tasks.common import TaskUnavailable
-from magicpig_tasks.ruler import NON_QA, make_task
+from magicpig_tasks.registry import GROUPS, get_task
 from magicpig_tasks.ruler.fwe import zeta, zipf_counts
 from magicpig_tasks.ruler.qa import load_hotpotqa, load_squad
 from magicpig_tasks.ruler.scoring import string_match_all, string_match_part
 
 LENGTH = 4096
+NON_QA = tuple(name.removeprefix("ruler/") for name in GROUPS["ruler/synthetic"])
 _CACHE: dict = {}
+
+
+def make_task(short, data_path=None, chat_template="tokenizer"):
+    return get_task(f"ruler/{short}", data_path, {"chat_template": chat_template})
 
 
 def built(tokenizer, short, length=LENGTH, count=2, seed=0):
@@ -219,16 +224,15 @@ def test_squad_hard_negatives(fixtures):
 
 
 def test_qa_1_fills_the_haystack_with_hard_negatives_first(tokenizer, fixtures, offline):
-    """With room for one distractor it is always the same-article paragraph (old code: a random one of 3)."""
+    """With room for one distractor it is always the same-article paragraph, never a random one of 3."""
     task = make_task("qa_1", str(fixtures / "squad_dev_v2_tiny.json"))
     data = task.data()
     for k, (_, _, gold) in enumerate(data.questions):
         hard = data.docs[data.related[k][0]]
-        task._index = k
         for seed in range(12):
-            render, _, _, meta = task.make(random.Random(seed))
-            assert meta["hard_negatives_available"] == 1
-            ctx = render(2)[0]
+            draft = task.draft(k, random.Random(seed))
+            assert draft.meta["hard_negatives_available"] == 1 and draft.min_size == len(gold)
+            ctx = draft.render(2)[0]
             assert hard in ctx and data.docs[gold[0]] in ctx and ctx.count("Document ") == 2
     # end to end: a prompt with room for gold + 1 document holds the hard negative
     full = make_task("qa_1", str(fixtures / "squad_dev_v2_tiny.json")).build(tokenizer, 4096, 1)[0]
@@ -273,9 +277,9 @@ def test_qa_samples_from_local_file(tokenizer, fixtures, short, fixture, offline
     assert task.score("in France", samples[0]) == 100.0 if short == "qa_1" else True
     # a shorter target keeps the gold documents and drops distractors
     full = make_task(short, str(fixtures / fixture)).build(tokenizer, 4096, 1)[0]
-    assert full.meta["haystack_size"] == task.max_size()  # every document fits in 4096 tokens
+    assert full.meta["haystack_size"] == len(task.data().docs)  # every document fits in 4096 tokens
     small = make_task(short, str(fixtures / fixture)).build(tokenizer, full.n_tokens - 1, 1)[0]
-    assert small.meta["haystack_size"] < task.max_size()
+    assert small.meta["haystack_size"] < len(task.data().docs)
     assert any(r in tokenizer.decode(small.prompt_ids) for r in small.references)
 
 
@@ -305,7 +309,7 @@ def test_chat_template_option(tokenizer):
 
 def test_one_essay_reader_honours_magicpig_essays(tmp_path, monkeypatch):
     """RULER's words, the capture prompt's corpus and bench decode's tokens all come from one reader, which
-    reads $MAGICPIG_ESSAYS when it is set (issue 14)."""
+    reads $MAGICPIG_ESSAYS when it is set."""
     from magicpig.harness.bench import prompts
     from magicpig_tasks.experiments import haystack as capture_haystack
     from magicpig_tasks.ruler import haystack as hs

@@ -49,15 +49,14 @@ def register(sub) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="discard stored predictions made with other settings (model, method, setup, backend, "
                         "max-new-tokens, seed, device, task settings) instead of refusing to run")
-    from magicpig_tasks.common import CHAT_TEMPLATES
+    from magicpig_tasks.settings import SETTINGS
 
-    p.add_argument("--chat-template", choices=CHAT_TEMPLATES, default="tokenizer",
-                   help="prompt template of the RULER tasks and of LongBench qasper / passage_retrieval_en: "
-                        "tokenizer (the tokenizer's own chat template; default), meta-chat-3 (the original "
-                        "MagicPIG's Llama-3 template, no system block), none (plain text)")
-    p.add_argument("--gsm8k-add-bos", action="store_true",
-                   help="start GSM8K prompts with the tokenizer's BOS token (default: none, as lm-eval "
-                        "0.4 of the paper's era)")
+    for name, setting in SETTINGS.items():  # one flag per task setting
+        if setting.choices:
+            p.add_argument(setting.option, dest=name, choices=setting.choices, default=setting.default,
+                           help=f"{setting.help} (default {setting.default})")
+        else:
+            p.add_argument(setting.option, dest=name, action="store_true", help=setting.help)
     p.set_defaults(func=run)
 
 
@@ -104,6 +103,7 @@ def run(args) -> int:
     from magicpig.harness.evaluate import EvalConfig, format_table, run_eval
     from magicpig.methods.plugins import load_methods
     from magicpig.methods.spec_names import split_methods
+    from magicpig_tasks.settings import SETTINGS
 
     load_methods(args.methods_module, "--methods-module")
     methods = (split_methods(args.methods) if args.methods else []) + list(args.method)
@@ -113,8 +113,8 @@ def run(args) -> int:
                      samples=args.samples, out=Path(args.out), seed=args.seed, setup=args.setup,
                      backend=args.backend, device=args.device, data=_data(args.data),
                      max_new_tokens=args.max_new_tokens, allow_long_context=args.allow_long_context,
-                     progress=not args.no_progress, overwrite=args.overwrite, chat_template=args.chat_template,
-                     gsm8k_add_bos=args.gsm8k_add_bos)
+                     progress=not args.no_progress, overwrite=args.overwrite,
+                     task_settings={name: getattr(args, name) for name in SETTINGS})
     results = run_eval(cfg)
     print(format_table(results))
     for m in results:

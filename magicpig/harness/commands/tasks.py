@@ -1,4 +1,4 @@
-"""``magicpig tasks``: list the accuracy tasks and task groups that ``magicpig eval --task`` accepts."""
+"""``magicpig tasks``: list the accuracy tasks, task groups and task settings that ``magicpig eval`` accepts."""
 from __future__ import annotations
 
 
@@ -11,20 +11,24 @@ def register(sub) -> None:
 def run(args) -> int:
     import json
 
-    from magicpig_tasks.registry import DATA_TASKS, GROUPS, TASK_NAMES, TASK_SETTINGS
+    from magicpig_tasks.registry import data_tasks, groups, task_names
+    from magicpig_tasks.settings import SETTINGS
 
     if args.json:
-        print(json.dumps({"tasks": list(TASK_NAMES), "groups": {k: list(v) for k, v in GROUPS.items()},
-                          "data_tasks": list(DATA_TASKS),
-                          "settings": {k: {"option": o, "default": d, "help": h}
-                                       for k, (o, d, h) in TASK_SETTINGS.items()}}, indent=2))
+        print(json.dumps({"tasks": list(task_names()), "groups": {k: list(v) for k, v in groups().items()},
+                          "data_tasks": list(data_tasks()),
+                          "settings": {name: {"option": s.option, "default": s.default, "help": s.help,
+                                              "choices": list(s.choices)} for name, s in SETTINGS.items()}},
+                         indent=2))
         return 0
-    for name in TASK_NAMES:
-        print(name + ("    (data file: downloaded, or --data TASK=PATH)" if name in DATA_TASKS else ""))
+    with_data = set(data_tasks())
+    for name in task_names():
+        print(name + ("    (data file: downloaded, or --data TASK=PATH)" if name in with_data else ""))
     print()
-    for group, members in GROUPS.items():
+    for group, members in groups().items():
         print(f"group {group}: {len(members)} tasks")
     print()
-    for name, (option, default, text) in TASK_SETTINGS.items():
-        print(f"setting {name} (magicpig eval {option}, default {default}): {text}")
+    for name, s in SETTINGS.items():
+        choices = f"; one of {', '.join(s.choices)}" if s.choices else ""
+        print(f"setting {name} (magicpig eval {s.option}, default {s.default}{choices}): {s.help}")
     return 0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from magicpig_tasks.paper import REFERENCE, load as load_reference  # noqa: F401 (re-exported: one reader of the paper numbers)
+from magicpig_tasks.paper import load as load_reference  # noqa: F401 (re-exported: one reader of the paper numbers)
 
 
 @lru_cache(maxsize=None)

@@ -10,8 +10,7 @@ from magicpig.harness.overhead import overhead
 from magicpig.harness.report import build_report
 from magicpig.harness.report.collect import load_reference
 from magicpig.harness.report.coverage import NOT_RUN, PARTIAL, REPRODUCED, anchor, headings_of
-from magicpig.harness.report.figures import FIGURES
-from magicpig.harness.report.paper_items import ITEMS
+from magicpig.harness.report import figures, paper_items
 from magicpig.harness.report.tables_system import kl_throughput
 
 PAPER_ITEMS = [f"Table {i}" for i in range(1, 14)] + [f"Figure {i}" for i in range(1, 12)]
@@ -31,12 +30,12 @@ def coverage_rows(report: str) -> dict[str, list[str]]:
 
 
 def test_registry_declares_every_figure_and_only_figures_of_the_list():
-    declared = {f for item in ITEMS for f in item.figures}
-    assert declared == set(FIGURES), (declared ^ set(FIGURES))
+    declared = {f for item in paper_items.ITEMS for f in item.figures}
+    assert declared == set(figures.FIGURES), (declared ^ set(figures.FIGURES))
 
 
 def test_registry_has_every_table_and_figure_of_the_paper():
-    labels = [item.label for item in ITEMS]
+    labels = [item.label for item in paper_items.ITEMS]
     assert len(labels) == len(set(labels))
     for label in PAPER_ITEMS:
         assert any(re.fullmatch(re.escape(label) + "[a-c]?", x) for x in labels), label
@@ -48,14 +47,14 @@ def test_every_item_has_a_row_with_a_status_and_its_links_resolve(tmp_path, tree
     synthetic_tree(root) if tree == "synthetic" else root.mkdir()
     report = build_report(root, tmp_path / "fig", "t", CPU_CONFIG).read_text()
     rows = coverage_rows(report)
-    assert list(rows) == [item.label for item in ITEMS]
+    assert list(rows) == [item.label for item in paper_items.ITEMS]
     anchors = {anchor(h) for h in headings_of([report])}
-    for item in ITEMS:
+    for item in paper_items.ITEMS:
         label, shows, where, status = rows[item.label]
         assert shows, label
         assert status == REPRODUCED or re.match(f"({PARTIAL}|{NOT_RUN}): \\S", status), (label, status)
         for target in re.findall(r"\]\(([^)]+)\)", where):
-            assert (target[1:] in anchors) if target.startswith("#") else target in FIGURES, (label, target)
+            assert (target[1:] in anchors) if target.startswith("#") else target in figures.FIGURES, (label, target)
         if status == REPRODUCED and item.section:
             assert "(#" in where, (label, where)  # an item this run reproduced links to its section
     for label in ("Figure 1", "Figure 2a", "Figure 5a", "Figure 6c", "Figure 9b", "Figure 10", "Figure 11"):

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from magicpig.harness.report import build_report
+from magicpig.harness.report import build_report, figures
 from magicpig.harness.report.collect import load_reference
 from magicpig.harness.report.figures import FIGURES, write_all
 from synthetic_sweeps import write_sweep_runs, write_token_tables
@@ -125,7 +125,7 @@ def test_report_embeds_every_figure(tmp_path, tree):
     root = tmp_path / "results"
     synthetic_tree(root) if tree == "synthetic" else root.mkdir()
     report = build_report(root, tmp_path / "fig", "t").read_text()
-    for name in FIGURES:
+    for name in figures.FIGURES:
         assert f"]({name})" in report, name
     if tree == "empty":
         assert "no data for `estimation/spread.csv`" in report

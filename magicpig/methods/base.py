@@ -214,6 +214,14 @@ def check_budget(method: str, budget: float) -> None:
                          f"[1, {MAX_BUDGET}], got {budget!r}")
 
 
+def check_min(method: "AttentionMethod", minimum: int, *fields: str) -> None:
+    """Raise ValueError naming the method and the first of ``fields`` whose value is below ``minimum``."""
+    for field in fields:
+        value = getattr(method, field)
+        if value < minimum:
+            raise ValueError(f"{method.name}: field '{field}' must be >= {minimum}, got {value}")
+
+
 def budget_count(budget: float, n_valid: torch.Tensor) -> torch.Tensor:
     """A budget given as a fraction (< 1) or a count (>= 1) -> per-row key counts in [1, n_valid]
     (0 for a row without valid keys)."""
@@ -314,6 +322,18 @@ class AttentionMethod:
 
     def params(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in self.spec_fields()}
+
+
+@dataclass(kw_only=True)
+class BudgetMethod(AttentionMethod):
+    """Base of the methods that keep a budget of keys per row (TopK, oracle sampling): ``budget`` in (0, 1)
+    is a fraction of the valid keys (rounded up), an integer >= 1 a key count (``budget_count``)."""
+
+    budget: float = 0.02
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_budget(self.name, self.budget)
 
 
 def format_value(value: Any) -> str:

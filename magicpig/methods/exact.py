@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 import torch
 
-from magicpig.methods.base import (AttentionMethod, AttentionResult, attend_logits, budget_count, check_budget, check_shapes,
-                   default_scale, grouped_scores, per_head)
+from magicpig.methods.base import (AttentionMethod, AttentionResult, BudgetMethod, attend_logits, budget_count,
+                                   check_min, check_shapes, default_scale, grouped_scores, per_head)
 from magicpig.methods.registry import register
 
 NEG_INF = float("-inf")
@@ -45,10 +45,7 @@ class Streaming(AttentionMethod):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.sinks < 0:
-            raise ValueError(f"streaming: field 'sinks' must be >= 0, got {self.sinks}")
-        if self.local < 0:
-            raise ValueError(f"streaming: field 'local' must be >= 0, got {self.local}")
+        check_min(self, 0, "sinks", "local")
         if self.sinks == 0 and self.local == 0:
             raise ValueError("streaming: fields 'sinks' and 'local' are both 0, so no key would be attended; "
                              "give at least one of them a value >= 1")
@@ -66,18 +63,11 @@ class Streaming(AttentionMethod):
 
 @register
 @dataclass(kw_only=True)
-class TopK(AttentionMethod):
-    """Oracle TopK: exact top-k keys by score per query head, renormalised softmax.
-
-    ``budget`` in (0, 1) is a fraction of the valid keys (rounded up), an integer >= 1 a key count.
-    """
+class TopK(BudgetMethod):
+    """Oracle TopK: exact top-k keys by score per query head, renormalised softmax; ``budget`` keys (a
+    fraction of the valid keys or a count, ``BudgetMethod``)."""
 
     name = "topk"
-    budget: float = 0.02
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_budget("topk", self.budget)
 
     def attend(self, q, k, v, layout, *, scale=None, state=None, layer_idx=0, generator=None):
         check_shapes(q, k, v, layout)
@@ -115,12 +105,10 @@ class Quest(AttentionMethod):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.page_size < 1:
-            raise ValueError(f"quest: field 'page_size' must be >= 1, got {self.page_size}")
+        check_min(self, 1, "page_size")
         if not 0 < self.ratio <= 1:
             raise ValueError(f"quest: field 'ratio' must be in (0, 1], got {self.ratio}")
-        if self.local < 0:
-            raise ValueError(f"quest: field 'local' must be >= 0, got {self.local}")
+        check_min(self, 0, "local")
 
     def pages(self, layout) -> tuple[torch.Tensor, torch.Tensor]:
         """(pages (B,), budget (B,)): the number of pages of each row and how many of them are selected."""

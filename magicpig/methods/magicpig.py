@@ -8,8 +8,8 @@ from typing import Literal, get_args
 import torch
 
 from magicpig import lsh
-from magicpig.methods.base import (AttentionMethod, AttentionResult, KeyLayout, attend_logits, check_shapes, default_scale,
-                   grouped_scores, masked_keys, per_head)
+from magicpig.methods.base import (AttentionMethod, AttentionResult, KeyLayout, attend_logits, check_min, check_shapes,
+                                   default_scale, grouped_scores, masked_keys, per_head)
 from magicpig.methods.registry import register
 
 CHUNK = 8192  # keys per block when counting collisions (bounds memory at B*H*CHUNK*L bytes)
@@ -79,10 +79,7 @@ class MagicPIG(AttentionMethod):
             lsh.check_seed(self.seed)
         except ValueError as exc:
             raise ValueError(f"magicpig: {exc}") from None
-        if self.sinks < 0:
-            raise ValueError(f"magicpig: field 'sinks' must be >= 0, got {self.sinks}")
-        if self.local < 0:
-            raise ValueError(f"magicpig: field 'local' must be >= 0, got {self.local}")
+        check_min(self, 0, "sinks", "local")
         if self.projection_draw not in PROJECTION_DRAWS:
             raise ValueError(f"magicpig: field 'projection_draw' must be one of {', '.join(PROJECTION_DRAWS)}, "
                              f"got {self.projection_draw!r}")

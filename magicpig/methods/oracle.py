@@ -5,14 +5,14 @@ from dataclasses import dataclass
 
 import torch
 
-from magicpig.methods.base import (AttentionMethod, AttentionResult, budget_count, check_budget, check_shapes, default_scale,
-                   grouped_scores, per_head)
+from magicpig.methods.base import (AttentionResult, BudgetMethod, budget_count, check_shapes, default_scale,
+                                   grouped_scores, per_head)
 from magicpig.methods.registry import register
 
 
 @register
 @dataclass(kw_only=True)
-class OracleSampling(AttentionMethod):
+class OracleSampling(BudgetMethod):
     """Draw ``budget`` indices with replacement from softmax(q·k); the mean of their values is an
     unbiased estimate of the attention output. Cost2 counts the unique keys drawn.
 
@@ -21,11 +21,6 @@ class OracleSampling(AttentionMethod):
     """
 
     name = "oracle"
-    budget: float = 0.02
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_budget("oracle", self.budget)
 
     def attend(self, q, k, v, layout, *, scale=None, state=None, layer_idx=0, generator=None):
         check_shapes(q, k, v, layout)

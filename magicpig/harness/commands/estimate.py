@@ -18,11 +18,11 @@ from pathlib import Path
 
 from magicpig.harness.progress import heartbeat
 
-# the per-layer experiments (magicpig_tasks.experiments.experiments) and the per-key / per-token ones
-# (magicpig_tasks.experiments.token_level: Figs. 2a, 5c, 10, 11)
 # queries of the error, kl-grid and centering experiments (the costly ones), spread over the captures: 8 of one
 # capture, 4 of each of two, 2 (at least) of each of more
 HEAVY_QUERIES = 8
+# the per-layer experiments (magicpig_tasks.experiments.experiments) and the per-key / per-token ones
+# (magicpig_tasks.experiments.token_level: Figs. 2a, 5c, 10, 11)
 EXPERIMENTS = ("spread", "error", "kl-grid", "centering", "geometry", "mass-curve", "sink-center", "value-output",
                "value-norm")
 DEFAULT_OUT = "results/estimation"

@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 from pathlib import Path
 
 import pandas as pd
 
 from magicpig.harness.report import figures
 from magicpig.harness.report.claims import claims_section
-from magicpig.harness.report.collect import canonical, collect_metrics, load_reference, read_csv
+from magicpig.harness.report.collect import collect_metrics, load_reference, read_csv
 from magicpig.harness.report.coverage import coverage_section, load_run
 from magicpig.harness.report.html import write_html
 from magicpig.harness.report.markdown import fmt, table
-from magicpig.harness.report.paper_tables import intervals as _intervals
-from magicpig.harness.report.paper_tables import (paper_model, ruler_model_section, ruler_rows, table1_section,
-                                                  table6_section, task_table)
-from magicpig.harness.report.paper_tables import skipped_notes as _skipped_notes
+from magicpig.harness.report.paper_tables import (intervals, paper_model, ruler_model_section, ruler_rows,
+                                                  skipped_notes, table1_section, table6_section, task_table)
 from magicpig.harness.report.sections_sweeps import sweep_section, token_section
 from magicpig.harness.report.tables_system import (DECODE_COLUMNS, gpu_section, shapes_section, table7_section,
                                                    table8_section)
@@ -28,10 +25,10 @@ def build_report(results: Path | str, out: Path | str, preset: str, preset_confi
                  gpu_results: Path | str | None = None) -> Path:
     """Write ``out/REPORT.md``, its rendering ``out/REPORT.html`` and every figure of ``figures.FIGURES``
     beside them from ``results``; returns the Markdown report's path. The coverage table of the paper's items
-    comes first, then the skipped items, the claims table and one section per benchmark / experiment. ``preset_config``: the preset's block of the pipeline config (default:
-    the block of that name in config/*.yaml), which the coverage statuses read. ``gpu_results``: the
-    ``make gpu-check`` output folder (default: ``gpu`` beside ``results``, i.e. results/gpu for
-    results/<preset>)."""
+    comes first, then the skipped items, the claims table and one section per benchmark / experiment.
+    ``preset_config``: the preset's block of the pipeline config (default: the block of that name in
+    config/*.yaml), which the coverage statuses read. ``gpu_results``: the ``make gpu-check`` output folder
+    (default: ``gpu`` beside ``results``, i.e. results/gpu for results/<preset>)."""
     results, out = Path(results), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ref = load_reference()
@@ -82,8 +79,7 @@ def skipped_section(acc: pd.DataFrame, ablations: Path) -> list[str]:
     return ["## Skipped or incomplete", "These results are missing from the tables below:\n" + "\n".join(lines)]
 
 
-def _embed(figs: dict | None, *names: str) -> list[str]:
-    return [figures.embed(figs[n]) for n in names if figs and n in figs]
+RULER_FIGURES = ("ruler_per_task.png", "ruler_vs_cost.png")
 
 
 def ruler_section(acc: pd.DataFrame, ref: dict, out: Path, figs: dict | None = None) -> list[str]:
@@ -91,8 +87,8 @@ def ruler_section(acc: pd.DataFrame, ref: dict, out: Path, figs: dict | None = N
     df = acc[acc["task"].fillna("").str.startswith("ruler/")]
     ok = df[df["status"] == "ok"]
     if ok.empty:
-        return parts + ["No RULER results in this run."] + _skipped_notes(df) + \
-            _embed(figs, "ruler_per_task.png", "ruler_vs_cost.png")
+        return parts + ["No RULER results in this run."] + skipped_notes(df) + \
+            figures.embed_all(figs, RULER_FIGURES)
     lengths = sorted(ok["length"].unique())
     tasks = sorted(ok["task"].unique())
     paper = ref["ruler_table3"]
@@ -108,9 +104,9 @@ def ruler_section(acc: pd.DataFrame, ref: dict, out: Path, figs: dict | None = N
         parts.append(f"Per task at {n} tokens:")
         parts.append(table(["task"] + [f"`{c}`" for c in s.columns],
                            [[t.removeprefix("ruler/")] + [fmt(v) for v in r] for t, r in s.iterrows()]))
-    parts += _intervals(ok, "ruler/")
-    parts += _embed(figs, "ruler_per_task.png", "ruler_vs_cost.png")
-    return parts + _skipped_notes(df)
+    parts += intervals(ok, "ruler/")
+    parts += figures.embed_all(figs, RULER_FIGURES)
+    return parts + skipped_notes(df)
 
 
 def longbench_section(acc: pd.DataFrame, ref: dict) -> list[str]:
@@ -122,13 +118,13 @@ def longbench_section(acc: pd.DataFrame, ref: dict) -> list[str]:
     tasks = paper["tasks"][:-1]
     header = ["method"] + [f"ours {t}" for t in tasks] + ["ours avg", "cost2"] + [f"paper {t}" for t in paper["tasks"]]
     rows = task_table(df, [f"longbench/{t}" for t in tasks], paper, paper_model(df, ref))
-    return parts + [table(header, rows)] + _intervals(df, "longbench/") + _skipped_notes(df)
+    return parts + [table(header, rows)] + intervals(df, "longbench/") + skipped_notes(df)
 
 
 def ablation_section(root: Path, ref: dict, out: Path, figs: dict | None = None) -> list[str]:
     parts = ["## Ablations"]
     if not root.is_dir():
-        return parts + ["No ablation results in this run."] + _embed(figs, "centering.png")
+        return parts + ["No ablation results in this run."] + figures.embed_all(figs, ("centering.png",))
     for name, title in [("centering", "Centering on / off (paper Figure 9a: without centering NIAH ≈ 0, "
                                       "FWE ≈ 65, under 0.1% of keys sampled)"),
                         ("kl_grid", "(K, L) grid: score and measured cost beside the paper's Table 9 fraction")]:
@@ -136,7 +132,7 @@ def ablation_section(root: Path, ref: dict, out: Path, figs: dict | None = None)
         parts.append(f"### {title}")
         if df.empty:
             parts.append("Not run.")
-            parts += _embed(figs, "centering.png") if name == "centering" else []
+            parts += figures.embed_all(figs, ("centering.png",)) if name == "centering" else []
             continue
         ok = df[df["status"] == "ok"]
         piv = ok.pivot_table(index="method", columns="task", values="score", aggfunc="mean")
@@ -147,10 +143,10 @@ def ablation_section(root: Path, ref: dict, out: Path, figs: dict | None = None)
             rows.append([f"`{method}`"] + [fmt(v) for v in r] + [fmt(cost.get(method), pct=True),
                                                                  fmt(table9(ref, method), pct=True)])
         parts.append(table(header, rows))
-        parts += _intervals(df, "ruler/")
+        parts += intervals(df, "ruler/")
         if name == "centering":
-            parts += _embed(figs, "centering.png")
-        parts += _skipped_notes(df)
+            parts += figures.embed_all(figs, ("centering.png",))
+        parts += skipped_notes(df)
     setups = sorted(p for p in root.glob("setup_*") if p.is_dir())
     parts.append("### Evaluation setup A (question prefilled) vs B (question decoded sparsely)")
     if not setups:
@@ -166,7 +162,7 @@ def ablation_section(root: Path, ref: dict, out: Path, figs: dict | None = None)
         piv = ok.pivot_table(index=["method", "setup"], columns="task", values="score", aggfunc="mean")
         parts.append(table(["method", "setup"] + [c.removeprefix("ruler/") for c in piv.columns],
                            [[f"`{m}`", s] + [fmt(v) for v in r] for (m, s), r in piv.iterrows()]))
-        parts += _intervals(df, "ruler/", by="setup")
+        parts += intervals(df, "ruler/", by="setup")
     return parts
 
 
@@ -266,14 +262,14 @@ def csv_sections(results: Path, out: Path, ref: dict, figs: dict | None = None) 
         parts += [f"### {title}", _csv_table(df)]
         fig = ESTIMATION_FIGURES.get(name)
         if fig:
-            parts += _embed(figs, fig)
+            parts += figures.embed_all(figs, [fig])
             embedded.add(fig)
     for path in tune_kl_files(est):
         shown = True
         parts += tune_kl_section(path)
     if not shown:
         parts.append("Not run.")
-    parts += _embed(figs, *[f for f in ESTIMATION_FIGURES.values() if f not in embedded])
+    parts += figures.embed_all(figs, [f for f in ESTIMATION_FIGURES.values() if f not in embedded])
     parts.append("## Throughput and latency")
     thr = results / "throughput"
     shown = False
@@ -285,8 +281,5 @@ def csv_sections(results: Path, out: Path, ref: dict, figs: dict | None = None) 
         parts += [f"### {title}", _csv_table(df, cols)]
     if not shown:
         parts.append("Not run.")
-    parts += _embed(figs, *THROUGHPUT_FIGURES)
+    parts += figures.embed_all(figs, THROUGHPUT_FIGURES)
     return parts
-
-
-__all__ = ["build_report", "table9", "canonical", "math"]

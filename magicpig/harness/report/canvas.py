@@ -107,13 +107,34 @@ def no_data(ax, what: str, missing: list[str]) -> None:
     missing.append(what)
 
 
-def note(ax, text: str, where: str = "bottom") -> None:
-    """The paper's number or shape for this panel: printed as a caption under the figure (``where`` is
-    kept for callers; captions always go at the bottom so they never hide data or legends)."""
+def note(ax, text: str) -> None:
+    """The paper's number or shape for this panel: printed as a caption under the figure (at the bottom, so
+    it never hides data or legends)."""
     if text:
         notes = ax.figure.__dict__.setdefault("_paper_notes", [])
         if text not in notes:
             notes.append(text)
+
+
+def paper_note(ax, ref: dict, figure: str) -> None:
+    """The caption of ``figure`` from the paper reference (its ``figures: <figure>: note:``), if it has one."""
+    note(ax, (ref.get("figures", {}).get(figure, {}) or {}).get("note", ""))
+
+
+def no_data_figure(fig, axes, what: str, path: Path, title: str) -> FigureResult:
+    """Save ``fig`` with every panel marked "no data: <what>" (``what`` recorded once as missing)."""
+    missing: list[str] = []
+    for i, ax in enumerate(axes):
+        no_data(ax, what, missing if i == 0 else [])
+    return save(fig, path, title, missing)
+
+
+def loglog(ax) -> None:
+    """Both axes on a log scale with plain tick labels (``readable_log``)."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    readable_log(ax, "x")
+    readable_log(ax, "y")
 
 
 def save(fig, path: Path, title: str, missing: list[str]) -> FigureResult:
@@ -159,3 +180,8 @@ def rel(path: Path, root: Path) -> str:
 def truthy(series: pd.Series) -> pd.Series:
     """A CSV boolean column (True/False, 'true'/'false', 1/0) as bools."""
     return series.map(lambda v: str(v).strip().lower() in ("true", "1", "yes"))
+
+
+def sparse_layers(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows of MagicPIG's sparse layers (all rows when the ``dense_in_magicpig`` column is absent)."""
+    return df[~truthy(df["dense_in_magicpig"])] if "dense_in_magicpig" in df else df

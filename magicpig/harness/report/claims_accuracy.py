@@ -110,6 +110,15 @@ def power_note(claim: dict, ctx: Context, threshold: float) -> str:
             f"[{indep[1]:+.1f}, {indep[2]:+.1f}] with independent errors: {verdict}")
 
 
+def _outcome(lines: list[str], verdicts: list[Verdict], power: str, nothing: str,
+             missing: str) -> tuple[str, Verdict]:
+    """(measured, verdict) of a comparison test: its compared lines and the power note, the verdicts combined;
+    with no comparison made, ``nothing`` (or the power note) and not testable for ``missing``."""
+    if not verdicts:
+        return power or nothing, testable(missing)
+    return "; ".join(lines + ([power] if power else [])), combine(verdicts)
+
+
 # ---- the tests ----------------------------------------------------------------------------------------------------
 def near(claim: dict, ctx: Context) -> tuple[str, Verdict]:
     """(method - baseline), task average, above -max_drop at every length both ran; measured cost2 within
@@ -130,12 +139,9 @@ def near(claim: dict, ctx: Context) -> tuple[str, Verdict]:
                                                     f"[{fmt(lo, pct=True)}, {fmt(hi, pct=True)}]")])
         lines.append(line)
         verdicts.append(v)
-    power = power_note(claim, ctx, threshold)
-    if not verdicts:
-        return power or "no run of both settings", testable(
-            f"missing data: no {claim['benchmark']} runs of `{claim['method']}` and "
-            f"`{claim['baseline']}` at one length")
-    return "; ".join(lines + ([power] if power else [])), combine(verdicts)
+    return _outcome(lines, verdicts, power_note(claim, ctx, threshold), "no run of both settings",
+                    f"missing data: no {claim['benchmark']} runs of `{claim['method']}` and `{claim['baseline']}` "
+                    "at one length")
 
 
 def _cost_rule(claim: dict) -> Callable[[float, float], bool]:
@@ -167,12 +173,9 @@ def superior(claim: dict, ctx: Context) -> tuple[str, Verdict]:
             line, v = compare(label, a, b, ctx, CEILING, gap, strict=True)
             lines.append(line)
             verdicts.append(v)
-    power = power_note(claim, ctx, gap)
-    if not verdicts:
-        return power or "no comparable runs", testable(
-            f"missing data: no {claim['family']} run at a comparable cost beside "
-            f"`{claim['method']}` on {claim['benchmark']}")
-    return "; ".join(lines + ([power] if power else [])), combine(verdicts)
+    return _outcome(lines, verdicts, power_note(claim, ctx, gap), "no comparable runs",
+                    f"missing data: no {claim['family']} run at a comparable cost beside `{claim['method']}` on "
+                    f"{claim['benchmark']}")
 
 
 def _levels(runs: pd.DataFrame, ctx: Context) -> tuple[Interval | None, list[TaskInterval], list[str]]:

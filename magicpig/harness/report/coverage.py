@@ -14,7 +14,7 @@ import pandas as pd
 from magicpig.harness.report.coverage_run import (NOT_PRODUCED, NOT_RUN, PARTIAL, REPRODUCED, Run, all_presets,
                                                   not_run, partial)
 from magicpig.harness.report.markdown import table
-from magicpig.harness.report.paper_items import ITEMS
+from magicpig.harness.report import paper_items
 
 def anchor(heading: str) -> str:
     """The anchor GitHub gives a Markdown heading: lower case, punctuation dropped, spaces as hyphens."""
@@ -66,7 +66,7 @@ def coverage_rows(run: Run, parts: list[str]) -> list[tuple]:
     """(item, where, status) per registered paper item, in the paper's order."""
     heads = headings_of(parts)
     rows = []
-    for item in ITEMS:
+    for item in paper_items.ITEMS:
         status = item_status(item, run)
         rows.append((item, where(item, heads, status), status))
     return rows

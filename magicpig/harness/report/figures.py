@@ -51,3 +51,8 @@ def embed(result: FigureResult) -> str:
         line += "\n\n*Figure `" + result.name + "`: no data for " + ", ".join(f"`{m.splitlines()[0]}`"
                                                                            for m in result.missing) + ".*"
     return line
+
+
+def embed_all(figs: dict[str, FigureResult] | None, names) -> list[str]:
+    """The Markdown lines of the figures ``names`` that ``figs`` (``write_all``'s result) holds, in that order."""
+    return [embed(figs[n]) for n in names if figs and n in figs]

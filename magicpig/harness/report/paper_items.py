@@ -4,8 +4,8 @@ Each ``PaperItem`` names what the paper's item shows, the report section that ho
 or None), the report figures that draw it (names of ``figures.FIGURES``; every figure belongs to at least
 one item, which tests/test_coverage.py checks) and ``check``: its status from a ``coverage.Run`` (the
 preset's config, the results present), computed at report time. An item with neither a section nor a
-figure is reported as not produced by this build; to wire a new figure in, add its name to the item's
-``figures`` (and to ``figures.PLOTS``).
+figure is reported as not produced by this build. A new figure is named here, in ``figures.PLOTS`` and in the
+section that embeds it (CONTRIBUTING.md, "Add a figure").
 """
 from __future__ import annotations
 

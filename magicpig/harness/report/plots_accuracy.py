@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from magicpig.harness.report import canvas
-from magicpig.harness.report.bootstrap import mean_interval, stratified_interval
-from magicpig.harness.report.collect import canonical, collect_metrics, run_samples, sample_scores
+from magicpig.harness.report.bootstrap import stratified_interval
+from magicpig.harness.report.collect import canonical, collect_metrics, run_interval, run_samples
 
 
 def ok_runs(root: Path, prefix: str = "ruler/") -> pd.DataFrame:
@@ -22,16 +22,6 @@ def ok_runs(root: Path, prefix: str = "ruler/") -> pd.DataFrame:
 
 def _paper_rows(ref: dict, table: str = "ruler_table3", model: str = "llama-3.1-8b-instruct") -> dict:
     return {canonical(k): v for k, v in ref.get(table, {}).get(model, {}).items()}
-
-
-def _task_interval(row) -> tuple[float, float, float]:
-    """(mean, lo, hi) of one run from its per-sample scores; the metrics score with a zero-width bar when
-    the predictions are absent."""
-    scores = list(sample_scores(row.path).values())
-    if not scores:
-        return row.score, row.score, row.score
-    iv = mean_interval(scores)
-    return iv.value, iv.lo, iv.hi
 
 
 def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -46,7 +36,6 @@ def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         canvas.no_data(axes[0], "accuracy/ruler/*/*/*/metrics.json", missing)
         return canvas.save(fig, path, title, missing)
     paper = _paper_rows(ref)
-    cfg = ref.get("figures", {}).get("ruler_per_task", {})
     for ax, n in zip(axes, lengths):
         at = ok[ok["length"] == n]
         tasks = sorted(at["task"].unique())
@@ -61,7 +50,7 @@ def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                     errs[0].append(0)
                     errs[1].append(0)
                     continue
-                v, lo, hi = _task_interval(next(rows.itertuples()))
+                v, lo, hi, _ = run_interval(next(rows.itertuples()))
                 vals.append(v)
                 errs[0].append(max(0.0, v - lo))
                 errs[1].append(max(0.0, hi - v))
@@ -76,7 +65,7 @@ def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         ax.set_ylabel("score (95% bootstrap whiskers)")
         ax.set_title(f"ours at {n} tokens" + ("; dashed: paper Table 3 average" if paper else ""), fontsize=9)
         canvas.legend_below(ax, right=True)
-        canvas.note(ax, cfg.get("note", ""))
+        canvas.paper_note(ax, ref, "ruler_per_task")
     return canvas.save(fig, path, title, missing)
 
 
@@ -129,7 +118,7 @@ def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         axp.set_xlabel("nominal cost2 (paper Sec. 5, Table 9)")
         axp.set_title("paper (Llama-3.1-8B-Instruct)")
         canvas.legend_below(axp, ncol=3, fontsize=6)
-        canvas.note(axp, cfg.get("note", ""))
+        canvas.paper_note(axp, ref, "ruler_vs_cost")
     return canvas.save(fig, path, title, missing)
 
 
@@ -153,7 +142,7 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                 rows = ok[(ok["task"] == t) & (ok["method"] == method)]
                 if rows.empty:
                     continue
-                v, lo, hi = _task_interval(next(rows.itertuples()))
+                v, lo, hi, _ = run_interval(next(rows.itertuples()))
                 ax.bar(k + i * width, v, width, yerr=[[max(0, v - lo)], [max(0, hi - v)]], capsize=2,
                        color=f"C{i}", label=method if k == 0 else None)
                 canvas.bar_values(ax, [k + i * width], [v])
@@ -195,5 +184,5 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         canvas.readable_log(axf)
         axf.set_ylabel("sampled fraction (sparse layers)")
         canvas.legend_below(axf)
-    canvas.note(axf, ref.get("figures", {}).get("centering", {}).get("note", ""), where="top")
+    canvas.paper_note(axf, ref, "centering")
     return canvas.save(fig, path, title, missing)

@@ -17,15 +17,6 @@ HIST_LABELS = {"k_cos_sink": "cos(k, sink key)", "k_cos_center": "cos(k, c)", "q
                "qk_cos_centered": "cos(q, k - c)"}
 
 
-def _fig_cfg(ref: dict, name: str) -> dict:
-    return ref.get("figures", {}).get(name, {}) or {}
-
-
-def _sparse(df):
-    """Rows of MagicPIG's sparse layers (all rows when the flag column is absent)."""
-    return df[~canvas.truthy(df["dense_in_magicpig"])] if "dense_in_magicpig" in df else df
-
-
 def attention_spread(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """Top-20% mass per layer with and without the sink (mean over heads), and its spread over heads."""
     title = "Attention spread (paper Figs. 2-3)"
@@ -45,14 +36,14 @@ def attention_spread(results: Path, ref: dict, path: Path) -> canvas.FigureResul
         ax.set_xlabel("layer")
         ax.set_ylabel("share of attention mass (mean over heads)")
         canvas.legend_below(ax)
-        sp = _sparse(df)
+        sp = canvas.sparse_layers(df)
         bins = np.linspace(0, 1, 21)
         axh.hist(sp["top_mass_with_sink"], bins, alpha=0.6, label="with sink")
         axh.hist(sp["top_mass_without_sink"], bins, alpha=0.6, label="sink removed")
         axh.set_xlabel(f"mass in the top {frac:.0%} of keys, per head (sparse layers)")
         axh.set_ylabel("heads")
         canvas.legend_below(axh)
-        canvas.note(axh, _fig_cfg(ref, "attention_spread").get("note", ""), where="top")
+        canvas.paper_note(axh, ref, "attention_spread")
     return canvas.save(fig, path, title, missing)
 
 
@@ -84,10 +75,7 @@ def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult
         for k, r in enumerate(mp.sort_values("cost2").itertuples()):  # labels alternate above / below
             ax.annotate(str(r.setting).removeprefix("magicpig"), (r.cost2, r.rel_error_mean), fontsize=6,
                         xytext=(0, 9 if k % 2 == 0 else -11), textcoords="offset points", ha="center")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        canvas.readable_log(ax, "x")
-        canvas.readable_log(ax, "y")
+        canvas.loglog(ax)
         ax.set_xlabel("cost2 (fraction of keys used, measured)")
         ax.set_ylabel("relative output error ||ô-o||/||o|| (mean)")
         canvas.legend_below(ax)
@@ -108,14 +96,11 @@ def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult
         keys = abl.get("oracle_sampling_unique_keys_16k")
         if keys is not None:
             axr.axvline(keys, color="crimson", ls=":", lw=1, label=f"paper: oracle keeps accuracy at ~{keys} keys (16K)")
-        axr.set_xscale("log")
-        axr.set_yscale("log")
-        canvas.readable_log(axr, "x")
-        canvas.readable_log(axr, "y")
+        canvas.loglog(axr)
         axr.set_xlabel("distinct keys (oracle sampling's unique draws)")
         axr.set_ylabel("TopK / oracle error, equal keys")
         canvas.legend_below(axr)
-    canvas.note(axr, _fig_cfg(ref, "error_vs_budget").get("note", ""), where="top")
+    canvas.paper_note(axr, ref, "error_vs_budget")
     return canvas.save(fig, path, title, missing)
 
 
@@ -153,14 +138,14 @@ def geometry(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     if hist is None:
         canvas.no_data(axh, f"estimation/{GEOMETRY_HIST}\n(per-key cosine distribution)", missing)
     else:  # columns: [layer, dense_in_magicpig,] quantity, bin_lo, bin_hi, count; summed over sparse layers
-        for i, (q, g) in enumerate(_sparse(hist).groupby("quantity", sort=False)):
+        for i, (q, g) in enumerate(canvas.sparse_layers(hist).groupby("quantity", sort=False)):
             g = g.groupby(["bin_lo", "bin_hi"], as_index=False)["count"].sum()
             axh.stairs(g["count"] / max(1, g["count"].sum()), np.append(g["bin_lo"].to_numpy(), g["bin_hi"].iloc[-1]),
                        color=f"C{i}", label=HIST_LABELS.get(str(q), str(q)))
         axh.set_xlabel("cosine")
         axh.set_ylabel("share of keys")
         canvas.legend_below(axh)
-    canvas.note(axh if hist is not None else axc, _fig_cfg(ref, "geometry").get("note", ""), where="top")
+    canvas.paper_note(axh, ref, "geometry")  # a caption of the whole figure
     return canvas.save(fig, path, title, missing)
 
 

@@ -15,17 +15,8 @@ from magicpig.harness.report import canvas
 EST = "estimation"
 
 
-def _sparse(df):
-    """Rows of MagicPIG's sparse layers (all rows when the flag column is absent)."""
-    return df[~canvas.truthy(df["dense_in_magicpig"])] if "dense_in_magicpig" in df else df
-
-
 def _prompts(df) -> int:
     return int(df["prompt"].nunique()) if "prompt" in df else 1
-
-
-def _fig_note(ref: dict, name: str) -> str:
-    return (ref.get("figures", {}).get(name, {}) or {}).get("note", "")
 
 
 def attention_mass_curve(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -33,14 +24,11 @@ def attention_mass_curve(results: Path, ref: dict, path: Path) -> canvas.FigureR
     over the sparse layers' heads per prompt (line: mean over prompts, band: range over prompts), right the
     spread over heads (10th / 50th / 90th percentile, all prompts), sink removed."""
     title = "Attention mass vs fraction of keys (paper Fig. 2a)"
-    missing: list[str] = []
     fig, (ax, axh) = canvas.subplots(2, title, width=5.6, height=4.4)
     df = canvas.read(results / EST / "mass_curve.csv")
     if df is None:
-        canvas.no_data(ax, f"{EST}/mass_curve.csv", missing)
-        canvas.no_data(axh, f"{EST}/mass_curve.csv", [])
-        return canvas.save(fig, path, title, missing)
-    sp = _sparse(df)
+        return canvas.no_data_figure(fig, (ax, axh), f"{EST}/mass_curve.csv", path, title)
+    sp = canvas.sparse_layers(df)
     if "prompt" not in sp:
         sp = sp.assign(prompt="capture")
     per_prompt = sp.groupby(["prompt", "fraction"])[["mass_with_sink", "mass_without_sink"]].mean().reset_index()
@@ -68,8 +56,8 @@ def attention_mass_curve(results: Path, ref: dict, path: Path) -> canvas.FigureR
     units = len(sp.groupby([c for c in ("prompt", "layer", "head") if c in sp]))
     axh.set_title(f"per head ({units} of layer x head x prompt)", fontsize=8)
     axh.legend(fontsize=7)
-    canvas.note(axh, _fig_note(ref, "attention_mass_curve"))
-    return canvas.save(fig, path, title, missing)
+    canvas.paper_note(axh, ref, "attention_mass_curve")
+    return canvas.save(fig, path, title, [])
 
 
 def sink_key_similarity(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -117,7 +105,7 @@ def sink_key_similarity(results: Path, ref: dict, path: Path) -> canvas.FigureRe
         axl.set_ylabel("pairwise cosine across inputs")
         axl.set_title("line: mean over pairs and kv-heads\nband: lowest pair to highest kv-head mean", fontsize=8)
         axl.legend(fontsize=6)
-    canvas.note(axl, _fig_note(ref, "sink_key_similarity"))
+    canvas.paper_note(axl, ref, "sink_key_similarity")
     return canvas.save(fig, path, title, missing)
 
 
@@ -125,13 +113,10 @@ def sink_vs_mean_key(results: Path, ref: dict, path: Path) -> canvas.FigureResul
     """Fig. 5c: cos(k_sink, k_avg) per (layer, kv-head) as a heat map (mean over prompts) and its distribution
     over heads beside the typical key's cos(k_i, k_avg)."""
     title = "Sink key against the mean key, per head (paper Fig. 5c)"
-    missing: list[str] = []
     fig, (ax, axh) = canvas.subplots(2, title, width=5.4, height=4.4)
     df = canvas.read(results / EST / "sink_center.csv")
     if df is None:
-        canvas.no_data(ax, f"{EST}/sink_center.csv", missing)
-        canvas.no_data(axh, f"{EST}/sink_center.csv", [])
-        return canvas.save(fig, path, title, missing)
+        return canvas.no_data_figure(fig, (ax, axh), f"{EST}/sink_center.csv", path, title)
     grid = df.groupby(["layer", "kv_head"])["sink_cos_center"].mean().unstack("kv_head")
     im = ax.imshow(grid.to_numpy().T, aspect="auto", vmin=-1, vmax=1, cmap="RdBu_r",
                    extent=(grid.index.min() - 0.5, grid.index.max() + 0.5, grid.columns.max() + 0.5,
@@ -141,7 +126,7 @@ def sink_vs_mean_key(results: Path, ref: dict, path: Path) -> canvas.FigureResul
     ax.set_xlabel("layer")
     ax.set_ylabel("kv-head")
     ax.set_title(f"mean over {_prompts(df)} prompt(s); k_avg: mean of prompt keys 1..n-1", fontsize=8)
-    sp = _sparse(df)
+    sp = canvas.sparse_layers(df)
     per_head = sp.groupby(["layer", "kv_head"])[["sink_cos_center", "key_cos_center"]].mean()
     bins = np.linspace(-1, 1, 41)
     axh.hist(per_head["sink_cos_center"], bins, alpha=0.7, color="C3", label="cos(k_sink, k_avg)")
@@ -149,20 +134,18 @@ def sink_vs_mean_key(results: Path, ref: dict, path: Path) -> canvas.FigureResul
     axh.set_xlabel("cosine")
     axh.set_ylabel(f"heads ({len(per_head)} of the sparse layers)")
     axh.legend(fontsize=7)
-    canvas.note(axh, _fig_note(ref, "sink_vs_mean_key"))
-    return canvas.save(fig, path, title, missing)
+    canvas.paper_note(axh, ref, "sink_vs_mean_key")
+    return canvas.save(fig, path, title, [])
 
 
 def value_vs_logit(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """Fig. 10: ln ‖v_i − o‖ against q·k_i/√d over every visible key of one decode step, one panel per
     (layer, head) of the first prompt (at most 3), the sink marked; Spearman's rho in each title."""
     title = "Distance of each value to the output vs its logit, one decode step (paper Fig. 10)"
-    missing: list[str] = []
     df = canvas.read(results / EST / "value_output.csv")
     if df is None:
-        fig, (ax,) = canvas.subplots(1, title, width=6, height=4.4)
-        canvas.no_data(ax, f"{EST}/value_output.csv", missing)
-        return canvas.save(fig, path, title, missing)
+        fig, axes = canvas.subplots(1, title, width=6, height=4.4)
+        return canvas.no_data_figure(fig, axes, f"{EST}/value_output.csv", path, title)
     if "prompt" in df:
         df = df[df["prompt"] == df["prompt"].iloc[0]]
     pairs = list(df.groupby(["layer", "head"]).groups)
@@ -180,21 +163,18 @@ def value_vs_logit(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                      f"Spearman rho {rho:+.2f}", fontsize=8)
         ax.legend(fontsize=7)
     axes[0].set_ylabel("ln ||v_i - o||")
-    canvas.note(axes[-1], _fig_note(ref, "value_vs_logit"))
-    return canvas.save(fig, path, title, missing)
+    canvas.paper_note(axes[-1], ref, "value_vs_logit")
+    return canvas.save(fig, path, title, [])
 
 
 def value_norms(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """Fig. 11: ‖v_i‖ per prompt position (mean over kv-heads) at a few layers of the first prompt, the sink
     marked; and per layer the sink's value norm over the median token's, every prompt."""
     title = "Value norm per token, the sink's marked (paper Fig. 11)"
-    missing: list[str] = []
     fig, (ax, axr) = canvas.subplots(2, title, width=5.8, height=4.4)
     df = canvas.read(results / EST / "value_norm.csv")
     if df is None:
-        canvas.no_data(ax, f"{EST}/value_norm.csv", missing)
-        canvas.no_data(axr, f"{EST}/value_norm.csv", [])
-        return canvas.save(fig, path, title, missing)
+        return canvas.no_data_figure(fig, (ax, axr), f"{EST}/value_norm.csv", path, title)
     first = df[df["prompt"] == df["prompt"].iloc[0]] if "prompt" in df else df
     for i, (layer, g) in enumerate(first.groupby("layer")):
         g = g.sort_values("position")
@@ -220,5 +200,5 @@ def value_norms(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     axr.set_ylabel("sink's ||v|| / median token's ||v||")
     axr.set_title(f"{_prompts(df)} prompt(s)", fontsize=8)
     axr.legend(fontsize=7)
-    canvas.note(axr, _fig_note(ref, "value_norms"))
-    return canvas.save(fig, path, title, missing)
+    canvas.paper_note(axr, ref, "value_norms")
+    return canvas.save(fig, path, title, [])

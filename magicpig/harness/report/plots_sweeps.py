@@ -12,8 +12,7 @@ import numpy as np
 import pandas as pd
 
 from magicpig.harness.report import canvas
-from magicpig.harness.report.bootstrap import mean_interval
-from magicpig.harness.report.collect import collect_metrics, sample_scores
+from magicpig.harness.report.collect import collect_metrics, run_interval
 
 SWEEPS = "sweeps"
 WHISKERS = "whiskers: 95% percentile bootstrap over samples"
@@ -49,19 +48,10 @@ def sweep_runs(results: Path) -> pd.DataFrame:
     return pd.concat([df.reset_index(drop=True), parsed], axis=1)
 
 
-def point(row) -> tuple[float, float, float, int]:
-    """(mean, lo, hi, n) of one run from its per-sample scores (the metrics' score, zero width, without them)."""
-    scores = list(sample_scores(row.path).values())
-    if not scores:
-        return float(row.score), float(row.score), float(row.score), int(row.samples or 0)
-    iv = mean_interval(scores)
-    return iv.value, iv.lo, iv.hi, len(scores)
-
-
 def _line(ax, rows: pd.DataFrame, x: str, style: str, color: str, label: str) -> list[int]:
     """Plot the runs of ``rows`` sorted by column ``x`` with 95% whiskers; returns their sample counts."""
     rows = rows.sort_values(x)
-    pts = [point(r) for r in rows.itertuples()]
+    pts = [run_interval(r) for r in rows.itertuples()]
     if not pts:
         return []
     ys = np.array([p[0] for p in pts])
@@ -73,7 +63,7 @@ def _line(ax, rows: pd.DataFrame, x: str, style: str, color: str, label: str) ->
 def _dense_line(ax, runs: pd.DataFrame, task: str, length: int, color: str = "k", label: str = "dense") -> None:
     d = runs[(runs["task"] == task) & (runs["length"] == length) & (runs["family"] == "dense")]
     if not d.empty:
-        ax.axhline(point(next(d.itertuples()))[0], color=color, ls="--", lw=1, label=label)
+        ax.axhline(run_interval(next(d.itertuples()))[0], color=color, ls="--", lw=1, label=label)
 
 
 def _main_length(runs: pd.DataFrame, family: str) -> int | None:
@@ -102,8 +92,22 @@ def _family_tasks(runs: pd.DataFrame, length: int, words: tuple[str, ...]) -> li
     return [t for w in words for t in tasks if w in _short(t)]
 
 
-def _fig_note(ref: dict, name: str) -> str:
-    return (ref.get("figures", {}).get(name, {}) or {}).get("note", "")
+def _score_panel(ax, xlabel: str, task: str, length: int, counts: list[int], log_x: bool = True) -> None:
+    """A panel of scores (0-100) of one task: its x axis (log unless ``log_x`` is false), a title naming the
+    task, the length and the samples per point, and the legend."""
+    if log_x:
+        ax.set_xscale("log")
+    ax.set_ylim(-3, 105)
+    ax.set_xlabel(xlabel)
+    ax.set_title(f"{task} at {length}; {_samples_text(counts)}", fontsize=8)
+    ax.legend(fontsize=6)
+
+
+def _save_panels(fig, axes, ref: dict, figure: str, path: Path, title: str, missing: list[str]) -> canvas.FigureResult:
+    """The score label on the first panel, the paper's caption of ``figure``, and the figure saved."""
+    axes[0].set_ylabel(f"score ({WHISKERS})", fontsize=8)
+    canvas.paper_note(axes[0], ref, figure)
+    return canvas.save(fig, path, title, missing)
 
 
 def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -116,8 +120,7 @@ def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResu
     tasks = [] if length is None else _family_tasks(runs, length, ("niah", "cwe", "fwe"))
     topk = runs[(runs["family"] == "topk") & (runs["length"] == length)]
     if topk.empty or not tasks:
-        canvas.no_data(ax, f"{SWEEPS}/ruler/*/*/topk@*/metrics.json", missing)
-        return canvas.save(fig, path, title, missing)
+        return canvas.no_data_figure(fig, [ax], f"{SWEEPS}/ruler/*/*/topk@*/metrics.json", path, title)
     counts = []
     for i, task in enumerate(tasks):
         counts += _line(ax, topk[topk["task"] == task], "cost", "o-", f"C{i}", f"TopK, {_short(task)}")
@@ -132,7 +135,7 @@ def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResu
     ax.set_title(f"TopK budgets {_budgets_text(topk)} (< 1: fraction, >= 1: keys); {_samples_text(counts)}; "
                  f"{WHISKERS}", fontsize=7)
     ax.legend(fontsize=7, ncol=2)
-    canvas.note(ax, _fig_note(ref, "topk_budget_sweep"))
+    canvas.paper_note(ax, ref, "topk_budget_sweep")
     return canvas.save(fig, path, title, missing)
 
 
@@ -146,8 +149,7 @@ def oracle_vs_topk_budget(results: Path, ref: dict, path: Path) -> canvas.Figure
     tasks = [] if length is None else _family_tasks(runs, length, ("niah", "cwe", "fwe"))
     fig, axes = canvas.subplots(max(1, len(tasks)), title, width=4.6, height=4.4)
     if not tasks:
-        canvas.no_data(axes[0], f"{SWEEPS}/ruler/*/*/oracle@*/metrics.json", missing)
-        return canvas.save(fig, path, title, missing)
+        return canvas.no_data_figure(fig, axes, f"{SWEEPS}/ruler/*/*/oracle@*/metrics.json", path, title)
     keys_16k = ref.get("ablations", {}).get("oracle_sampling_unique_keys_16k")
     for ax, task in zip(axes, tasks):
         at = runs[(runs["task"] == task) & (runs["length"] == length)]
@@ -165,14 +167,8 @@ def oracle_vs_topk_budget(results: Path, ref: dict, path: Path) -> canvas.Figure
             if keys_16k:
                 ax.axvline(keys_16k / 16384, color="crimson", ls=":", lw=1,
                            label=f"paper: ~{keys_16k} keys of 16K (oracle keeps accuracy)")
-            ax.set_xscale("log")
-            ax.set_ylim(-3, 105)
-            ax.set_xlabel("cost2: fraction of keys used (oracle: distinct draws)")
-            ax.set_title(f"{_short(task)} at {length}; {_samples_text(counts)}", fontsize=8)
-            ax.legend(fontsize=6)
-    axes[0].set_ylabel(f"score ({WHISKERS})", fontsize=8)
-    canvas.note(axes[0], _fig_note(ref, "oracle_vs_topk_budget"))
-    return canvas.save(fig, path, title, missing)
+            _score_panel(ax, "cost2: fraction of keys used (oracle: distinct draws)", _short(task), length, counts)
+    return _save_panels(fig, axes, ref, "oracle_vs_topk_budget", path, title, missing)
 
 
 def centering_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -189,10 +185,8 @@ def centering_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult
     fig, axes = canvas.subplots(max(2, len(tasks)) + 1, title, width=4.4, height=4.4)
     paper = ref.get("ablations", {}).get("no_centering", {})
     if not tasks:
-        what = f"{SWEEPS}/ruler/{{niah,fwe}}*/*/magicpig@*centering-false*"
-        for ax in axes:
-            canvas.no_data(ax, what, missing if ax is axes[0] else [])
-        return canvas.save(fig, path, title, missing)
+        return canvas.no_data_figure(fig, axes, f"{SWEEPS}/ruler/{{niah,fwe}}*/*/magicpig@*centering-false*", path,
+                                     title)
     grid = mp[(mp["length"] == length) & (mp["K"] == K)]
     axf = axes[-1]
     for j, (ax, task) in enumerate(zip(axes, tasks)):
@@ -211,11 +205,7 @@ def centering_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult
         key = "niah_accuracy" if "niah" in task else "fwe_accuracy"
         if key in paper:
             ax.axhline(paper[key], color="crimson", ls=":", lw=1, label=f"paper, no centering: {paper[key]:g}")
-        ax.set_ylim(-3, 105)
-        ax.set_xlabel(f"L (K = {K})")
-        ax.set_title(f"{_short(task)} at {length}; {_samples_text(counts)}", fontsize=8)
-        ax.legend(fontsize=6)
-    axes[0].set_ylabel(f"score ({WHISKERS})", fontsize=8)
+        _score_panel(ax, f"L (K = {K})", _short(task), length, counts, log_x=False)
     for ax in axes[len(tasks):-1]:
         canvas.no_data(ax, f"{SWEEPS}/ruler/fwe or niah*/{length}", missing)
     if "sampled_fraction_below" in paper:
@@ -226,8 +216,7 @@ def centering_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult
     axf.set_ylabel("sampled fraction (cost2, measured in the run)")
     axf.set_title("keys sampled", fontsize=8)
     axf.legend(fontsize=6)
-    canvas.note(axf, _fig_note(ref, "centering_sweep"))
-    return canvas.save(fig, path, title, missing)
+    return _save_panels(fig, axes, ref, "centering_sweep", path, title, missing)
 
 
 def magicpig_vs_topk_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -254,17 +243,11 @@ def magicpig_vs_topk_cost(results: Path, ref: dict, path: Path) -> canvas.Figure
         mp = mp.sort_values("cost")
         counts += _line(ax, mp, "cost", "*", "C2", "MagicPIG (K, L)")
         for r in mp.itertuples():
-            ax.annotate(f"({int(r.K)},{int(r.L)})", (r.cost, point(r)[0]), fontsize=6, xytext=(3, 3),
+            ax.annotate(f"({int(r.K)},{int(r.L)})", (r.cost, run_interval(r)[0]), fontsize=6, xytext=(3, 3),
                         textcoords="offset points")
         _dense_line(ax, runs, tasks[0], length)
         gain = gains.get(f"{word}_gain_points_up_to")
         if gain is not None:
             ax.plot([], [], " ", label=f"paper (16K): MagicPIG up to +{gain:g} points over TopK at equal cost")
-        ax.set_xscale("log")
-        ax.set_ylim(-3, 105)
-        ax.set_xlabel("cost2: fraction of keys used (measured)")
-        ax.set_title(f"{word} at {length}; {_samples_text(counts)}", fontsize=8)
-        ax.legend(fontsize=6)
-    axes[0].set_ylabel(f"score ({WHISKERS})", fontsize=8)
-    canvas.note(axes[0], _fig_note(ref, "magicpig_vs_topk_cost"))
-    return canvas.save(fig, path, title, missing)
+        _score_panel(ax, "cost2: fraction of keys used (measured)", word, length, counts)
+    return _save_panels(fig, axes, ref, "magicpig_vs_topk_cost", path, title, missing)

@@ -22,10 +22,6 @@ TOKEN_TABLES = {
 }
 
 
-def _embed(figs: dict | None, names) -> list[str]:
-    return [figures.embed(figs[n]) for n in names if figs and n in figs]
-
-
 def sweep_section(results: Path, figs: dict | None = None) -> list[str]:
     """Score and measured cost2 of every sweep run (one row per method, one column per task) and the four
     sweep figures."""
@@ -44,7 +40,7 @@ def sweep_section(results: Path, figs: dict | None = None) -> list[str]:
             parts.append(table(["method"] + [c.removeprefix("ruler/") for c in piv.columns] + ["cost2", "samples"],
                                [[f"`{m}`"] + [fmt(v) for v in r] + [fmt(cost.get(m), pct=True), samples.get(m)]
                                 for m, r in piv.iterrows()]))
-    return parts + _embed(figs, SWEEP_FIGURES)
+    return parts + figures.embed_all(figs, SWEEP_FIGURES)
 
 
 def token_section(results: Path, figs: dict | None = None) -> list[str]:
@@ -58,4 +54,4 @@ def token_section(results: Path, figs: dict | None = None) -> list[str]:
         cols = [c for c in df.columns if c not in META_COLUMNS]
         parts += [f"### {title}", table(cols, [[fmt(v, digits=3) for v in r]
                                               for r in df[cols].head(40).itertuples(index=False)])]
-    return parts + _embed(figs, TOKEN_FIGURES)
+    return parts + figures.embed_all(figs, TOKEN_FIGURES)

@@ -17,6 +17,7 @@ from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.report.paper_tables import (intervals, paper_model, ruler_model_section, ruler_rows,
                                                   skipped_notes, table1_section, table6_section, task_table)
 from magicpig.harness.report.sections_sweeps import sweep_section, token_section
+from magicpig.harness.report.tables_kl import kl_tables_section
 from magicpig.harness.report.tables_system import (DECODE_COLUMNS, gpu_section, shapes_section, table7_section,
                                                    table8_section)
 
@@ -49,7 +50,7 @@ def build_report(results: Path | str, out: Path | str, preset: str, preset_confi
     body += longbench_section(acc, ref)
     body += table1_section(acc, ref)
     body += table6_section(acc, ref)
-    body += ablation_section(results / "ablations", ref, out, figs)
+    body += ablation_section(results / "ablations", ref, out, figs) + kl_tables_section(results, ref)
     body += sweep_section(results, figs)
     body += csv_sections(results, out, ref, figs)
     body += token_section(results, figs)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from magicpig.harness.report.coverage_run import REPRODUCED, Run, not_run, partial
+from magicpig.harness.report.tables_kl import HEADING as KL_TABLES, kl_table_status
 from magicpig.harness.report.tables_system import TABLE7_TITLE, TABLE8_TITLE
 
 PAPER_MODEL = "Llama-3.1-8B-Instruct"
@@ -183,34 +184,14 @@ def table9(run: Run) -> str:
     return partial(*missing) if any(missing) else REPRODUCED
 
 
-def kl_ablation(run: Run) -> str:
-    """Table 10: the (K, L) grid ablation at the preset's longest RULER length."""
-    grid = run.config.get("ablations", {}).get("kl_grid") or []
-    if not grid:
-        return not_run(run.elsewhere(lambda p: bool(p.get("ablations", {}).get("kl_grid"))))
-    from magicpig.harness.report.collect import collect_metrics
-
-    df = collect_metrics(run.results / "ablations" / "kl_grid") if (run.results / "ablations").is_dir() else None
-    if df is None or df.empty or not (df["status"] == "ok").any():
-        return partial("no (K, L) grid results in this run yet")
-    ok = df[df["status"] == "ok"]
-    lengths = sorted(ok["length"].unique().tolist())
-    longest = _longest_ruler(run.config)
-    return partial(f"at {', '.join(map(str, lengths))} tokens, not the preset's longest RULER length {longest}"
-                   if longest and max(lengths) < longest else "",
-                   f"{ok['method'].nunique()} (K, L) settings on {ok['task'].nunique()} RULER task(s)",
-                   "the paper's cells are not transcribed in config/paper_reference.yaml", _model_note(run))
-
-
-def kl_grid_table(label: str) -> Callable[[Run], str]:
-    """Tables 11-13: more (K, L) settings; the paper's settings and cells are not transcribed, so the grid
-    ablation stands in for them."""
+def kl_table(key: str, models: str = "") -> Callable[[Run], str]:
+    """Tables 10-13: the paper's (K, L) settings measured by the preset's (K, L) grid (``tables_kl``);
+    ``models``: the weights the table's cells need when they are not the paper's main model."""
     def check(run: Run) -> str:
-        status = kl_ablation(run)
-        if status.startswith("not run"):
-            return status
-        return partial(f"{label}'s (K, L) list is not transcribed; the (K, L) grid ablation stands in",
-                       status.removeprefix("partial: "))
+        note = _model_note(run) if not models else (
+            "" if any(m.lower() in run.model.lower() for m in models.split(", "))
+            else f"on `{run.model}`, not {models} (needs model weights: {models})")
+        return kl_table_status(run, key, note)
     return check
 
 
@@ -300,13 +281,14 @@ ITEMS: tuple[PaperItem, ...] = (
               TABLE8_TITLE),
     PaperItem("Table 9", "measured sampled fraction B/n over K = 7..11, L = 75..300 (Llama-3.1-8B)",
               "Sampled fraction", ("kl_grid.png",), table9),
-    PaperItem("Table 10", "RULER accuracy of MagicPIG over (K, L) settings", "(K, L) grid", check=kl_ablation),
-    PaperItem("Table 11", "accuracy over further (K, L) settings (appendix: selection of (K, L))", "(K, L) grid",
-              check=kl_grid_table("Table 11")),
-    PaperItem("Table 12", "accuracy over further (K, L) settings (appendix: selection of (K, L))", "(K, L) grid",
-              check=kl_grid_table("Table 12")),
-    PaperItem("Table 13", "accuracy over further (K, L) settings (appendix: selection of (K, L))", "(K, L) grid",
-              check=kl_grid_table("Table 13")),
+    PaperItem("Table 10", "RULER on MegaBeam-7B at 16K-256K: (11,300) beats (10,150) at the same ~2% cost",
+              KL_TABLES, check=kl_table("table10", "MegaBeam-Mistral-7B-512k")),
+    PaperItem("Table 11", "RULER at 64K, 8B and 70B: full, (10,150), (10,135), (9,120), (9,110)", KL_TABLES,
+              check=kl_table("table11", "Llama-3.1-8B-Instruct, Llama-3.1-70B-Instruct")),
+    PaperItem("Table 12", "RULER at 16K with cost fixed at ~4%: (10,240), (9,120), (8,65), (7,35)", KL_TABLES,
+              check=kl_table("table12")),
+    PaperItem("Table 13", "RULER at 16K with L = 120: K = 10, 9, 8, 7 and their costs", KL_TABLES,
+              check=kl_table("table13")),
     PaperItem("Figure 1", "TopK accuracy against the fraction of keys on NIAH, CWE, FWE", SWEEPS,
               ("topk_budget_sweep.png",), sweep),
     PaperItem("Figure 2a", "attention mass covered against the fraction of keys kept (the full curve)", PER_TOKEN,

@@ -21,8 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-# rules whose command is `magicpig eval` (resumable from predictions.jsonl)
-EVAL_RULES = ("eval_ruler", "eval_longbench", "eval_gsm8k", "ablation_centering", "ablation_kl_grid", "ablation_setup")
+# rules whose command is `magicpig eval` (resumable from predictions.jsonl): the rows of the job table
+# `eval_rules` in workflow/rules/common.smk
+EVAL_RULES = ("eval_ruler", "eval_longbench", "eval_gsm8k", "eval_lm_eval", "eval_reasoning", "ablation_centering",
+              "ablation_kl_grid", "ablation_setup", "sweep_ruler")
 # one rule of each kind the check must see run as a SLURM job: build, eval, estimation, bench, project, report
 RULE_KINDS = ("build_cpu_module", "eval_ruler", "ablation_centering", "estimation_capture", "estimation_experiments",
               "tune_kl", "bench_kernel", "bench_decode", "project_hardware", "report")

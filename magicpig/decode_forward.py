@@ -90,20 +90,22 @@ class _Layer:
     scale: float
 
 
-def _weights(*modules) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
-    return ([m.weight.detach() for m in modules],
+def _weights(fmt: str, *modules) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+    from magicpig.decode_weights import decode_weight
+
+    return ([decode_weight(m, fmt) for m in modules],
             [None if m.bias is None else m.bias.detach().float().contiguous() for m in modules])
 
 
 class DecodeForward:
-    """``DecodeForward(model)(ids, positions, cache)``: one decode step.
+    """``DecodeForward(model, weights)(ids, positions, cache)``: one decode step.
 
-    ids, positions: (B, 1) int64 (the next token of each sequence and its position); cache: a
+    weights: how kernel 4 stores the linear weights (``magicpig.decode_weights.WEIGHT_FORMATS``). ids, positions: (B, 1) int64 (the next token of each sequence and its position); cache: a
     ``MagicPIGCache`` whose decoders are built (``start_decoding``). Returns logits (B, V) float32.
     Raises ValueError (``unsupported_reason``) for a model it cannot run.
     """
 
-    def __init__(self, model):
+    def __init__(self, model, weights: str = "model"):
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"decode_forward='magicpig' cannot run this model: {reason}")
@@ -117,18 +119,18 @@ class DecodeForward:
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(config.num_key_value_heads)
         self.final_norm, self.final_eps = inner.norm.weight.detach(), float(inner.norm.variance_epsilon)
-        self.head, self.head_bias = _weights(model.lm_head)
+        self.head, self.head_bias = _weights(weights, model.lm_head)
         self.layers = []
         for layer in inner.layers:
             a, m = layer.self_attn, layer.mlp
-            qkv, qkv_b = _weights(a.q_proj, a.k_proj, a.v_proj)
-            o, o_b = _weights(a.o_proj)
-            mlp, mlp_b = _weights(m.gate_proj, m.up_proj, m.down_proj)
+            qkv, qkv_b = _weights(weights, a.q_proj, a.k_proj, a.v_proj)
+            o, o_b = _weights(weights, a.o_proj)
+            mlp, mlp_b = _weights(weights, m.gate_proj, m.up_proj, m.down_proj)
             self.layers.append(_Layer(
                 layer.input_layernorm.weight.detach(), float(layer.input_layernorm.variance_epsilon), qkv, qkv_b,
                 o, o_b, layer.post_attention_layernorm.weight.detach(),
                 float(layer.post_attention_layernorm.variance_epsilon), mlp, mlp_b, float(a.scaling)))
-        self.head_dim = int(self.layers[0].qkv[0].shape[0]) // self.heads
+        self.head_dim = int(self.layers[0].qkv[0].shape[0]) // self.heads  # rows: the same in every format
 
     @torch.no_grad()
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, cache) -> torch.Tensor:

@@ -48,7 +48,9 @@ def resolve_linear_impl(impl: str, device: torch.device) -> str:
     return "magicpig"
 
 
-def _kernel_forward(module: nn.Linear, original, kernel, isa: int, threads: int):
+def _kernel_forward(module: nn.Linear, original, kernel, isa: int, threads: int, weights: str):
+    from magicpig.decode_weights import decode_weight
+
     weight = module.weight
     bias = None if module.bias is None else module.bias.detach().float().contiguous()
     I, O = module.in_features, module.out_features
@@ -60,16 +62,17 @@ def _kernel_forward(module: nn.Linear, original, kernel, isa: int, threads: int)
         rows = x.reshape(-1, I)
         if rows.dtype != torch.float32 or not rows.is_contiguous():
             rows = rows.float().contiguous()
-        y = kernel(rows, [weight.detach()], [bias], isa, threads)
+        y = kernel(rows, [decode_weight(module, weights)], [bias], isa, threads)
         return y.view(*x.shape[:-1], O).to(x.dtype)
 
     return forward
 
 
 @contextmanager
-def decode_linears(model: nn.Module, impl: str = "auto") -> Iterator[str]:
-    """Within the block, the model's eligible ``nn.Linear`` layers run small inputs through kernel 4.
-    Yields the implementation that runs (``magicpig`` or ``torch``)."""
+def decode_linears(model: nn.Module, impl: str = "auto", weights: str = "model") -> Iterator[str]:
+    """Within the block, the model's eligible ``nn.Linear`` layers run small inputs through kernel 4, which
+    reads their weights stored as ``weights`` (``magicpig.decode_weights.WEIGHT_FORMATS``). Yields the
+    implementation that runs (``magicpig`` or ``torch``)."""
     device = next(model.parameters()).device
     chosen = resolve_linear_impl(impl, device)
     if chosen == "torch":
@@ -83,7 +86,7 @@ def decode_linears(model: nn.Module, impl: str = "auto") -> Iterator[str]:
         w = getattr(module, "weight", None)
         if (isinstance(module, nn.Linear) and "forward" not in module.__dict__ and w is not None
                 and w.device.type == "cpu" and w.dtype in _WEIGHT_DTYPES and w.is_contiguous()):
-            module.forward = _kernel_forward(module, module.forward, kernel, isa, threads)
+            module.forward = _kernel_forward(module, module.forward, kernel, isa, threads, weights)
             patched.append(module)
     try:
         yield "magicpig"

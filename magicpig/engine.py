@@ -232,9 +232,9 @@ class Engine:
     The model is switched to the ``magicpig`` attention implementation (exact in prefill, so its prefill
     outputs equal sdpa's). options: the ``DecodeOptions`` of every decode (or its fields as keyword
     arguments: ``backend``, ``offload_impl``, ``concurrent``, ``offload_dtype``, ``linear_impl`` for its
-    ``linear`` and ``decode_forward`` for its ``forward``); each result's ``linear`` and ``forward`` say which
-    implementation ran. prefill_chunk: prompt tokens per prefill forward; allow_long_context: permit
-    contexts beyond ``max_position_embeddings``.
+    ``linear``, ``decode_forward`` for its ``forward`` and ``decode_weights`` for its ``weights``); each
+    result's ``linear`` and ``forward`` say which implementation ran. prefill_chunk: prompt tokens per
+    prefill forward; allow_long_context: permit contexts beyond ``max_position_embeddings``.
 
     >>> import torch, transformers
     >>> from magicpig import Engine, GenerationConfig
@@ -254,9 +254,10 @@ class Engine:
     def __init__(self, model, tokenizer=None, backend: str = DEFAULT_BACKEND, *, prefill_chunk: int = 4096,
                  offload_impl: str = "auto", concurrent: bool = True, allow_long_context: bool = False,
                  offload_dtype: Any = None, linear_impl: str = "auto", decode_forward: str = "auto",
-                 options: DecodeOptions | None = None):
+                 decode_weights: str = "model", options: DecodeOptions | None = None):
         self.options = DecodeOptions.of(options, backend=backend, offload_impl=offload_impl, concurrent=concurrent,
-                                        offload_dtype=offload_dtype, linear=linear_impl, forward=decode_forward)
+                                        offload_dtype=offload_dtype, linear=linear_impl, forward=decode_forward,
+                                        weights=decode_weights)
         if not isinstance(prefill_chunk, int) or prefill_chunk < 1:
             raise ValueError(f"prefill_chunk must be a positive integer, got {prefill_chunk!r}")
         self.model = model
@@ -291,7 +292,7 @@ class Engine:
             if impl == "magicpig":
                 raise ValueError(f"decode_forward='magicpig' cannot run this model: {reason}")
             return None
-        return DecodeForward(self.model)
+        return DecodeForward(self.model, self.options.weights)
 
     # ---- helpers -------------------------------------------------------------------------------------
     @property
@@ -407,7 +408,7 @@ class Engine:
         t0 = time.perf_counter()
         # our loop calls kernel 4 itself; transformers' forward reaches it through the patched nn.Linear modules
         with nullcontext("magicpig") if self.step_forward is not None else decode_linears(
-                self.model, self.options.linear) as linear:
+                self.model, self.options.linear, self.options.weights) as linear:
             try:
                 for step in itertools.count():
                     tokens, active = self._next_tokens(run, logits, step)

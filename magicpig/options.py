@@ -24,8 +24,9 @@ class DecodeOptions:
     CPU memory (``"float32"``, ``"bfloat16"``, a torch dtype, or None / ``"auto"`` = by the model's dtype;
     stored as the torch dtype or None); linear: who computes a decode step's linear layers
     (``magicpig.decode_linear.LINEAR_IMPLS``; ``Engine``'s ``linear_impl``); forward: who runs a decode
-    step's layer loop (``magicpig.decode_forward.FORWARD_IMPLS``; ``Engine``'s ``decode_forward``).
-    Each error names the field.
+    step's layer loop (``magicpig.decode_forward.FORWARD_IMPLS``; ``Engine``'s ``decode_forward``); weights:
+    how kernel 4 stores the linear weights it reads (``magicpig.decode_weights.WEIGHT_FORMATS``; ``model`` =
+    the model's own tensors, the exact decode; ``Engine``'s ``decode_weights``). Each error names the field.
 
     >>> DecodeOptions(backend="offload", offload_dtype="bfloat16").offload_dtype
     torch.bfloat16
@@ -41,17 +42,20 @@ class DecodeOptions:
     offload_dtype: Any = None
     linear: str = "auto"
     forward: str = "auto"
+    weights: str = "model"
 
     def __post_init__(self):
         from magicpig.cpu.torch_twin import OFFLOAD_IMPLS
         from magicpig.decode_forward import FORWARD_IMPLS
         from magicpig.decode_linear import LINEAR_IMPLS
+        from magicpig.decode_weights import WEIGHT_FORMATS
         from magicpig.decoders import offload_dtype_of
 
         check_backend(self.backend)
         for name, allowed, what in (("offload_impl", OFFLOAD_IMPLS, "the CPU layer class of the offload backend"),
                                     ("linear", LINEAR_IMPLS, "who computes the decode step's linear layers"),
-                                    ("forward", FORWARD_IMPLS, "who runs a decode step's layer loop")):
+                                    ("forward", FORWARD_IMPLS, "who runs a decode step's layer loop"),
+                                    ("weights", WEIGHT_FORMATS, "how kernel 4 stores the decode step's weights")):
             value = getattr(self, name)
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)} ({what}), got {value!r}")

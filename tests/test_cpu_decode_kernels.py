@@ -40,14 +40,40 @@ def test_linear_checks_arguments():
     lin = cpu.load().linear
     with pytest.raises(RuntimeError, match="same I"):
         lin(torch.randn(2, 5), [torch.randn(3, 6)], [None], 0, 1)
-    with pytest.raises(RuntimeError, match="weight must be float32 or bfloat16"):
+    with pytest.raises(RuntimeError, match="weight must be float32, bfloat16 or int8"):
         lin(torch.randn(2, 5), [torch.randn(3, 5).half()], [None], 0, 1)
+    with pytest.raises(RuntimeError, match="int8 .q8_0. weight for inputs of width I"):
+        lin(torch.randn(2, 64), [torch.zeros(3, 64, dtype=torch.int8)], [None], 0, 1)  # scales missing
+    with pytest.raises(RuntimeError, match="a multiple of 32"):
+        lin(torch.randn(2, 40), [torch.zeros(3, 45, dtype=torch.int8)], [None], 0, 1)
     with pytest.raises(RuntimeError, match="bias must be"):
         lin(torch.randn(2, 5), [torch.randn(3, 5)], [torch.randn(4)], 0, 1)
     with pytest.raises(RuntimeError, match="same length"):
         lin(torch.randn(2, 5), [torch.randn(3, 5)], [], 0, 1)
     with pytest.raises(RuntimeError, match="same I"):
         lin(torch.randn(2, 5), [torch.randn(3, 5), torch.randn(3, 4)], [None, None], 0, 1)
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("M,I,O,bias", [(1, 576, 1536, False), (3, 32, 5, True), (16, 96, 33, True),
+                                        (5, 1024, 17, False), (7, 64, 1, True), (4, 160, 20, False)])
+def test_q8_0_linear_equals_its_torch_reference(monkeypatch, isa, M, I, O, bias):
+    from magicpig.decode_weights import pack, q8_0_linear, unpack
+
+    use_isa(monkeypatch, isa)
+    gen = torch.Generator().manual_seed(I * 7 + O)
+    x, w = torch.randn(M, I, generator=gen), torch.randn(O, I, generator=gen)
+    w[0, :32] = 0.0  # an all-zero weight block (scale 0)
+    x[0, -32:] = 0.0  # and an all-zero input block
+    b = torch.randn(O, generator=gen) if bias else None
+    packed = pack(w, "q8_0")
+    want = q8_0_linear(x, packed, b)
+    for threads in (1, 2):
+        y = cpu.load().linear(x, [packed], [b], cpu.ISA_CODES[isa], threads)
+        torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5 * I ** 0.5)
+    exact = F.linear(x, w, b)  # both quantizations together: within 2% of the output's scale here
+    assert (want - exact).abs().max() < 0.02 * exact.abs().max()
+    assert (want - F.linear(x, unpack(packed, I), b)).abs().max() > 0  # x is quantized too
 
 
 @pytest.mark.parametrize("isa", isa_params())
@@ -62,6 +88,15 @@ def test_linear_of_several_layers_is_their_outputs_side_by_side(monkeypatch, isa
     y = cpu.load().linear(x, ws, bs, cpu.ISA_CODES[isa], threads)
     want = torch.cat([F.linear(x, w.float(), b) for w, b in zip(ws, bs)], -1)
     torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-4 * 70 ** 0.5)
+    # the three storages side by side in one region
+    from magicpig.decode_weights import pack, q8_0_linear
+
+    x = torch.randn(3, 64, generator=gen)
+    ws = [pack(torch.randn(o, 64, generator=gen), fmt) for o, fmt in ((40, "q8_0"), (5, "bfloat16"), (17, "model"),
+                                                                       (9, "q8_0"))]
+    y = cpu.load().linear(x, ws, [None] * 4, cpu.ISA_CODES[isa], threads)
+    want = torch.cat([q8_0_linear(x, w) if w.dtype == torch.int8 else F.linear(x, w.float()) for w in ws], -1)
+    torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-4 * 64 ** 0.5)
 
 
 def test_decode_linears_routes_small_inputs_and_restores(monkeypatch):

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tiny_models import random_prompt, tiny_model
-from magicpig.harness.bench import decode as bench_decode, memory, prompts, table
+from magicpig.harness.bench import decode as bench_decode, llamacpp, memory, prompts, table
 from magicpig.harness.cli import main
 from magicpig.engine import Engine, GenerationConfig
 from magicpig.shapes import ModelShape, model_shape
@@ -48,8 +48,10 @@ def test_method_arguments_and_the_stock_backend():
     assert bench_decode.parse_method_arg("dense@stock") == ("dense", "stock")
     assert bench_decode.parse_method_arg("dense") == ("dense", "reference")
     assert bench_decode.parse_method_arg("magicpig:K=10,L=150") == ("magicpig", "offload")
-    with pytest.raises(ValueError, match="stock.*dense"):
-        bench_decode.parse_method_arg("magicpig@stock")
+    assert bench_decode.parse_method_arg("dense@llamacpp") == ("dense", "llamacpp")
+    for backend in ("stock", "llamacpp"):
+        with pytest.raises(ValueError, match=f"{backend}.*dense"):
+            bench_decode.parse_method_arg(f"magicpig@{backend}")
     with pytest.raises(ValueError, match="backend"):
         bench_decode.parse_method_arg("dense@gpu")
 
@@ -161,7 +163,7 @@ def test_max_throughput_backs_off_on_a_real_oom(tmp_path, monkeypatch):
 
 def test_diagnostics_add_the_time_breakdown_and_the_in_row_bandwidth(tmp_path, monkeypatch):
     def fake(net, tokenizer, pre, spec, backend, steps, warmup, offload_dtype=None, linear="auto", forward="auto",
-             after_step=None):
+             weights="model", after_step=None):
         for i in range(steps + warmup):
             if after_step is not None:  # the in-row bandwidth reads: --diagnostics only
                 after_step(i)
@@ -293,7 +295,10 @@ def test_bytes_limit_counts_weights_kv_and_sampled_rows():
     projections = 28 * 3 * 64 * 10 * 150 * 4  # the queries' hashing reads each kv-head's (d, K*L) float32
     # 2 of 30 layers dense + 3% of the rest, and the projections
     assert weights + projections < sparse["bytes_per_step"] < weights + 0.2 * kv + projections
+    q8 = table.bytes_limit("smollm2", dict(row, backend="reference", weights="q8_0"), 10.0)
+    assert q8["bytes_per_step"] == int(shape.params_read * 1.125 + kv)  # int8 + a float32 scale per 32 weights
     assert table.bytes_limit("smollm2", dict(row, method="quest"), 10.0) == {}  # not modelled
+    assert table.bytes_limit("smollm2", dict(row, backend="llamacpp"), 10.0) == {}  # its row has its own
     assert table.bytes_limit("smollm2", row, None) == {}  # not a CPU run: no bandwidth measured
 
 
@@ -325,7 +330,7 @@ def test_backends_are_named_once():
     from magicpig.harness import evaluate
     from magicpig.harness.cli import build_parser
 
-    assert bench_decode.BACKENDS == ("stock",) + backends.BACKENDS == backends.BENCH_BACKENDS
+    assert bench_decode.BACKENDS == ("stock", "llamacpp") + backends.BACKENDS == backends.BENCH_BACKENDS
     assert evaluate.EvalConfig.__dataclass_fields__["backend"].default == backends.DEFAULT_BACKEND
     parser = build_parser()
     for argv in (["eval", "--task", "gsm8k", "--length", "4096", "--out", "x", "--method", "dense"],
@@ -334,3 +339,40 @@ def test_backends_are_named_once():
         assert args.backend == backends.DEFAULT_BACKEND
     assert bench_decode.parse_method_arg("magicpig")[1] == "offload" == backends.system_backend("magicpig")
     assert bench_decode.parse_method_arg("quest")[1] == "reference" == backends.system_backend("quest")
+
+
+def test_llamacpp_rows_say_why_they_cannot_run(tmp_path, monkeypatch):
+    rows = bench_decode.run(TINY, (128,), ["dense@llamacpp", "dense"], steps=1, warmup=0,
+                            csv_path=str(tmp_path / "d.csv"), verbose=False)
+    llama, ours = rows
+    assert (llama["backend"], llama["fits"], llama["fill"]) == ("llamacpp", False, "exact")
+    assert "GGUF" in llama["reason"]  # a shape-only model has no file for llama.cpp
+    assert ours["fits"] is True and ours["weights"] in ("q8_0", "model") and ours["runtime_version"].startswith("magicpig")
+    monkeypatch.setattr(llamacpp, "bindings_installed", lambda: False)
+    assert llamacpp.unavailable_reason("model.gguf") == "llama.cpp bindings not installed (make setup-llamacpp)"
+    with pytest.raises(ValueError, match="llamacpp_kv must be one of f16, q8_0"):
+        bench_decode.run(TINY, (128,), ["dense@llamacpp"], llamacpp_kv="q4", csv_path=str(tmp_path / "e.csv"))
+    with pytest.raises(ValueError, match="weights must be one of model, bfloat16, q8_0"):
+        bench_decode.run(TINY, (128,), ["dense"], weights="int4", csv_path=str(tmp_path / "e.csv"))
+
+
+@pytest.mark.skipif(not llamacpp.bindings_installed(), reason="llama.cpp bindings not installed (make setup-llamacpp)")
+def test_llamacpp_rows_decode_the_embedded_gguf(tmp_path):
+    """llama.cpp prefills the context for real: its first greedy token is the float32 model's, and batch 2
+    decodes two sequences (the context copied to the second)."""
+    from magicpig.models import load_model, resolve
+
+    src = resolve("smollm2")
+    path = f"{src.path}/{src.gguf_file}"
+    net, tok = load_model("smollm2")
+    ids = prompts.essay_tokens(tok, 300)
+    with torch.no_grad():
+        want = int(net(torch.tensor([ids])).logits[0, -1].argmax())
+    for batch in (1, 2):
+        out = llamacpp.time_llamacpp(path, ids, batch, steps=3, warmup=1, threads=2)
+        assert len(out["step_seconds"]) == 4 and out["linear"] == "llamacpp"
+        assert out["first_token"] == want
+    rows = bench_decode.run("smollm2", (300,), ["dense@llamacpp"], batches=(2,), steps=2, warmup=1,
+                            csv_path=str(tmp_path / "d.csv"), verbose=False)
+    assert rows[0]["fits"] is True and rows[0]["weights"] == "gguf Q4_1", rows[0]
+    assert rows[0]["runtime_version"].startswith("llama-cpp-python") and rows[0]["x_bytes_limit"] != ""

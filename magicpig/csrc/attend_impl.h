@@ -20,6 +20,14 @@ static inline float to_f32(float x) { return x; }
 // The vector primitives: one vector of kW floats (AVX-512: 16, AVX2: 8) and the operations on it that the
 // kernels use; vload of a bf16 row widens kW values to float32. The scalar variant has none (MP_VEC unset)
 // and runs the scalar loops only.
+#if defined(MP_AVX512) || defined(MP_AVX2)
+static inline float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+#endif
 #if defined(MP_AVX512)
 #define MP_VEC 1
 using vec = __m512;
@@ -49,12 +57,7 @@ static inline vec vload(const uint16_t* p) {
 static inline void vstore(float* p, vec v) { _mm256_storeu_ps(p, v); }
 static inline vec vfmadd(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
 static inline vec vadd(vec a, vec b) { return _mm256_add_ps(a, b); }
-static inline float vsum(vec v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+static inline float vsum(vec v) { return hsum256(v); }
 #endif
 
 #if defined(MP_VEC)

@@ -403,9 +403,31 @@ std::vector<torch::Tensor> decode_step(torch::Tensor kv, torch::Tensor offsets, 
   return {out, lse, sampled_f, seconds};
 }
 
-// Kernel 4's parts for x (M, I) float32 and weights[p] (O_p, I) float32 or bfloat16 with biases[p] (O_p,)
-// float32 or None, writing side by side into y (M, sum O_p) float32 (added to it with `accumulate`); checks
-// every argument.
+// The WeightFormat of a kernel-4 weight for inputs of width I: float32 or bfloat16 (O, I), or int8
+// (O, I + 4 I / 32) holding kWeightQ8 rows (I a multiple of 32); checks the shape.
+int weight_format(const torch::Tensor& w, int64_t I) {
+  check_cpu_contig(w, "weight");
+  TORCH_CHECK(w.dim() == 2, "weight must be 2-D, got ", w.sizes());
+  switch (w.scalar_type()) {
+    case torch::kFloat32:
+    case torch::kBFloat16:
+      TORCH_CHECK(w.size(1) == I, "x must be (M, I) and weight (O, I) with the same I, got I = ", I,
+                  " and weight ", w.sizes());
+      return w.scalar_type() == torch::kBFloat16 ? magicpig::kWeightBF16 : magicpig::kWeightF32;
+    case torch::kChar:
+      TORCH_CHECK(I % magicpig::kQ8Block == 0 && w.size(1) == magicpig::weight_row_bytes(magicpig::kWeightQ8, I),
+                  "an int8 (q8_0) weight for inputs of width I (a multiple of 32) must be (O, I + I / 8): I int8 "
+                  "values, then I / 32 float32 scales per row; got I = ", I, " and weight ", w.sizes());
+      return magicpig::kWeightQ8;
+    default:
+      TORCH_CHECK(false, "weight must be float32, bfloat16 or int8 (q8_0 rows), got ", c10::toString(w.scalar_type()));
+  }
+  return 0;
+}
+
+// Kernel 4's parts for x (M, I) float32 and weights[p] (O_p, ...) in a WeightFormat (weight_format) with
+// biases[p] (O_p,) float32 or None, writing side by side into y (M, sum O_p) float32 (added to it with
+// `accumulate`); checks every argument.
 std::vector<magicpig::LinearArgs> linear_parts(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
                                                const std::vector<c10::optional<torch::Tensor>>& biases,
                                                const torch::Tensor& y, bool accumulate) {
@@ -416,13 +438,10 @@ std::vector<magicpig::LinearArgs> linear_parts(const torch::Tensor& x, const std
               "weights must be a non-empty list and biases a list of the same length (None for no bias), got ",
               weights.size(), " weights and ", biases.size(), " biases");
   int64_t total = 0;
+  std::vector<int> formats;
   for (size_t p = 0; p < weights.size(); ++p) {
     const auto& w = weights[p];
-    check_cpu_contig(w, "weight");
-    TORCH_CHECK(w.scalar_type() == torch::kFloat32 || w.scalar_type() == torch::kBFloat16,
-                "weight must be float32 or bfloat16, got ", c10::toString(w.scalar_type()));
-    TORCH_CHECK(w.dim() == 2 && x.size(1) == w.size(1),
-                "x must be (M, I) and weight (O, I) with the same I, got x ", x.sizes(), " and weight ", w.sizes());
+    formats.push_back(weight_format(w, x.size(1)));
     if (biases[p].has_value()) {
       check_cpu_contig(*biases[p], "bias");
       check_dtype(*biases[p], torch::kFloat32, "bias");
@@ -438,9 +457,9 @@ std::vector<magicpig::LinearArgs> linear_parts(const torch::Tensor& x, const std
   int64_t col = 0;
   for (size_t p = 0; p < weights.size(); ++p) {
     const auto& w = weights[p];
-    parts.push_back({x.size(0), x.size(1), w.size(0), x.data_ptr<float>(), w.data_ptr(),
-                     w.scalar_type() == torch::kBFloat16, biases[p].has_value() ? biases[p]->data_ptr<float>() : nullptr,
-                     y.data_ptr<float>() + col, total, accumulate});
+    parts.push_back({x.size(0), x.size(1), w.size(0), x.data_ptr<float>(), w.data_ptr(), formats[p],
+                     biases[p].has_value() ? biases[p]->data_ptr<float>() : nullptr, y.data_ptr<float>() + col, total,
+                     accumulate});
     col += w.size(0);
   }
   return parts;
@@ -518,8 +537,7 @@ torch::Tensor mlp_residual(torch::Tensor h, torch::Tensor norm, double eps, std:
     magicpig::linear(parts.data(), 1, static_cast<int>(isa), static_cast<int>(threads));
   }
   TORCH_CHECK(biases.size() == 3, "expected 3 biases (None for none), got ", biases.size());
-  TORCH_CHECK(weights[0].dim() == 2 && weights[2].dim() == 2 && weights[2].size(1) == weights[0].size(0),
-              "down's input width must equal gate's rows");
+  TORCH_CHECK(weights[0].dim() == 2 && weights[2].dim() == 2, "gate and down must be 2-D");  // down's width: linear_parts
   auto normed = torch::empty_like(h);
   auto gate_up = torch::empty({h.size(0), rows_of({weights[0], weights[1]})}, torch::kFloat32);
   auto act = torch::empty({h.size(0), weights[0].size(0)}, torch::kFloat32);
@@ -573,7 +591,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("exact_attend", &exact_attend,
         "kernel 5: (q, k, v, scale, isa, threads, prior_out, prior_lse) -> (out, lse), exact decode");
   m.def("linear", &linear, "kernel 4: (x, weights, biases, isa, threads, into=None) -> [x W_p^T + b_p for each p] "
-        "side by side (decode rows), added to `into` when given", py::arg("x"), py::arg("weights"), py::arg("biases"),
+        "side by side (decode rows), added to `into` when given; W_p float32, bfloat16 or int8 q8_0 rows", py::arg("x"), py::arg("weights"), py::arg("biases"),
         py::arg("isa"), py::arg("threads"), py::arg("into") = py::none());
   m.def("attention_in", &attention_in, "kernel 6: (h, norm, eps, [Wq, Wk, Wv], biases, cos, sin, heads, kv_heads, "
         "isa, threads) -> qkv with q and k rotated");

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "magicpig_cpu.h"
@@ -18,8 +19,47 @@ static LinearBlockFn select_linear(int isa) {
   return scalar::linear_block;
 }
 
-void linear(const LinearArgs* parts, int64_t count, int isa, int threads) {
+void quantize_q8(const float* x, int64_t M, int64_t I, int8_t* q, float* d) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t b = 0; b < I / kQ8Block; ++b) {
+      const float* xb = x + m * I + b * kQ8Block;
+      float amax = 0.f;
+      for (int64_t i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(xb[i]));
+      const float scale = amax / 127.f;
+      d[m * (I / kQ8Block) + b] = scale;
+      int8_t* qb = q + m * I + b * kQ8Block;
+      // round half to even without a libm call: adding and subtracting 1.5 * 2^23 leaves the nearest integer
+      // (ties to even, the default rounding mode) for |v| < 2^22
+      constexpr float kRound = 12582912.f;
+      for (int64_t i = 0; i < kQ8Block; ++i) {
+        const float v = scale > 0.f ? std::max(-127.f, std::min(127.f, xb[i] / scale)) : 0.f;
+        qb[i] = static_cast<int8_t>((v + kRound) - kRound);
+      }
+    }
+}
+
+void linear(const LinearArgs* given, int64_t count, int isa, int threads) {
   const LinearBlockFn fn = select_linear(isa);
+  // parts reading q8_0 weights get their input quantized once (parts that share an input share it)
+  std::vector<LinearArgs> parts(given, given + count);
+  std::vector<std::vector<int8_t>> xq;
+  std::vector<std::vector<float>> xd;
+  for (int64_t p = 0; p < count; ++p) {
+    if (parts[p].w_format != kWeightQ8) continue;
+    int64_t same = 0;
+    while (same < p && !(parts[same].w_format == kWeightQ8 && parts[same].x == parts[p].x)) ++same;
+    if (same < p) {
+      parts[p].xq = parts[same].xq;
+      parts[p].xd = parts[same].xd;
+      continue;
+    }
+    const int64_t M = parts[p].M, I = parts[p].I;
+    xq.emplace_back(static_cast<size_t>(M * I));
+    xd.emplace_back(static_cast<size_t>(M * (I / kQ8Block)));
+    quantize_q8(parts[p].x, M, I, xq.back().data(), xd.back().data());
+    parts[p].xq = xq.back().data();
+    parts[p].xd = xd.back().data();
+  }
   std::vector<int64_t> first(count + 1, 0);  // parts[p] owns the global blocks first[p] .. first[p + 1) - 1
   for (int64_t p = 0; p < count; ++p) first[p + 1] = first[p] + (parts[p].O + kLinearRows - 1) / kLinearRows;
   const int64_t blocks = first[count];

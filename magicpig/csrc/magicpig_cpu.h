@@ -118,20 +118,36 @@ void merge_parts(const float* parts, int64_t splits, int64_t G, int64_t d, const
                  const float* prior_lse = nullptr);
 
 // Kernel 4: the linear layers of a decode step. y (M, O) = x (M, I) W^T + bias for the few input rows
-// of one step (one per sequence), x float32, W (O, I) float32 or bfloat16 row-major, bias (O,) float32 or
-// null; row m of y starts at y + m * ldy (ldy >= O: several layers that share x, such as q/k/v, write side
-// by side into one output). Memory-bound: W is read once, the output rows split over the threads in
+// of one step (one per sequence), x float32, W (O, I) row-major in one of WeightFormat, bias (O,) float32
+// or null; row m of y starts at y + m * ldy (ldy >= O: several layers that share x, such as q/k/v, write
+// side by side into one output). Memory-bound: W is read once, the output rows split over the threads in
 // contiguous ranges.
+//   kWeightF32, kWeightBF16: row o is I values.
+//   kWeightQ8: row o is I int8 values q followed by I / kQ8Block float32 scales d (I + 4 I / 32 bytes, I a
+//   multiple of kQ8Block); weight [o, i] = d[i / kQ8Block] * q[i] (the Q8_0 rule of GGUF: per block of 32,
+//   d = max |w| / 127, q = round(w / d)). The driver quantizes x by the same rule (xq, xd: once per call,
+//   shared by all rows) and a block's product is the exact integer sum of q_w q_x times d_w d_x, as
+//   llama.cpp's Q8_0 x Q8_0 dot product computes it.
+enum WeightFormat : int { kWeightF32 = 0, kWeightBF16 = 1, kWeightQ8 = 2 };
+constexpr int64_t kQ8Block = 32;
+inline int64_t weight_row_bytes(int format, int64_t I) {
+  return format == kWeightQ8 ? I + 4 * (I / kQ8Block) : I * (format == kWeightBF16 ? 2 : 4);
+}
 struct LinearArgs {
   int64_t M, I, O;
   const float* x;
   const void* W;
-  bool w_bf16;
+  int w_format;  // WeightFormat
   const float* bias;
   float* y;
   int64_t ldy;
   bool accumulate = false;  // y += x W^T + bias (a residual connection) instead of y =
+  const int8_t* xq = nullptr;  // kWeightQ8: x quantized (M, I) and its scales (M, I / kQ8Block), by the driver
+  const float* xd = nullptr;
 };
+// x (M, I) -> q (M, I) int8 and d (M, I / kQ8Block): the Q8_0 rule per block (d = max |x| / 127, q =
+// round-half-even(x / d), 0 where d = 0)
+void quantize_q8(const float* x, int64_t M, int64_t I, int8_t* q, float* d);
 constexpr int64_t kLinearRows = 16;  // output rows per scheduling unit (a 64-byte line of y per input row)
 // parts[0 .. count): layers computed in one parallel region, their rows split over the threads together.
 void linear(const LinearArgs* parts, int64_t count, int isa, int threads);

@@ -48,6 +48,7 @@ from typing import Any, Callable
 
 from magicpig.atomic_io import write_text_atomic
 from magicpig.backends import BACKENDS, DEFAULT_BACKEND, check_backend_limits, effective_backend
+from magicpig.decode_weights import check_weight_format
 from magicpig.harness.argcheck import check_device, check_seed, check_writable_dir
 from magicpig.harness.eval_checks import check_generated_lengths, check_task_data, model_context_length
 from magicpig.harness.machine import machine_record
@@ -107,6 +108,7 @@ class EvalConfig:
     setup: str = "A"
     backend: str = DEFAULT_BACKEND
     device: str | None = None
+    decode_weights: str = "model"  # magicpig.decode_weights: kernel 4's storage of the decode step's weights
     data: dict[str, str] = field(default_factory=dict)
     max_new_tokens: int | None = None
     allow_long_context: bool = False
@@ -125,6 +127,7 @@ class EvalConfig:
         self.methods = split_methods(self.methods)
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        check_weight_format(self.decode_weights, "decode_weights")
         for spec in self.methods:
             check_backend_limits(parse_method(spec), self.backend)
         check_dirnames(self.methods)
@@ -151,6 +154,7 @@ class EvalConfig:
                 raise FileNotFoundError(f"data: file for {name} does not exist: {path}")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        check_weight_format(self.decode_weights, "decode_weights")
         check_seed(self.seed, "seed")
         check_device(self.device, "device")
         self.out = check_writable_dir(self.out, "out")
@@ -199,6 +203,8 @@ def run_settings(cfg: EvalConfig, task_name: str, task, length: int, method) -> 
     import torch
 
     settings = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in _NOT_RESULT_FIELDS}
+    if settings["decode_weights"] == "model":
+        del settings["decode_weights"]  # the exact decode: keyed as rows stored before the field existed
     device = torch.device(cfg.device).type if cfg.device else ("cuda" if torch.cuda.is_available() else "cpu")
     data = cfg.data.get(task_name)
     settings.update(model=_model_id(cfg.model), method=method.spec(), length=length, device=device,
@@ -339,7 +345,8 @@ def _run_units(cfg, units, model, tokenizer, engine_factory, log, built) -> list
             else:
                 from magicpig.engine import Engine
                 state["engine"] = Engine(state["model"], tokenizer, backend=cfg.backend,
-                                         allow_long_context=cfg.allow_long_context)
+                                         allow_long_context=cfg.allow_long_context,
+                                         decode_weights=cfg.decode_weights)
         return state["engine"]
 
     all_metrics: list[dict] = []

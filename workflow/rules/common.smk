@@ -273,7 +273,7 @@ def decode_args(preset):
     methods = (["dense@stock"] if "dense@stock" not in db["methods"] else []) + list(db["methods"])
     return " ".join(filter(None, [f"--model {shlex.quote(preset['model'])}"]
                            + [f"--context {int(n)}" for n in db["lengths"]]
-                           + [method_args(methods), f"--fill {db['fill']}"]
+                           + [method_args(methods), f"--fill {db['fill']} --weights {db['weights']}"]
                            + [f"--batch {int(b)}" for b in db["batches"]]
                            + [f"--steps {int(db['steps'])} --warmup {int(db['warmup'])}"]
                            + (["--max-throughput"] if db["max_throughput"] else [])

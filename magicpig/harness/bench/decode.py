@@ -1,10 +1,13 @@
 """Decode benchmark, the paper's throughput experiment (``magicpig bench decode``): per (context, batch,
-method@backend) the time of one decode step and tokens/s, with stock transformers as the baseline.
+method@backend) the time of one decode step and tokens/s, with stock transformers and llama.cpp as the
+baselines.
 
 Protocol: one prompt per context (``prompts``), repeated to the batch; ``warmup`` untimed decode steps, then
 ``steps`` timed ones; ms_per_token = timed time / steps (a step makes one token per sequence), tokens_per_s =
 batch * steps / timed time. Backends: ``stock`` (dense only: transformers' SDPA and DynamicCache, the
-forward, greedy pick and mask update ``generate`` does per step) and the engine's ``reference`` / ``offload``.
+forward, greedy pick and mask update ``generate`` does per step), ``llamacpp`` (dense only: the model's GGUF
+file run by llama.cpp, ``llamacpp``) and the engine's ``reference`` / ``offload``, whose linear layers kernel 4
+reads in the storage ``weights`` (``magicpig.decode_weights``).
 Each row is checked against the memory before it runs (``memory``); ``max_throughput`` searches the largest
 batch that fits per method (the paper's Table 7). The rows and their columns: ``table``; how to read them:
 docs/benchmarking.md.
@@ -19,8 +22,8 @@ import time
 
 import torch
 
-from magicpig.backends import BENCH_BACKENDS, system_backend
-from magicpig.harness.bench import memory
+from magicpig.backends import BASELINE_BACKENDS, BENCH_BACKENDS, system_backend
+from magicpig.harness.bench import llamacpp, memory
 from magicpig.harness.bench.prompts import essay_tokens, random_tokens, repeat_batch, tile_prefill
 from magicpig.harness.bench.table import Table, bytes_limit, summary
 from magicpig.harness.machine import device_name, machine_record
@@ -29,7 +32,8 @@ from magicpig.shapes import ModelShape, model_shape
 CONTEXTS = (8192, 32768)
 BATCHES = (1,)
 METHODS = (("dense", "stock"), ("dense", "reference"), ("magicpig:K=10,L=150", "offload"))
-BACKENDS = BENCH_BACKENDS  # stock transformers + the engine's (magicpig.backends)
+BACKENDS = BENCH_BACKENDS  # stock transformers, llama.cpp + the engine's (magicpig.backends)
+WEIGHTS = "q8_0"  # kernel 4's weight storage in the engine's rows (docs/benchmarking.md: why)
 FILLS = ("exact", "tile")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 STREAM_EVERY = 4  # --diagnostics: one timed step in this many is followed by a streaming read
@@ -38,7 +42,8 @@ IN_ROW_STREAM_MIN = 64 << 20  # that read's buffer: 4x the last-level cache, at 
 
 def parse_method_arg(item: str) -> tuple[str, str]:
     """``SPEC[@BACKEND]`` -> (canonical spec, backend). Default backend: the method's system backend
-    (``magicpig.backends.system_backend``); ``stock`` (stock transformers) runs ``dense`` only."""
+    (``magicpig.backends.system_backend``); ``stock`` (stock transformers) and ``llamacpp`` run ``dense``
+    only."""
     from magicpig.methods import parse_method
 
     spec, _, backend = item.rpartition("@") if "@" in item else (item, "", "")
@@ -47,10 +52,22 @@ def parse_method_arg(item: str) -> tuple[str, str]:
     if backend not in BACKENDS:
         raise ValueError(f"--method {item!r}: backend after '@' must be one of {', '.join(BACKENDS)}, "
                          f"got {backend!r}")
-    if backend == "stock" and method.name != "dense":
-        raise ValueError(f"--method {item!r}: backend 'stock' (stock transformers, SDPA + DynamicCache) runs "
-                         "'dense' only")
+    if backend in BASELINE_BACKENDS and method.name != "dense":
+        raise ValueError(f"--method {item!r}: backend {backend!r} (stock transformers or llama.cpp) runs 'dense' only")
     return method.spec(), backend
+
+
+def gguf_file_type(path: str) -> str:
+    """The GGUF file's ``general.file_type`` as its name (``MOSTLY_Q4_1`` -> ``Q4_1``)."""
+    import gguf
+
+    from magicpig.models import gguf_metadata
+
+    value = gguf_metadata(path).get("general.file_type")
+    try:
+        return gguf.LlamaFileType(int(value)).name.removeprefix("MOSTLY_")
+    except (TypeError, ValueError):
+        return f"file_type {value}"
 
 
 def resolve_dtype(name: str | None, device: str):
@@ -217,13 +234,14 @@ def time_stock(net, pre, steps: int, warmup: int, after_step=None) -> dict:
 
 def time_engine(net, tokenizer, pre, spec: str, backend: str, steps: int, warmup: int,
                 offload_dtype: str | None = None, linear: str = "auto", forward: str = "auto",
-                after_step=None) -> dict:
+                weights: str = WEIGHTS, after_step=None) -> dict:
     """Decode ``pre`` with ``Engine`` (backend ``reference`` / ``offload``) for warmup + steps forwards;
-    linear / forward: the engine's ``linear_impl`` / ``decode_forward``; after_step: ``Engine.decode``'s."""
+    linear / forward / weights: the engine's ``linear_impl`` / ``decode_forward`` / ``decode_weights``;
+    after_step: ``Engine.decode``'s."""
     from magicpig.engine import Engine, GenerationConfig
 
     engine = Engine(net, tokenizer, backend=backend, allow_long_context=True, offload_dtype=offload_dtype,
-                    linear_impl=linear, decode_forward=forward)
+                    linear_impl=linear, decode_forward=forward, decode_weights=weights)
     # n new tokens take n - 1 decode forwards (the first comes from the prefill's logits)
     res = engine.decode(pre, spec, GenerationConfig(max_new_tokens=warmup + steps + 1, ignore_eos=True),
                         after_step=after_step)[0]
@@ -242,10 +260,20 @@ class _Run:
     """One run's model, settings and rows: a row measured, refused, or searched for its largest batch."""
 
     def __init__(self, model, config, shape_only, device, dtype, steps, warmup, csv_path, verbose, offload_dtype,
-                 linear, forward, diagnostics, malloc_policy):
+                 linear, forward, weights, llamacpp_kv, diagnostics, malloc_policy):
+        import transformers
+
+        from magicpig import __version__
+        from magicpig.models import resolve
+
         self.model, self.net, self.tokenizer = model, None, None
         self.device, self.steps, self.warmup, self.offload_dtype = device, steps, warmup, offload_dtype
-        self.linear, self.forward, self.diagnostics = linear, forward, diagnostics
+        self.linear, self.forward, self.weights, self.diagnostics = linear, forward, weights, diagnostics
+        self.llamacpp_kv = llamacpp_kv
+        src = resolve(model, allow_shape=True)
+        self.gguf_path = os.path.join(src.path, src.gguf_file) if src.gguf_file else None
+        self.versions = {"stock": f"transformers {transformers.__version__}", "engine": f"magicpig {__version__}"}
+        self.ids: dict[int, list[int]] = {}  # context -> the essay's tokens (llama.cpp rows prefill them)
         self.shape = ModelShape.of_config(config, dtype)
         self.stream_gbps = measure_stream_gbps() if device.type == "cpu" else None
         machine = machine_record(str(device), load_cpu_module=True)
@@ -267,16 +295,39 @@ class _Run:
             self.table.log(f"streaming read {self.stream_gbps:.1f} GB/s (bench kernel's method): the bytes-limit's "
                            "bandwidth")
 
-    def estimate(self, spec, backend, n, batch) -> dict:
-        return memory.estimate_row(self.shape, spec, backend, n, batch, self.warmup + self.steps)
+    def estimate(self, spec, backend, n, batch, steps=None, warmup=None) -> dict:
+        new = (self.steps if steps is None else steps) + (self.warmup if warmup is None else warmup)
+        if backend == "llamacpp":
+            host = (llamacpp.estimate_nbytes(self.gguf_path, self.shape, n, batch, new, self.llamacpp_kv)
+                    if self.gguf_path else 0)
+            kv = 2 * self.shape.layers * self.shape.kv_heads * self.shape.head_dim * n * batch
+            return {"device": 0, "host": host, "kv": int(kv * llamacpp.KV_ELEM_BYTES[self.llamacpp_kv]), "tables": 0}
+        return memory.estimate_row(self.shape, spec, backend, n, batch, new)
+
+    def row_setup(self, backend: str) -> dict:
+        """The columns that say how a row's decoder ran: weights' storage and the runtime's version."""
+        if backend == "llamacpp":
+            reason = llamacpp.unavailable_reason(self.gguf_path)
+            return {"weights": "gguf " + gguf_file_type(self.gguf_path) if self.gguf_path else "",
+                    "runtime_version": "" if reason else llamacpp.version(), "offload_dtype": "",
+                    "dtype": f"kv {self.llamacpp_kv}"}
+        if backend == "stock":
+            return {"weights": "model", "runtime_version": self.versions["stock"]}
+        return {"weights": self.weights, "runtime_version": self.versions["engine"]}
 
     def measure(self, pre1, n, batch, spec, backend, fill, steps=None, warmup=None, search="") -> dict:
         """One row: estimate, then (if it fits) time it; an out-of-memory error becomes a fits=false row."""
         steps = self.steps if steps is None else steps
         warmup = self.warmup if warmup is None else warmup
-        est = memory.estimate_row(self.shape, spec, backend, n, batch, warmup + steps)
+        if backend == "llamacpp":
+            fill = "exact"  # llama.cpp prefills the context itself
+        est = self.estimate(spec, backend, n, batch, steps, warmup)
         row = self.table.row(n, batch, spec, backend, fill, est)
-        row.update({"search": search, "steps": steps, "warmup": warmup})
+        row.update({"search": search, "steps": steps, "warmup": warmup, **self.row_setup(backend)})
+        reason = llamacpp.unavailable_reason(self.gguf_path) if backend == "llamacpp" else None
+        if reason:
+            row.update({"fits": False, "reason": reason})
+            return row
         reason = memory.fit_reason(est, self.device)
         if reason:
             row.update({"fits": False, "reason": "estimate: " + reason})
@@ -288,13 +339,18 @@ class _Run:
         out = None
         try:
             with RowMonitor(self.device, self.diagnostics) as mon:
-                pre = repeat_batch(pre1, batch)
-                if backend == "stock":
-                    out = time_stock(self.net, pre, steps, warmup, sampler)
+                if backend == "llamacpp":
+                    out = llamacpp.time_llamacpp(self.gguf_path, self.context_ids(n), batch, steps, warmup,
+                                                 torch.get_num_threads(), self.llamacpp_kv)
                 else:
-                    out = time_engine(self.net, self.tokenizer, pre, spec, backend, steps, warmup, self.offload_dtype,
-                                      self.linear, self.forward, sampler)
-                del pre
+                    pre = repeat_batch(pre1, batch)
+                    if backend == "stock":
+                        out = time_stock(self.net, pre, steps, warmup, sampler)
+                    else:
+                        out = time_engine(self.net, self.tokenizer, pre, spec, backend, steps, warmup,
+                                          self.offload_dtype, self.linear, self.forward, weights=self.weights,
+                                          after_step=sampler)
+                    del pre
         except Exception as exc:  # noqa: BLE001 - only allocation failures are turned into rows
             if not memory.is_oom(exc):
                 raise
@@ -312,7 +368,12 @@ class _Run:
                     "forward": out["forward"]})
         if backend != "offload":
             row["table_bytes"] = 0
-        row.update(bytes_limit(self.model, row, self.stream_gbps))
+        if backend == "llamacpp":
+            row.update(self.llamacpp_bytes_limit(row))
+        else:
+            if out["linear"] != "magicpig":
+                row["weights"] = "model"  # kernel 4 did not run
+            row.update(bytes_limit(self.model, row, self.stream_gbps))
         if self.diagnostics:
             if sampler is not None and sampler.seconds:  # the machine's bandwidth during this row
                 after = sampler.after_read(out["step_seconds"])
@@ -323,12 +384,31 @@ class _Run:
                     row[f"{key}_ms"] = round(1000 * secs / max(1, len(timed)), 3)
         return row
 
+    def llamacpp_bytes_limit(self, row: dict) -> dict:
+        """A llama.cpp row's bytes-limit: the GGUF's tensor data (every weight read once; an untied input
+        embedding is counted too, so the limit is a little high for such models) and the KV cache."""
+        from magicpig.models import gguf_data_extent
+
+        if not self.stream_gbps:
+            return {}
+        nbytes = gguf_data_extent(self.gguf_path)[0] + int(row["kv_bytes"])
+        limit_ms = 1000 * nbytes / (self.stream_gbps * 1e9)
+        return {"bytes_per_step": nbytes, "stream_gbps": round(self.stream_gbps, 2),
+                "bytes_limit_ms": round(limit_ms, 3), "x_bytes_limit": round(float(row["ms_per_token"]) / limit_ms, 3)}
+
+    def context_ids(self, n: int) -> list[int]:
+        """The first ``n`` tokens of the essay (random ids for a model without a tokenizer)."""
+        if n not in self.ids:
+            self.ids = {n: essay_tokens(self.tokenizer, n) if self.tokenizer is not None
+                        else random_tokens(self.shape.vocab, n)}
+        return self.ids[n]
+
     def refuse(self, n, batches, methods, fill, reason) -> None:
         """fits=false rows for every (batch, method) at context ``n``."""
         for b in batches:
             for spec, backend in methods:
                 row = self.table.row(n, b, spec, backend, fill, self.estimate(spec, backend, n, b))
-                row.update({"fits": False, "reason": reason})
+                row.update({"fits": False, "reason": reason, **self.row_setup(backend)})
                 self.table.add(row)
 
     def max_batch(self, pre1, n, spec, backend, fill, limit: int) -> dict:
@@ -364,10 +444,12 @@ class _Run:
         return self.measure(pre1, n, max(good, 1), spec, backend, fill, search=label(max(good, 1)))
 
 
-def _check(fill, steps, warmup, contexts, batches, tile_base, offload_dtype, max_batch, linear, forward) -> None:
+def _check(fill, steps, warmup, contexts, batches, tile_base, offload_dtype, max_batch, linear, forward, weights,
+           llamacpp_kv) -> None:
     """Every argument of ``run``, checked before anything is loaded."""
     from magicpig.decode_forward import check_forward_impl
     from magicpig.decode_linear import check_linear_impl
+    from magicpig.decode_weights import check_weight_format
     from magicpig.decoders import offload_dtype_of
 
     if fill not in FILLS:
@@ -385,22 +467,27 @@ def _check(fill, steps, warmup, contexts, batches, tile_base, offload_dtype, max
     offload_dtype_of(offload_dtype)
     check_linear_impl(linear)
     check_forward_impl(forward)
+    check_weight_format(weights)
+    if llamacpp_kv not in llamacpp.KV_TYPES:
+        raise ValueError(f"llamacpp_kv must be one of {', '.join(llamacpp.KV_TYPES)}, got {llamacpp_kv!r}")
 
 
 def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=BATCHES, steps: int = 128,
         warmup: int = 32, fill: str = "exact", tile_base: int = 8192, device: str | None = None,
         dtype: str | None = None, csv_path: str | None = None, prefill_chunk: int = 2048,
         max_throughput: bool = False, max_batch: int = 256, verbose: bool = True,
-        offload_dtype: str | None = None, linear: str = "auto", forward: str = "auto",
-        diagnostics: bool = False) -> list[dict]:
+        offload_dtype: str | None = None, linear: str = "auto", forward: str = "auto", weights: str = WEIGHTS,
+        llamacpp_kv: str = "f16", diagnostics: bool = False) -> list[dict]:
     """Time decoding for every (context, batch, method@backend); returns the rows (also appended to
-    ``csv_path`` one at a time). methods: (spec, backend) pairs or ``SPEC[@BACKEND]`` strings. diagnostics:
+    ``csv_path`` one at a time). methods: (spec, backend) pairs or ``SPEC[@BACKEND]`` strings. weights: kernel
+    4's weight storage in the engine's rows; llamacpp_kv: llama.cpp's KV cache type. diagnostics:
     also the columns ``table.DIAGNOSTIC_COLUMNS`` (and, on the CPU, a streaming read between timed steps)."""
     from magicpig.engine import Engine
     from magicpig.models import load_model, resolve, shape_weight_bytes
 
     contexts, batches = tuple(contexts), tuple(batches)
-    _check(fill, steps, warmup, contexts, batches, tile_base, offload_dtype, max_batch, linear, forward)
+    _check(fill, steps, warmup, contexts, batches, tile_base, offload_dtype, max_batch, linear, forward, weights,
+           llamacpp_kv)
     methods = [parse_method_arg(m) if isinstance(m, str) else parse_method_arg(f"{m[0]}@{m[1]}") for m in methods]
     if not methods:
         raise ValueError("methods must not be empty")
@@ -413,7 +500,7 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
     if csv_path is None:
         csv_path = os.path.join("results", "bench", f"decode_{time.strftime('%Y%m%d-%H%M%S')}.csv")
     Table(csv_path, {}, diagnostics).start()  # a file of other columns is refused before the model loads
-    settings = (steps, warmup, csv_path, verbose, offload_dtype, linear, forward, diagnostics,
+    settings = (steps, warmup, csv_path, verbose, offload_dtype, linear, forward, weights, llamacpp_kv, diagnostics,
                 memory.converge_allocator())
     if src.shape is not None:  # a shape model whose weights cannot fit is refused before it is built
         bench = _Run(model, model_shape(src.shape).config(), True, dev, torch_dtype, *settings)

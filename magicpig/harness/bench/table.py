@@ -10,8 +10,8 @@ from magicpig.decoders import TIMING_KEYS
 
 # every row has all of them ('' where not applicable); docs/benchmarking.md says what each holds
 COLUMNS = ["model", "shape_only", "device", "device_name", "context", "batch", "method", "backend", "fill",
-           "dtype", "offload_dtype", "linear", "forward", "steps", "warmup", "threads", "isa", "cpu_model",
-           "torch_version", "malloc_policy", "ms_per_token", "tokens_per_s", "sampled_fraction", "setup_seconds",
+           "dtype", "offload_dtype", "linear", "forward", "weights", "steps", "warmup", "threads", "isa", "cpu_model",
+           "torch_version", "runtime_version", "malloc_policy", "ms_per_token", "tokens_per_s", "sampled_fraction", "setup_seconds",
            "peak_host_mb", "peak_device_mb", "kv_bytes", "table_bytes", "est_host_mb", "est_device_mb", "fits",
            "reason", "search", "other_cpu_load", "under_load", "bytes_per_step", "stream_gbps", "bytes_limit_ms",
            "x_bytes_limit"]
@@ -41,7 +41,8 @@ def bytes_limit(model: str, row: dict, stream_gbps: float | None) -> dict:
         sparse = projection.sparse_setting(row["method"], shape.layers, float(row["sampled_fraction"]))
         if row.get("offload_dtype") not in (None, "", "auto"):
             kv_elem = projection.dtype_bytes(row["offload_dtype"])
-    w = projection.step_work(shape, family, int(row["context"]), int(row["batch"]), sparse, kv_elem)
+    w = projection.step_work(shape, family, int(row["context"]), int(row["batch"]), sparse, kv_elem,
+                             weight_elem=projection.weight_elem_bytes(row.get("weights")))
     nbytes = w.weight_bytes + w.exact_kv_bytes + w.sparse_bytes
     limit_ms = 1000 * nbytes / (stream_gbps * 1e9)
     return {"bytes_per_step": int(nbytes), "stream_gbps": round(stream_gbps, 2), "bytes_limit_ms": round(limit_ms, 3),

@@ -86,6 +86,12 @@ def _register_decode(sub) -> None:
                    help="who runs the decode step's layer loop for the engine's backends (auto: magicpig's loop for "
                         "a float32 Llama / Mistral / Qwen2 CPU model with kernel-4 linears; stock rows always run "
                         "transformers')")
+    p.add_argument("--weights", choices=["model", "bfloat16", "q8_0"], default="q8_0",
+                   help="how kernel 4 stores the linear weights in the engine's rows: the model's own tensors, a "
+                        "bfloat16 copy, or Q8_0 blocks (int8 + a float32 scale per 32; the default: "
+                        "docs/benchmarking.md gives its speed and accuracy against the model's weights)")
+    p.add_argument("--llamacpp-kv", choices=["f16", "q8_0"], default="f16",
+                   help="llama.cpp's KV cache type in dense@llamacpp rows (default f16)")
     p.add_argument("--diagnostics", action="store_true",
                    help="also record the load averages, the hypervisor's steal, this process's kernel-time share, "
                         "the engine's per-step time breakdown and (on the CPU) the memory bandwidth measured "
@@ -119,7 +125,8 @@ def _run_decode(args) -> int:
                                 dtype=args.dtype, csv_path=args.csv, prefill_chunk=args.prefill_chunk,
                                 max_throughput=args.max_throughput, max_batch=args.max_batch,
                                 offload_dtype=None if args.offload_dtype == "auto" else args.offload_dtype,
-                                linear=args.linear, forward=args.forward, diagnostics=args.diagnostics)
+                                linear=args.linear, forward=args.forward, weights=args.weights,
+                                llamacpp_kv=args.llamacpp_kv, diagnostics=args.diagnostics)
     if not any(r["fits"] is True for r in rows):
         print("magicpig bench decode: no configuration fits in memory: "
               + "; ".join(sorted({r["reason"] for r in rows})), file=sys.stderr)

@@ -39,6 +39,9 @@ def register(sub) -> None:
                         "device + CPU split; methods without an offload decoder run on reference, as metrics.json "
                         "records)")
     p.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available)")
+    p.add_argument("--decode-weights", choices=["model", "bfloat16", "q8_0"], default="model",
+                   help="how the CPU module's kernel 4 stores the linear weights it reads in decode steps (default "
+                        "model: the model's own tensors; bfloat16 / q8_0: the storages bench decode times)")
     p.add_argument("--data", action="append", default=[], metavar="TASK=PATH",
                    help="local data file for a task (e.g. ruler/qa_1=dev-v2.0.json); repeatable")
     p.add_argument("--max-new-tokens", type=int, default=None, help="override every task's answer budget")
@@ -111,7 +114,8 @@ def run(args) -> int:
         raise ValueError("methods: give --methods 'dense;magicpig:K=10,L=150' or --method SPEC")
     cfg = EvalConfig(model=args.model, methods=methods, tasks=list(args.task), lengths=_lengths(args.length),
                      samples=args.samples, out=Path(args.out), seed=args.seed, setup=args.setup,
-                     backend=args.backend, device=args.device, data=_data(args.data),
+                     backend=args.backend, device=args.device, decode_weights=args.decode_weights,
+                     data=_data(args.data),
                      max_new_tokens=args.max_new_tokens, allow_long_context=args.allow_long_context,
                      progress=not args.no_progress, overwrite=args.overwrite,
                      task_settings={name: getattr(args, name) for name in SETTINGS})

@@ -104,7 +104,7 @@ def kernel_summary(paths) -> dict:
 
 def decode_items(paths, sampled_default: float = 0.02) -> list[dict]:
     """One dict per decode row: the row, its measured step seconds, its StepWork and its role."""
-    from magicpig.harness.projection import dtype_bytes, method_family, sparse_setting, step_work
+    from magicpig.harness.projection import dtype_bytes, method_family, sparse_setting, step_work, weight_elem_bytes
     from magicpig.shapes import model_shape
 
     items = []
@@ -140,7 +140,8 @@ def decode_items(paths, sampled_default: float = 0.02) -> list[dict]:
                                     _num(r, "sampled_fraction", default=sampled_default), generated)
         item.update(shape=shape.with_dtype(elem), family=family, context=int(context), batch=int(batch),
                     sparse=sparse)
-        item["work"] = step_work(item["shape"], family, int(context), int(batch), sparse, host_alloc=not gpu)
+        item["work"] = step_work(item["shape"], family, int(context), int(batch), sparse, host_alloc=not gpu,
+                                 weight_elem=weight_elem_bytes(r.get("weights")))
         if _flag(r.get("fits")) is False or math.isnan(item["measured_s"]):
             item["role"] = "not measured (does not fit)"
         elif under_load(r):

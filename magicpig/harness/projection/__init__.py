@@ -3,13 +3,13 @@ PROJECTS on GPU servers we do not have (``hardware``): model outputs, labelled a
 from magicpig.harness.projection.bandwidth import (COEFFICIENTS, EFFICIENCY, FAMILIES, MAX_LOO_ERROR, Fit,
                                                    SparseSetting, StepWork, dtype_bytes, features, fit,
                                                    leave_one_out, method_family, nnls, sparse_setting, step_work,
-                                                   trust_problems)
+                                                   trust_problems, weight_elem_bytes)
 from magicpig.harness.projection.hardware import (HARDWARE, LABEL, STOCK_KV_PASSES, Hardware, Projection,
                                                   gpu_full_attention, h200_rows, latency_rows, magicpig_offload,
                                                   paper_projection_rows, project_gpu_row)
 
 __all__ = ["COEFFICIENTS", "EFFICIENCY", "FAMILIES", "MAX_LOO_ERROR", "Fit", "SparseSetting", "StepWork",
            "dtype_bytes", "features", "fit", "leave_one_out", "method_family", "nnls", "sparse_setting",
-           "step_work", "trust_problems", "HARDWARE", "LABEL", "STOCK_KV_PASSES", "Hardware", "Projection",
-           "gpu_full_attention", "h200_rows", "latency_rows", "magicpig_offload", "paper_projection_rows",
+           "step_work", "trust_problems", "weight_elem_bytes", "HARDWARE", "LABEL", "STOCK_KV_PASSES", "Hardware",
+           "Projection", "gpu_full_attention", "h200_rows", "latency_rows", "magicpig_offload", "paper_projection_rows",
            "project_gpu_row"]

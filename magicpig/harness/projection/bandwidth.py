@@ -43,6 +43,9 @@ def dtype_bytes(dtype) -> int:
 FAMILIES = ("dense@stock", "dense", "magicpig")  # the methods the model knows
 
 
+WEIGHT_STORAGE_BYTES = {"bfloat16": 2.0, "q8_0": 1.125}  # int8 + a float32 scale per 32
+
+
 def method_family(method: str, backend: str | None = None) -> str | None:
     """``dense@stock`` (stock transformers SDPA + DynamicCache), ``dense`` (our dense decoder),
     ``magicpig`` (offload backend), or None for a method the model does not describe."""
@@ -50,6 +53,8 @@ def method_family(method: str, backend: str | None = None) -> str | None:
     if "@" in spec:
         spec, backend = spec.split("@", 1)
     name, backend = spec.split(":", 1)[0].strip().lower(), str(backend or "").strip().lower()
+    if backend == "llamacpp":
+        return None  # another runtime's kernels: the bench row carries its own bytes-limit
     if name == "dense":
         return "dense@stock" if backend == "stock" else "dense"
     if name == "magicpig" and backend == "offload":
@@ -99,10 +104,17 @@ def sparse_setting(spec: str, layers: int, sampled_fraction: float | None = None
 MMAP_THRESHOLD_MAX = 32 * 2**20  # glibc's largest dynamic mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
 
 
+def weight_elem_bytes(weights) -> float | None:
+    """Bytes per weight of a bench row's ``weights`` storage (``magicpig.decode_weights``), None for the
+    model's own tensors (then the model dtype's size)."""
+    return WEIGHT_STORAGE_BYTES.get(str(weights or ""))
+
+
 def step_work(model: ModelShape, family: str, context: int, batch: int, sparse: SparseSetting | None = None,
-              kv_elem: int | None = None, host_alloc: bool = False) -> StepWork:
+              kv_elem: int | None = None, host_alloc: bool = False, weight_elem: float | None = None) -> StepWork:
     """The bytes and FLOPs of one decode step (module docstring); ``kv_elem``: bytes per key/value element
-    (default: the weights' element size).
+    (default: the weights' element size); ``weight_elem``: bytes per weight as the step reads them (default:
+    the element size; ``weight_elem_bytes``).
 
     host_alloc (a CPU run): stock transformers' DynamicCache concatenates every layer's keys and values with
     the new token at each step, into new tensors. glibc serves an allocation above its mmap threshold (at
@@ -112,7 +124,7 @@ def step_work(model: ModelShape, family: str, context: int, batch: int, sparse: 
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
     kv_tok = model.kv_bytes_per_token_layer(kv_elem)
-    weights = model.params_read * model.bytes_per_param
+    weights = model.params_read * (weight_elem or model.bytes_per_param)
     flops = batch * 2 * model.params_read
     if family != "magicpig":
         kv = batch * model.layers * context * kv_tok

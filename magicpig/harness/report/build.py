@@ -17,6 +17,7 @@ from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.report.paper_tables import (intervals, paper_model, ruler_model_section, ruler_rows,
                                                   skipped_notes, table1_section, table6_section, task_table)
 from magicpig.harness.report.sections_sweeps import sweep_section, token_section
+from magicpig.harness.report.tables_cpu import cpu_baselines_section
 from magicpig.harness.report.tables_kl import kl_tables_section
 from magicpig.harness.report.tables_system import (DECODE_COLUMNS, gpu_section, shapes_section, table7_section,
                                                    table8_section)
@@ -226,7 +227,8 @@ def _csv_table(df: pd.DataFrame, columns: list[str] | None = None, limit: int = 
 # the figure drawn from each estimation CSV, shown under its table
 ESTIMATION_FIGURES = {"spread_summary.csv": "attention_spread.png", "error_topk_vs_oracle.csv": "error_vs_budget.png",
                       "kl_grid_summary.csv": "kl_grid.png", "geometry_summary.csv": "geometry.png"}
-THROUGHPUT_FIGURES = ("throughput_batch.png", "throughput_context.png", "speedup_paper_hardware.png")
+THROUGHPUT_FIGURES = ("throughput_batch.png", "throughput_context.png", "speedup_paper_hardware.png",
+                      "cpu_baselines.png")
 
 
 def tune_kl_files(est: Path) -> list[Path]:
@@ -282,5 +284,6 @@ def csv_sections(results: Path, out: Path, ref: dict, figs: dict | None = None) 
         parts += [f"### {title}", _csv_table(df, cols)]
     if not shown:
         parts.append("Not run.")
+    parts += cpu_baselines_section(results)
     parts += figures.embed_all(figs, THROUGHPUT_FIGURES)
     return parts

@@ -32,6 +32,7 @@ PLOTS: dict[str, Plot] = {
     "throughput_batch.png": plots_throughput.throughput_batch,
     "throughput_context.png": plots_throughput.throughput_context,
     "speedup_paper_hardware.png": plots_throughput.speedup_paper_hardware,
+    "cpu_baselines.png": plots_throughput.cpu_baselines,
 }
 
 FIGURES: list[str] = list(PLOTS)

@@ -196,3 +196,52 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
     axp.set_title(PROJECTED, color="darkorange")
     canvas.legend_below(axp, ncol=1)
     return canvas.save(fig, path, title, missing)
+
+
+def cpu_baselines(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
+    """The CPU decoders against context: ms/token at batch 1 (solid; dashed: the step's bytes-limit) | tokens/s
+    at the largest batch that fits (``--max-throughput`` rows, the batch written at each point). Stock
+    transformers, llama.cpp on the same GGUF file, our dense decoder and MagicPIG, all measured here."""
+    from magicpig.harness.report.tables_cpu import batch_one, system_label
+
+    title = "CPU decoders: stock transformers, llama.cpp, our dense, MagicPIG"
+    missing: list[str] = []
+    fig, (ax, axm) = canvas.subplots(2, title, width=5.0, height=4.4)
+    df = canvas.read(results / "throughput" / "decode.csv")
+    if df is not None and "backend" in df:
+        df = df[(df["device"].astype(str) == "cpu") & canvas.truthy(df["fits"])]
+    if df is None or df.empty:
+        canvas.no_data(ax, "throughput/decode.csv (CPU rows)", missing)
+        canvas.no_data(axm, "throughput/decode.csv (CPU rows)", missing)
+        return canvas.save(fig, path, title, missing)
+    one = batch_one(df)
+    for i, ((m, b), g) in enumerate(one.groupby(["method", "backend"], sort=False)):
+        g = g.sort_values("context")
+        ax.plot(g["context"], g["ms_per_token"], "o-", color=f"C{i % 10}", label=system_label(m, b))
+        limit = pd.to_numeric(g.get("bytes_limit_ms"), errors="coerce")
+        if limit is not None and limit.notna().any():
+            ax.plot(g["context"], limit, "--", color=f"C{i % 10}", lw=0.8)
+    ax.plot([], [], "k--", lw=0.8, label="bytes-limit of the step")
+    ax.set_title("batch 1: ms / token (lower is better)", fontsize=9)
+    ax.set_xlabel("context (tokens)")
+    ax.set_ylabel("ms / token")
+    ax.set_xscale("log", base=2)
+    canvas.fit_single(ax, one["context"], log=True)
+    canvas.log_if_wide(ax, one["ms_per_token"])
+    canvas.legend_below(ax, fontsize=6)
+    best = df[df["search"].fillna("").astype(str) != ""]
+    if best.empty:
+        canvas.no_data(axm, "max-batch rows (bench decode --max-throughput)", missing)
+    for i, ((m, b), g) in enumerate(best.groupby(["method", "backend"], sort=False)):
+        g = g.sort_values("context")
+        axm.plot(g["context"], g["tokens_per_s"], "o-", color=f"C{i % 10}", label=system_label(m, b))
+        for x, y, batch in zip(g["context"], g["tokens_per_s"], g["batch"]):
+            axm.annotate(f"B={int(batch)}", (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    axm.set_title("largest batch that fits: tokens / s", fontsize=9)
+    axm.set_xlabel("context (tokens)")
+    axm.set_ylabel("tokens / s")
+    if not best.empty:
+        axm.set_xscale("log", base=2)
+        canvas.fit_single(axm, best["context"], log=True)
+        canvas.legend_below(axm, fontsize=6)
+    return canvas.save(fig, path, title, missing)

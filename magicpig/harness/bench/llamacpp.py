@@ -1,0 +1,162 @@
+"""``dense@llamacpp`` in ``magicpig bench decode``: the same GGUF file decoded by llama.cpp (through
+llama-cpp-python's C API, CPU only), the decoder a CPU user would otherwise run.
+
+Protocol (as for the other rows): the context's tokens are prefilled for real (llama.cpp's KV cache cannot
+be tiled from a shorter prefill, so a ``tile`` run's llama.cpp rows say ``fill=exact``), copied to every
+sequence of the batch (``llama_memory_seq_cp``: each sequence its own KV stream), then ``warmup`` untimed
+and ``steps`` timed decode steps of one token per sequence: ``llama_decode`` and the greedy pick of each
+sequence's next token from its logits. Flash attention on, the KV cache in ``kv_type`` (f16 or q8_0), the
+same thread count as the engine's rows. llama-cpp-python's own default is flash attention off; llama.cpp's
+command line defaults to auto, which picks it on a CPU.
+
+The bindings are an optional extra (``make setup-llamacpp``). ``unavailable_reason`` says why a row cannot
+run (bindings missing, a model without a GGUF file), and the row is written with ``fits=false`` and that
+reason instead.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import time
+
+import numpy as np
+
+KV_TYPES = {"f16": 1, "q8_0": 8}  # ggml_type of the KV cache
+KV_ELEM_BYTES = {"f16": 2.0, "q8_0": 34 / 32}
+FLASH_ATTN_ENABLED = 1  # llama_flash_attn_type
+N_BATCH = 2048  # prompt tokens per llama_decode call in the prefill
+N_UBATCH = 512
+_quiet = None  # the log callback handed to llama.cpp (kept alive here)
+
+
+def _silence(lc) -> None:
+    """llama.cpp's own log (model and context details, per call) goes nowhere: the row records what counts."""
+    global _quiet
+    if _quiet is None:
+        _quiet = lc.llama_log_callback(lambda level, text, data: None)
+        lc.llama_log_set(_quiet, ctypes.c_void_p(0))
+
+
+def unavailable_reason(gguf_path: str | None) -> str | None:
+    """Why llama.cpp rows cannot run here (None: they can)."""
+    if gguf_path is None:
+        return "llama.cpp runs GGUF files; this model has none (a hub folder or shape-only model)"
+    if not bindings_installed():
+        return "llama.cpp bindings not installed (make setup-llamacpp)"
+    return None
+
+
+def bindings_installed() -> bool:
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def version() -> str:
+    """``llama-cpp-python X (llama.cpp build flags)``: the package version and its system info line."""
+    import llama_cpp
+
+    info = llama_cpp.llama_print_system_info().decode(errors="replace").strip()
+    return f"llama-cpp-python {llama_cpp.__version__} ({info})"
+
+
+def estimate_nbytes(gguf_path: str, shape, n: int, batch: int, new_tokens: int, kv_type: str) -> int:
+    """Host bytes of a llama.cpp row: the GGUF file (mapped), the KV cache of ``batch`` sequences of
+    ``n + new_tokens`` tokens in ``kv_type`` and the prefill's compute buffer (logits of N_UBATCH tokens
+    and the activations of one ubatch, generously)."""
+    kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * (n + new_tokens) * batch * KV_ELEM_BYTES[kv_type]
+    compute = N_UBATCH * (shape.vocab + 8 * shape.intermediate + 8 * shape.hidden) * 4
+    return int(os.path.getsize(gguf_path) + kv + compute)
+
+
+class _Batch:
+    """A ``llama_batch`` of up to ``capacity`` tokens, each in one sequence."""
+
+    def __init__(self, capacity: int):
+        import llama_cpp
+
+        self.lib, self.capacity = llama_cpp, capacity
+        self.batch = llama_cpp.llama_batch_init(capacity, 0, capacity)
+
+    def fill(self, tokens, positions, seqs, want_logits) -> None:
+        b = self.batch
+        b.n_tokens = len(tokens)
+        for i, (tok, pos, seq, out) in enumerate(zip(tokens, positions, seqs, want_logits)):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = int(tok), int(pos), 1, bool(out)
+            b.seq_id[i][0] = int(seq)
+
+    def free(self) -> None:
+        self.lib.llama_batch_free(self.batch)
+
+
+def time_llamacpp(gguf_path: str, ids: list[int], batch: int, steps: int, warmup: int, threads: int,
+                  kv_type: str = "f16") -> dict:
+    """Prefill ``ids`` with llama.cpp, copy the context to ``batch`` sequences and time the decode steps.
+    Returns the dict ``decode.time_engine`` returns, and ``first_token``: the prefill's greedy token; raises MemoryError when llama.cpp cannot allocate its
+    context or a step fails."""
+    import llama_cpp as lc
+
+    if kv_type not in KV_TYPES:
+        raise ValueError(f"llamacpp_kv must be one of {', '.join(KV_TYPES)}, got {kv_type!r}")
+    _silence(lc)
+    lc.llama_backend_init()
+    mparams = lc.llama_model_default_params()
+    mparams.n_gpu_layers = 0
+    t0 = time.perf_counter()
+    model = lc.llama_model_load_from_file(gguf_path.encode(), mparams)
+    if not model:
+        raise ValueError(f"llama.cpp could not load {gguf_path}")
+    ctx = None
+    batches: list[_Batch] = []
+    try:
+        n = len(ids)
+        per_seq = n + warmup + steps + 1
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = per_seq * batch
+        cparams.n_batch, cparams.n_ubatch = N_BATCH, N_UBATCH
+        cparams.n_seq_max = batch
+        cparams.n_threads = cparams.n_threads_batch = threads
+        cparams.flash_attn_type = FLASH_ATTN_ENABLED
+        cparams.type_k = cparams.type_v = KV_TYPES[kv_type]
+        cparams.kv_unified = False  # one KV stream per sequence: each holds its own copy, as the engine's rows
+        cparams.no_perf = True
+        ctx = lc.llama_init_from_model(model, cparams)
+        if not ctx:
+            raise MemoryError(f"llama.cpp could not allocate a context of {batch} x {per_seq} tokens")
+        vocab = lc.llama_model_get_vocab(model)
+        n_vocab = lc.llama_vocab_n_tokens(vocab)
+        prompt = _Batch(min(N_BATCH, n))
+        step_batch = _Batch(batch)
+        batches += [prompt, step_batch]
+        for lo in range(0, n, N_BATCH):
+            chunk = ids[lo:lo + N_BATCH]
+            last = lo + len(chunk) == n
+            prompt.fill(chunk, range(lo, lo + len(chunk)), [0] * len(chunk),
+                        [last and i == len(chunk) - 1 for i in range(len(chunk))])
+            if lc.llama_decode(ctx, prompt.batch) != 0:
+                raise MemoryError(f"llama_decode failed in the prefill at token {lo}")
+        first = _argmax(lc.llama_get_logits_ith(ctx, -1), n_vocab)
+        mem = lc.llama_get_memory(ctx)
+        for s in range(1, batch):
+            lc.llama_memory_seq_cp(mem, 0, s, -1, -1)
+        setup = time.perf_counter() - t0
+        tokens = [first] * batch
+        step_seconds = []
+        for t in range(warmup + steps):
+            t_step = time.perf_counter()
+            step_batch.fill(tokens, [n + t] * batch, range(batch), [True] * batch)
+            if lc.llama_decode(ctx, step_batch.batch) != 0:
+                raise MemoryError(f"llama_decode failed at decode step {t} (batch {batch}, context {n + t})")
+            tokens = [_argmax(lc.llama_get_logits_ith(ctx, i), n_vocab) for i in range(batch)]
+            step_seconds.append(time.perf_counter() - t_step)
+    finally:
+        for b in batches:
+            b.free()
+        if ctx:
+            lc.llama_free(ctx)
+        lc.llama_model_free(model)
+    return {"step_seconds": step_seconds, "setup_seconds": setup, "sampled_fraction": 1.0, "timings": None,
+            "linear": "llamacpp", "forward": "llamacpp", "first_token": first}
+
+
+def _argmax(logits_ptr, n_vocab: int) -> int:
+    return int(np.ctypeslib.as_array(ctypes.cast(logits_ptr, ctypes.POINTER(ctypes.c_float)), (n_vocab,)).argmax())

@@ -1,0 +1,80 @@
+"""The CPU decoders side by side: per context, ms/token at batch 1 of stock transformers, llama.cpp on the
+same GGUF file, our dense decoder and MagicPIG, each beside its step's bytes-limit, and MagicPIG's speed
+against llama.cpp (the decoder a CPU user would otherwise run). From ``throughput/decode.csv``."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from magicpig.harness.report.canvas import read, truthy
+from magicpig.harness.report.markdown import fmt, table
+
+TITLE = "CPU decoders side by side (batch 1, measured)"
+SYSTEMS = (("dense", "stock", "stock transformers"), ("dense", "llamacpp", "llama.cpp"),
+           ("dense", "reference", "our dense"))
+
+
+def system_label(method: str, backend: str) -> str:
+    for m, b, label in SYSTEMS:
+        if (method, backend) == (m, b):
+            return label
+    return f"{method}@{backend}"
+
+
+def batch_one(decode: pd.DataFrame) -> pd.DataFrame:
+    """The measured batch-1 rows (not max-batch searches), one per (system, context): the last written."""
+    df = decode[(decode["batch"] == 1) & (decode["search"].fillna("").astype(str) == "")]
+    return df.drop_duplicates(["method", "backend", "context"], keep="last")
+
+
+def cpu_baselines_section(results: Path) -> list[str]:
+    decode = read(results / "throughput" / "decode.csv")
+    if decode is None or "backend" not in decode:
+        return [f"### {TITLE}", "Not run (no `throughput/decode.csv`)."]
+    decode = decode[decode["device"].astype(str) == "cpu"]
+    df = batch_one(decode)
+    if df.empty:
+        return [f"### {TITLE}", "No batch-1 CPU rows."]
+    fits = truthy(df["fits"])
+    present = list(dict.fromkeys(zip(df["method"], df["backend"])))
+    baselines = [(m, b) for m, b, _ in SYSTEMS]
+    systems = [s for s in baselines if s in present] + [s for s in present if s not in baselines]
+    llama = df[(df["backend"] == "llamacpp") & fits]
+    magicpig = [s for s in systems if s[0].startswith("magicpig")] if len(llama) else []
+    header = ["context"] + [system_label(*s) for s in systems] + [f"{m} vs llama.cpp" for m, _ in magicpig]
+    rows = []
+    for n in sorted(df["context"].unique()):
+        at = df[df["context"] == n]
+        row = [int(n)]
+        for m, b in systems:
+            hit = at[(at["method"] == m) & (at["backend"] == b)]
+            row.append(_cell(hit.iloc[0]) if len(hit) else "")
+        ref = llama[llama["context"] == n]
+        for m, b in magicpig:
+            hit = at[(at["method"] == m) & (at["backend"] == b) & truthy(at["fits"])]
+            row.append(f"{float(ref['ms_per_token'].iloc[0]) / float(hit['ms_per_token'].iloc[0]):.2f}x"
+                       if len(ref) and len(hit) else "")
+        rows.append(row)
+    notes = [f"- `{system_label(m, b)}` not run: {reason}" for (m, b), reason in
+             df[~fits].groupby(["method", "backend"], sort=False)["reason"].first().items()]
+    weights = sorted({f"{system_label(m, b)}: {w}" for m, b, w in df[fits][["method", "backend", "weights"]]
+                      .itertuples(index=False)}) if "weights" in df else []
+    return [f"### {TITLE}",
+            "ms/token (and, in brackets, the step's bytes-limit: the bytes it must read at this machine's "
+            "streaming read; '(under load)' marks a row another process shared the CPU with). The ratios are "
+            "llama.cpp's ms/token over MagicPIG's, from the same run. Weights as read: "
+            + ("; ".join(weights) or "not recorded") + ".",
+            table(header, rows)] + notes
+
+
+def _true(value) -> bool:
+    return bool(truthy(pd.Series([value])).iloc[0])
+
+
+def _cell(r) -> str:
+    if not _true(r["fits"]):
+        return "not run"
+    limit = pd.to_numeric(pd.Series([r.get("bytes_limit_ms")]), errors="coerce").iloc[0]
+    text = fmt(float(r["ms_per_token"]), digits=1) + ("" if pd.isna(limit) else f" ({limit:.1f})")
+    return text + (" (under load)" if _true(r.get("under_load", False)) else "")

@@ -77,7 +77,8 @@ def test_status_follows_the_config_and_the_results(tmp_path):
     rows = coverage_rows(build_report(root, tmp_path / "fig2", "t", no_bench).read_text())
     assert rows["Table 7"][3].startswith("not run in this preset: not run by this preset (runs in `")
     rows = coverage_rows(build_report(root, tmp_path / "fig3", "t", CPU_CONFIG).read_text())
-    assert rows["Table 7"][3] == "partial: no `throughput/decode.csv` in this run yet"
+    assert rows["Table 7"][3] == ("partial: no `throughput/decode.csv` in this run yet; `cpu_baselines.png` lacks "
+                                  "`throughput/decode.csv (CPU rows)`")
 
 
 def test_table8_formula_reproduces_the_papers_numbers():

@@ -78,7 +78,11 @@ def test_decode_bench_backend_suffix(smoke):
     validate_pipeline_config(smoke)  # same method on two backends is two measurements
     p["decode_bench"]["methods"] = ["dense@gpu"]
     msg = problems(smoke)
-    assert "presets.smoke.decode_bench.methods[0]" in msg and "stock, reference, offload" in msg
+    assert "presets.smoke.decode_bench.methods[0]" in msg and "stock, llamacpp, reference, offload" in msg
+    p["decode_bench"]["methods"] = ["dense@llamacpp", "quest@llamacpp"]
+    msg = problems(smoke)
+    assert "methods[1]: backend 'llamacpp' (stock transformers or llama.cpp) runs 'dense' only" in msg
+    assert "methods[0]" not in msg
 
 
 @pytest.mark.parametrize("block", ["ruler", "ablations"])

@@ -65,9 +65,11 @@ def synthetic_tree(root: Path) -> Path:
     write_token_tables(est)
     thr = root / "throughput"
     thr.mkdir(parents=True)
-    pd.DataFrame([{"device": "cpu", "context": n, "batch": b, "method": m, "backend": "offload",
-                   "tokens_per_s": 10.0 * b, "ms_per_token": 100.0 / b, "under_load": False}
-                  for n in (1024, 2048) for b in (1, 2) for m in ("dense", "magicpig")]
+    systems = (("dense", "stock"), ("dense", "llamacpp"), ("dense", "reference"), ("magicpig", "offload"))
+    pd.DataFrame([{"device": "cpu", "context": n, "batch": b, "method": m, "backend": be, "fits": True,
+                   "search": search, "tokens_per_s": 10.0 * b, "ms_per_token": 100.0 / b, "bytes_limit_ms": 20.0,
+                   "under_load": False}
+                  for n in (1024, 2048) for b, search in ((1, ""), (2, ""), (4, "max-batch")) for m, be in systems]
                  ).to_csv(thr / "decode.csv", index=False)
     pd.DataFrame([{"context": n, "which": w, "method": m, "batch": b, "ms_per_token": 20.0, "tokens_per_s": 50.0 * b}
                   for n in (16384, 98304) for w, b in (("batch 1", 1), ("max batch", 8)) for m in ("dense", "magicpig")]

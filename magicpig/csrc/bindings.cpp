@@ -537,7 +537,11 @@ torch::Tensor mlp_residual(torch::Tensor h, torch::Tensor norm, double eps, std:
     magicpig::linear(parts.data(), 1, static_cast<int>(isa), static_cast<int>(threads));
   }
   TORCH_CHECK(biases.size() == 3, "expected 3 biases (None for none), got ", biases.size());
-  TORCH_CHECK(weights[0].dim() == 2 && weights[2].dim() == 2, "gate and down must be 2-D");  // down's width: linear_parts
+  TORCH_CHECK(weights[0].dim() == 2 && weights[2].dim() == 2, "gate and down must be 2-D");
+  const int64_t F = weights[0].size(0);  // down's input width, stored as F values (or F + F / 8 q8_0 bytes)
+  TORCH_CHECK(weights[2].size(1) == (weights[2].scalar_type() == torch::kChar
+                                         ? magicpig::weight_row_bytes(magicpig::kWeightQ8, F) : F),
+              "down's input width must equal gate's rows");
   auto normed = torch::empty_like(h);
   auto gate_up = torch::empty({h.size(0), rows_of({weights[0], weights[1]})}, torch::kFloat32);
   auto act = torch::empty({h.size(0), weights[0].size(0)}, torch::kFloat32);

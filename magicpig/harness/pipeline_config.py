@@ -170,7 +170,7 @@ def method_problems(path: str, specs: list[str], *, eval_specs: bool, eval_backe
     """Unparsable specs, duplicate / equivalent ones, specs beyond the limits of their backend (``eval_backend``
     for an eval list) and, for an eval list, folder names that two specs would share. ``eval_specs``: the
     list goes to ``magicpig eval``; otherwise to ``bench decode``, which also takes SPEC@BACKEND."""
-    from magicpig.backends import BENCH_BACKENDS as DECODE_BACKENDS
+    from magicpig.backends import BASELINE_BACKENDS, BENCH_BACKENDS as DECODE_BACKENDS
     from magicpig.backends import check_backend_limits, system_backend
     from magicpig.methods import canonical_spec  # equal for equivalent specs ('magicpig', 'magicpig:K=10,L=150')
     from magicpig.methods import parse_method
@@ -188,8 +188,10 @@ def method_problems(path: str, specs: list[str], *, eval_specs: bool, eval_backe
         try:
             key = (canonical_spec(spec), backend)  # one method on two decode backends: two measurements
             method = parse_method(spec)
-            runs_on = (backend if backend != "stock" else "reference") or (
+            runs_on = (backend if backend not in BASELINE_BACKENDS else "reference") or (
                 eval_backend if eval_specs else system_backend(method.name))
+            if backend in BASELINE_BACKENDS and method.name != "dense":
+                raise ValueError(f"backend {backend!r} (stock transformers or llama.cpp) runs 'dense' only")
             check_backend_limits(method, runs_on)
         except ValueError as exc:
             out.append(f"{path}[{i}]: {exc}")

@@ -309,8 +309,8 @@ class _Run:
         if backend == "llamacpp":
             reason = llamacpp.unavailable_reason(self.gguf_path)
             return {"weights": "gguf " + gguf_file_type(self.gguf_path) if self.gguf_path else "",
-                    "runtime_version": "" if reason else llamacpp.version(), "offload_dtype": "",
-                    "dtype": f"kv {self.llamacpp_kv}"}
+                    "runtime_version": "" if reason else llamacpp.version(), "dtype": "",
+                    "offload_dtype": self.llamacpp_kv}  # llama.cpp's KV cache, in host memory
         if backend == "stock":
             return {"weights": "model", "runtime_version": self.versions["stock"]}
         return {"weights": self.weights, "runtime_version": self.versions["engine"]}

@@ -2,8 +2,9 @@
 llama-cpp-python's C API, CPU only), the decoder a CPU user would otherwise run.
 
 Protocol (as for the other rows): the context's tokens are prefilled for real (llama.cpp's KV cache cannot
-be tiled from a shorter prefill, so a ``tile`` run's llama.cpp rows say ``fill=exact``), copied to every
-sequence of the batch (``llama_memory_seq_cp``: each sequence its own KV stream), then ``warmup`` untimed
+be tiled from a shorter prefill, so a ``tile`` run's llama.cpp rows say ``fill=exact``; the prefilled
+sequence's state is kept and restored for the next row of the same context and batch: llama.cpp restores
+a state only into as many KV streams as it was saved from), copied to every sequence of the batch (``llama_memory_seq_cp``: each sequence its own KV stream), then ``warmup`` untimed
 and ``steps`` timed decode steps of one token per sequence: ``llama_decode`` and the greedy pick of each
 sequence's next token from its logits. Flash attention on, the KV cache in ``kv_type`` (f16 or q8_0), the
 same thread count as the engine's rows. llama-cpp-python's own default is flash attention off; llama.cpp's
@@ -27,7 +28,9 @@ KV_ELEM_BYTES = {"f16": 2.0, "q8_0": 34 / 32}
 FLASH_ATTN_ENABLED = 1  # llama_flash_attn_type
 N_BATCH = 2048  # prompt tokens per llama_decode call in the prefill
 N_UBATCH = 512
+CTX_PAD = 256
 _quiet = None  # the log callback handed to llama.cpp (kept alive here)
+_prefilled: dict = {}  # the last prefill: {"key": (path, ids, kv, threads, batch), "state": bytes, "first": token}
 
 
 def _silence(lc) -> None:
@@ -61,9 +64,9 @@ def version() -> str:
 
 def estimate_nbytes(gguf_path: str, shape, n: int, batch: int, new_tokens: int, kv_type: str) -> int:
     """Host bytes of a llama.cpp row: the GGUF file (mapped), the KV cache of ``batch`` sequences of
-    ``n + new_tokens`` tokens in ``kv_type`` and the prefill's compute buffer (logits of N_UBATCH tokens
-    and the activations of one ubatch, generously)."""
-    kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * (n + new_tokens) * batch * KV_ELEM_BYTES[kv_type]
+    ``n + new_tokens`` tokens in ``kv_type``, the kept prefill state (one sequence of ``n``) and the prefill's
+    compute buffer (logits of N_UBATCH tokens and the activations of one ubatch, generously)."""
+    kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * ((n + new_tokens) * batch + n) * KV_ELEM_BYTES[kv_type]
     compute = N_UBATCH * (shape.vocab + 8 * shape.intermediate + 8 * shape.hidden) * 4
     return int(os.path.getsize(gguf_path) + kv + compute)
 
@@ -90,8 +93,9 @@ class _Batch:
 
 def time_llamacpp(gguf_path: str, ids: list[int], batch: int, steps: int, warmup: int, threads: int,
                   kv_type: str = "f16") -> dict:
-    """Prefill ``ids`` with llama.cpp, copy the context to ``batch`` sequences and time the decode steps.
-    Returns the dict ``decode.time_engine`` returns, and ``first_token``: the prefill's greedy token; raises MemoryError when llama.cpp cannot allocate its
+    """Prefill ``ids`` with llama.cpp (or restore the last row's prefill of the same ids), copy the context to
+    ``batch`` sequences and time the decode steps. Returns the dict ``decode.time_engine`` returns, and
+    ``first_token``: the prefill's greedy token; raises MemoryError when llama.cpp cannot allocate its
     context or a step fails."""
     import llama_cpp as lc
 
@@ -109,7 +113,9 @@ def time_llamacpp(gguf_path: str, ids: list[int], batch: int, steps: int, warmup
     batches: list[_Batch] = []
     try:
         n = len(ids)
-        per_seq = n + warmup + steps + 1
+        # cells per sequence, a multiple of llama.cpp's padding of n_ctx (256): every row of the batch gives
+        # each sequence the same cells, and the kept prefill state restores into them
+        per_seq = -(-(n + warmup + steps + 1) // CTX_PAD) * CTX_PAD
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = per_seq * batch
         cparams.n_batch, cparams.n_ubatch = N_BATCH, N_UBATCH
@@ -124,17 +130,31 @@ def time_llamacpp(gguf_path: str, ids: list[int], batch: int, steps: int, warmup
             raise MemoryError(f"llama.cpp could not allocate a context of {batch} x {per_seq} tokens")
         vocab = lc.llama_model_get_vocab(model)
         n_vocab = lc.llama_vocab_n_tokens(vocab)
-        prompt = _Batch(min(N_BATCH, n))
         step_batch = _Batch(batch)
-        batches += [prompt, step_batch]
-        for lo in range(0, n, N_BATCH):
-            chunk = ids[lo:lo + N_BATCH]
-            last = lo + len(chunk) == n
-            prompt.fill(chunk, range(lo, lo + len(chunk)), [0] * len(chunk),
-                        [last and i == len(chunk) - 1 for i in range(len(chunk))])
-            if lc.llama_decode(ctx, prompt.batch) != 0:
-                raise MemoryError(f"llama_decode failed in the prefill at token {lo}")
-        first = _argmax(lc.llama_get_logits_ith(ctx, -1), n_vocab)
+        batches.append(step_batch)
+        # a sequence's saved state restores only into a context of the same number of KV streams (sequences)
+        key = (gguf_path, tuple(ids), kv_type, threads, batch)
+        if _prefilled.get("key") == key:  # the same context and batch prefilled by an earlier row: restored
+            state = _prefilled["state"]
+            if lc.llama_state_seq_set_data(ctx, state, len(state), 0) == 0:
+                raise MemoryError("llama.cpp could not restore the prefilled sequence")
+            first = _prefilled["first"]
+        else:
+            _prefilled.clear()
+            prompt = _Batch(min(N_BATCH, n))
+            batches.append(prompt)
+            for lo in range(0, n, N_BATCH):
+                chunk = ids[lo:lo + N_BATCH]
+                last = lo + len(chunk) == n
+                prompt.fill(chunk, range(lo, lo + len(chunk)), [0] * len(chunk),
+                            [last and i == len(chunk) - 1 for i in range(len(chunk))])
+                if lc.llama_decode(ctx, prompt.batch) != 0:
+                    raise MemoryError(f"llama_decode failed in the prefill at token {lo}")
+            first = _argmax(lc.llama_get_logits_ith(ctx, -1), n_vocab)
+            size = lc.llama_state_seq_get_size(ctx, 0)
+            state = (ctypes.c_uint8 * size)()
+            lc.llama_state_seq_get_data(ctx, state, size, 0)
+            _prefilled.update(key=key, state=state, first=first)
         mem = lc.llama_get_memory(ctx)
         for s in range(1, batch):
             lc.llama_memory_seq_cp(mem, 0, s, -1, -1)

@@ -11,8 +11,8 @@ from magicpig.decoders import TIMING_KEYS
 # every row has all of them ('' where not applicable); docs/benchmarking.md says what each holds
 COLUMNS = ["model", "shape_only", "device", "device_name", "context", "batch", "method", "backend", "fill",
            "dtype", "offload_dtype", "linear", "forward", "weights", "steps", "warmup", "threads", "isa", "cpu_model",
-           "torch_version", "runtime_version", "malloc_policy", "ms_per_token", "tokens_per_s", "sampled_fraction", "setup_seconds",
-           "peak_host_mb", "peak_device_mb", "kv_bytes", "table_bytes", "est_host_mb", "est_device_mb", "fits",
+           "torch_version", "runtime_version", "malloc_policy", "ms_per_token", "tokens_per_s", "sampled_fraction",
+           "setup_seconds", "peak_host_mb", "peak_device_mb", "kv_bytes", "table_bytes", "est_host_mb", "est_device_mb", "fits",
            "reason", "search", "other_cpu_load", "under_load", "bytes_per_step", "stream_gbps", "bytes_limit_ms",
            "x_bytes_limit"]
 # added by ``--diagnostics``: the load average, the hypervisor's steal, this process's kernel share, the

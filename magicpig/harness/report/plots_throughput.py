@@ -202,17 +202,17 @@ def cpu_baselines(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """The CPU decoders against context: ms/token at batch 1 (solid; dashed: the step's bytes-limit) | tokens/s
     at the largest batch that fits (``--max-throughput`` rows, the batch written at each point). Stock
     transformers, llama.cpp on the same GGUF file, our dense decoder and MagicPIG, all measured here."""
-    from magicpig.harness.report.tables_cpu import batch_one, system_label
+    from magicpig.harness.report.tables_cpu import batch_one, cpu_rows, system_label
 
     title = "CPU decoders: stock transformers, llama.cpp, our dense, MagicPIG"
     missing: list[str] = []
     fig, (ax, axm) = canvas.subplots(2, title, width=5.0, height=4.4)
-    df = canvas.read(results / "throughput" / "decode.csv")
-    if df is not None and "backend" in df:
-        df = df[(df["device"].astype(str) == "cpu") & canvas.truthy(df["fits"])]
+    df = cpu_rows(results)
+    if df is not None:
+        df = df[canvas.truthy(df["fits"])]
     if df is None or df.empty:
         canvas.no_data(ax, "throughput/decode.csv (CPU rows)", missing)
-        canvas.no_data(axm, "throughput/decode.csv (CPU rows)", missing)
+        canvas.no_data(axm, "throughput/decode.csv (CPU rows)", [])  # named once in the caption
         return canvas.save(fig, path, title, missing)
     one = batch_one(df)
     for i, ((m, b), g) in enumerate(one.groupby(["method", "backend"], sort=False)):

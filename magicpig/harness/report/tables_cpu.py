@@ -11,6 +11,7 @@ from magicpig.harness.report.canvas import read, truthy
 from magicpig.harness.report.markdown import fmt, table
 
 TITLE = "CPU decoders side by side (batch 1, measured)"
+NEEDED = {"device", "method", "backend", "context", "batch", "fits", "ms_per_token", "tokens_per_s"}
 SYSTEMS = (("dense", "stock", "stock transformers"), ("dense", "llamacpp", "llama.cpp"),
            ("dense", "reference", "our dense"))
 
@@ -22,6 +23,16 @@ def system_label(method: str, backend: str) -> str:
     return f"{method}@{backend}"
 
 
+def cpu_rows(results: Path) -> pd.DataFrame | None:
+    """The CPU rows of ``throughput/decode.csv`` (None: no file, or one without the bench's columns)."""
+    decode = read(results / "throughput" / "decode.csv")
+    if decode is None or not NEEDED <= set(decode.columns):
+        return None
+    if "search" not in decode:  # files written before the max-batch search existed
+        decode = decode.assign(search="")
+    return decode[decode["device"].astype(str) == "cpu"]
+
+
 def batch_one(decode: pd.DataFrame) -> pd.DataFrame:
     """The measured batch-1 rows (not max-batch searches), one per (system, context): the last written."""
     df = decode[(decode["batch"] == 1) & (decode["search"].fillna("").astype(str) == "")]
@@ -29,10 +40,9 @@ def batch_one(decode: pd.DataFrame) -> pd.DataFrame:
 
 
 def cpu_baselines_section(results: Path) -> list[str]:
-    decode = read(results / "throughput" / "decode.csv")
-    if decode is None or "backend" not in decode:
-        return [f"### {TITLE}", "Not run (no `throughput/decode.csv`)."]
-    decode = decode[decode["device"].astype(str) == "cpu"]
+    decode = cpu_rows(results)
+    if decode is None:
+        return [f"### {TITLE}", "Not run (no `throughput/decode.csv` with the bench's columns)."]
     df = batch_one(decode)
     if df.empty:
         return [f"### {TITLE}", "No batch-1 CPU rows."]
@@ -56,8 +66,9 @@ def cpu_baselines_section(results: Path) -> list[str]:
             row.append(f"{float(ref['ms_per_token'].iloc[0]) / float(hit['ms_per_token'].iloc[0]):.2f}x"
                        if len(ref) and len(hit) else "")
         rows.append(row)
+    reasons = df.get("reason", pd.Series("", index=df.index)).fillna("").astype(str)
     notes = [f"- `{system_label(m, b)}` not run: {reason}" for (m, b), reason in
-             df[~fits].groupby(["method", "backend"], sort=False)["reason"].first().items()]
+             reasons[~fits].groupby([df["method"], df["backend"]], sort=False).first().items()]
     weights = sorted({f"{system_label(m, b)}: {w}" for m, b, w in df[fits][["method", "backend", "weights"]]
                       .itertuples(index=False)}) if "weights" in df else []
     return [f"### {TITLE}",

@@ -100,8 +100,9 @@ def _weights(fmt: str, *modules) -> tuple[list[torch.Tensor], list[torch.Tensor 
 class DecodeForward:
     """``DecodeForward(model, weights)(ids, positions, cache)``: one decode step.
 
-    weights: how kernel 4 stores the linear weights (``magicpig.decode_weights.WEIGHT_FORMATS``). ids, positions: (B, 1) int64 (the next token of each sequence and its position); cache: a
-    ``MagicPIGCache`` whose decoders are built (``start_decoding``). Returns logits (B, V) float32.
+    weights: how kernel 4 stores the linear weights (``magicpig.decode_weights.WEIGHT_FORMATS``). ids,
+    positions: (B, 1) int64 (the next token of each sequence and its position); cache: a ``MagicPIGCache``
+    whose decoders are built (``start_decoding``). Returns logits (B, V) float32.
     Raises ValueError (``unsupported_reason``) for a model it cannot run.
     """
 

@@ -4,8 +4,9 @@ llama-cpp-python's C API, CPU only), the decoder a CPU user would otherwise run.
 Protocol (as for the other rows): the context's tokens are prefilled for real (llama.cpp's KV cache cannot
 be tiled from a shorter prefill, so a ``tile`` run's llama.cpp rows say ``fill=exact``; the prefilled
 sequence's state is kept and restored for the next row of the same context and batch: llama.cpp restores
-a state only into as many KV streams as it was saved from), copied to every sequence of the batch (``llama_memory_seq_cp``: each sequence its own KV stream), then ``warmup`` untimed
-and ``steps`` timed decode steps of one token per sequence: ``llama_decode`` and the greedy pick of each
+a state only into as many KV streams as it was saved from), copied to every sequence of the batch
+(``llama_memory_seq_cp``: each sequence its own KV stream), then ``warmup`` untimed and ``steps`` timed
+decode steps of one token per sequence: ``llama_decode`` and the greedy pick of each
 sequence's next token from its logits. Flash attention on, the KV cache in ``kv_type`` (f16 or q8_0), the
 same thread count as the engine's rows. llama-cpp-python's own default is flash attention off; llama.cpp's
 command line defaults to auto, which picks it on a CPU.
@@ -30,7 +31,7 @@ N_BATCH = 2048  # prompt tokens per llama_decode call in the prefill
 N_UBATCH = 512
 CTX_PAD = 256
 _quiet = None  # the log callback handed to llama.cpp (kept alive here)
-_prefilled: dict = {}  # the last prefill: {"key": (path, ids, kv, threads, batch), "state": bytes, "first": token}
+_prefilled: dict = {}  # the last prefill: {"key": (path, ids, kv, threads, batch), "state": ..., "first": token}
 
 
 def _silence(lc) -> None:
@@ -66,7 +67,8 @@ def estimate_nbytes(gguf_path: str, shape, n: int, batch: int, new_tokens: int, 
     """Host bytes of a llama.cpp row: the GGUF file (mapped), the KV cache of ``batch`` sequences of
     ``n + new_tokens`` tokens in ``kv_type``, the kept prefill state (one sequence of ``n``) and the prefill's
     compute buffer (logits of N_UBATCH tokens and the activations of one ubatch, generously)."""
-    kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * ((n + new_tokens) * batch + n) * KV_ELEM_BYTES[kv_type]
+    tokens = (n + new_tokens) * batch + n
+    kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * tokens * KV_ELEM_BYTES[kv_type]
     compute = N_UBATCH * (shape.vocab + 8 * shape.intermediate + 8 * shape.hidden) * 4
     return int(os.path.getsize(gguf_path) + kv + compute)
 

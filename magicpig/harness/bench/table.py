@@ -12,9 +12,9 @@ from magicpig.decoders import TIMING_KEYS
 COLUMNS = ["model", "shape_only", "device", "device_name", "context", "batch", "method", "backend", "fill",
            "dtype", "offload_dtype", "linear", "forward", "weights", "steps", "warmup", "threads", "isa", "cpu_model",
            "torch_version", "runtime_version", "malloc_policy", "ms_per_token", "tokens_per_s", "sampled_fraction",
-           "setup_seconds", "peak_host_mb", "peak_device_mb", "kv_bytes", "table_bytes", "est_host_mb", "est_device_mb", "fits",
-           "reason", "search", "other_cpu_load", "under_load", "bytes_per_step", "stream_gbps", "bytes_limit_ms",
-           "x_bytes_limit"]
+           "setup_seconds", "peak_host_mb", "peak_device_mb", "kv_bytes", "table_bytes", "est_host_mb",
+           "est_device_mb", "fits", "reason", "search", "other_cpu_load", "under_load", "bytes_per_step",
+           "stream_gbps", "bytes_limit_ms", "x_bytes_limit"]
 # added by ``--diagnostics``: the load average, the hypervisor's steal, this process's kernel share, the
 # bandwidth measured between the row's timed steps, and the engine's per-step time breakdown
 DIAGNOSTIC_COLUMNS = ["load_before", "load_after", "steal_cpu", "own_sys_share", "stream_gbps_steps",

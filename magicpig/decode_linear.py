@@ -52,6 +52,7 @@ def _kernel_forward(module: nn.Linear, original, kernel, isa: int, threads: int,
     from magicpig.decode_weights import decode_weight
 
     weight = module.weight
+    stored = decode_weight(module, weights)  # made once per block: the weights do not change inside it
     bias = None if module.bias is None else module.bias.detach().float().contiguous()
     I, O = module.in_features, module.out_features
 
@@ -62,7 +63,7 @@ def _kernel_forward(module: nn.Linear, original, kernel, isa: int, threads: int,
         rows = x.reshape(-1, I)
         if rows.dtype != torch.float32 or not rows.is_contiguous():
             rows = rows.float().contiguous()
-        y = kernel(rows, [decode_weight(module, weights)], [bias], isa, threads)
+        y = kernel(rows, [stored], [bias], isa, threads)
         return y.view(*x.shape[:-1], O).to(x.dtype)
 
     return forward

@@ -108,16 +108,3 @@ def decode_weight(module: nn.Linear, fmt: str) -> torch.Tensor:
     _cache[module] = (key, packed)
     return packed
 
-
-def weight_bytes(model: nn.Module, fmt: str) -> int:
-    """Bytes of the linear layers' weights as kernel 4 reads them in ``fmt`` (each matrix once)."""
-    total = 0
-    for m in model.modules():
-        if isinstance(m, nn.Linear):
-            w = m.weight
-            O, I = w.shape
-            if fmt == "model" or not packable(w, fmt):
-                total += w.numel() * w.element_size()
-            else:
-                total += O * I * 2 if fmt == "bfloat16" else O * (I + 4 * (I // Q8_BLOCK))
-    return total

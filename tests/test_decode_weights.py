@@ -6,8 +6,7 @@ import torch
 from torch import nn
 
 from magicpig import cpu
-from magicpig.decode_weights import (Q8_BLOCK, WEIGHT_FORMATS, check_weight_format, decode_weight, pack, unpack,
-                                     weight_bytes)
+from magicpig.decode_weights import Q8_BLOCK, WEIGHT_FORMATS, check_weight_format, decode_weight, pack, unpack
 from magicpig.engine import Engine, GenerationConfig
 from tiny_models import random_prompt, tiny_model
 
@@ -52,10 +51,15 @@ def test_copies_are_cached_until_the_weight_changes():
 
 
 def test_weight_bytes_counts_each_storage():
-    model = nn.Sequential(nn.Linear(64, 10), nn.Linear(10, 3))  # the second cannot be q8_0
-    assert weight_bytes(model, "model") == (640 + 30) * 4
-    assert weight_bytes(model, "bfloat16") == (640 + 30) * 2
-    assert weight_bytes(model, "q8_0") == 10 * (64 + 8) + 30 * 4
+    """The bytes per weight the bytes-limit and the projection charge are the packed tensors' sizes."""
+    from magicpig.harness.projection import weight_elem_bytes
+
+    w = torch.randn(10, 64)
+    for fmt in ("bfloat16", "q8_0"):
+        packed = pack(w, fmt)
+        assert packed.numel() * packed.element_size() == weight_elem_bytes(fmt) * w.numel()
+    assert pack(w, "bfloat16").numel() * 2 == 640 * 2 and pack(w, "q8_0").numel() == 10 * (64 + 8)
+    assert weight_elem_bytes("model") is None  # the model's own tensors: its dtype's size
 
 
 @pytest.mark.skipif(not cpu.available(), reason="the CPU module cannot be built here")

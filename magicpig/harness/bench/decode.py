@@ -300,16 +300,19 @@ class _Run:
         if backend == "llamacpp":
             host = (llamacpp.estimate_nbytes(self.gguf_path, self.shape, n, batch, new, self.llamacpp_kv)
                     if self.gguf_path else 0)
-            kv = 2 * self.shape.layers * self.shape.kv_heads * self.shape.head_dim * n * batch
-            return {"device": 0, "host": host, "kv": int(kv * llamacpp.KV_ELEM_BYTES[self.llamacpp_kv]), "tables": 0}
+            elem = llamacpp.KV_ELEM_BYTES[self.llamacpp_kv]
+            kv = self.shape.layers * n * batch * self.shape.kv_bytes_per_token_layer(elem)
+            return {"device": 0, "host": host, "kv": int(kv), "tables": 0}
         return memory.estimate_row(self.shape, spec, backend, n, batch, new)
 
     def row_setup(self, backend: str) -> dict:
         """The columns that say how a row's decoder ran: weights' storage and the runtime's version."""
         if backend == "llamacpp":
-            reason = llamacpp.unavailable_reason(self.gguf_path)
-            return {"weights": "gguf " + gguf_file_type(self.gguf_path) if self.gguf_path else "",
-                    "runtime_version": "" if reason else llamacpp.version(), "dtype": "",
+            if "llamacpp" not in self.versions:
+                self.llamacpp_reason = llamacpp.unavailable_reason(self.gguf_path)
+                self.versions["llamacpp"] = "" if self.llamacpp_reason else llamacpp.version()
+                self.llamacpp_weights = "gguf " + gguf_file_type(self.gguf_path) if self.gguf_path else ""
+            return {"weights": self.llamacpp_weights, "runtime_version": self.versions["llamacpp"], "dtype": "",
                     "offload_dtype": self.llamacpp_kv}  # llama.cpp's KV cache, in host memory
         if backend == "stock":
             return {"weights": "model", "runtime_version": self.versions["stock"]}
@@ -324,7 +327,7 @@ class _Run:
         est = self.estimate(spec, backend, n, batch, steps, warmup)
         row = self.table.row(n, batch, spec, backend, fill, est)
         row.update({"search": search, "steps": steps, "warmup": warmup, **self.row_setup(backend)})
-        reason = llamacpp.unavailable_reason(self.gguf_path) if backend == "llamacpp" else None
+        reason = self.llamacpp_reason if backend == "llamacpp" else None
         if reason:
             row.update({"fits": False, "reason": reason})
             return row

@@ -68,7 +68,7 @@ def estimate_nbytes(gguf_path: str, shape, n: int, batch: int, new_tokens: int, 
     ``n + new_tokens`` tokens in ``kv_type``, the kept prefill state (one sequence of ``n``) and the prefill's
     compute buffer (logits of N_UBATCH tokens and the activations of one ubatch, generously)."""
     tokens = (n + new_tokens) * batch + n
-    kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * tokens * KV_ELEM_BYTES[kv_type]
+    kv = shape.layers * tokens * shape.kv_bytes_per_token_layer(KV_ELEM_BYTES[kv_type])
     compute = N_UBATCH * (shape.vocab + 8 * shape.intermediate + 8 * shape.hidden) * 4
     return int(os.path.getsize(gguf_path) + kv + compute)
 

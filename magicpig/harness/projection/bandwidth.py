@@ -43,7 +43,9 @@ def dtype_bytes(dtype) -> int:
 FAMILIES = ("dense@stock", "dense", "magicpig")  # the methods the model knows
 
 
-WEIGHT_STORAGE_BYTES = {"bfloat16": 2.0, "q8_0": 1.125}  # int8 + a float32 scale per 32
+# bytes per weight of magicpig.decode_weights' storages (q8_0: int8 + a float32 scale per 32; the test pins
+# both to the packed tensors' sizes)
+WEIGHT_STORAGE_BYTES = {"bfloat16": 2.0, "q8_0": 1.125}
 
 
 def method_family(method: str, backend: str | None = None) -> str | None:

@@ -4,6 +4,8 @@ rule build_cpu_module:
         f"{RES}/build/cpu_module.txt",
     log:
         f"{RES}/logs/build_cpu_module.log",
+    benchmark:
+        f"{RES}/benchmarks/build_cpu_module.tsv",
     params:
         magicpig=MAGICPIG,
     conda:

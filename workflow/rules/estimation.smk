@@ -21,6 +21,8 @@ rule estimation_capture:
         f"{ESTIMATION_DIR}/captures/capture_{E['length']}_p{{prompt}}.pt",
     log:
         f"{RES}/logs/estimation_capture_p{{prompt}}.log",
+    benchmark:
+        f"{RES}/benchmarks/estimation_capture_p{{prompt}}.tsv",
     params:
         magicpig=MAGICPIG,
         args=lambda w: capture_args(P, E["length"], SEED, int(w.prompt)),
@@ -42,6 +44,8 @@ rule estimation_inputs:
         INPUTS_FILES,
     log:
         f"{RES}/logs/estimation_inputs.log",
+    benchmark:
+        f"{RES}/benchmarks/estimation_inputs.tsv",
     params:
         magicpig=MAGICPIG,
         args=inputs_args(P, E, SEED),
@@ -64,6 +68,8 @@ rule estimation_experiments:
         [f"{ESTIMATION_DIR}/{name}" for name in experiment_files()],
     log:
         f"{RES}/logs/estimation_experiments.log",
+    benchmark:
+        f"{RES}/benchmarks/estimation_experiments.tsv",
     params:
         magicpig=MAGICPIG,
         out_dir=out_dir,
@@ -90,6 +96,8 @@ rule tune_kl:
         candidates=f"{TUNE_KL}_candidates.csv",
     log:
         f"{RES}/logs/tune_kl.log",
+    benchmark:
+        f"{RES}/benchmarks/tune_kl.tsv",
     params:
         magicpig=MAGICPIG,
         model=P["model"],

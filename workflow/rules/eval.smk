@@ -19,6 +19,8 @@ for eval_rule in EVAL_RULES:
             eval_rule.outputs(),
         log:
             f"{RES}/logs/{eval_rule.log}.log",
+        benchmark:
+            f"{RES}/benchmarks/{eval_rule.log}.tsv",
         wildcard_constraints:
             **eval_rule.wildcard_constraints(),
         params:

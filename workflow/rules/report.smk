@@ -20,6 +20,8 @@ rule report:
                  for name in report_figures()],
     log:
         f"{RES}/logs/report.log",
+    benchmark:
+        f"{RES}/benchmarks/report.tsv",
     params:
         results=results_root,
         preset_config=shlex.quote(json.dumps(P, sort_keys=True)),

@@ -16,6 +16,8 @@ rule bench_kernel:
         f"{THROUGHPUT}/kernel.csv",
     log:
         f"{RES}/logs/bench_kernel.log",
+    benchmark:
+        f"{RES}/benchmarks/bench_kernel.tsv",
     params:
         magicpig=MAGICPIG,
         grid=kernel_args(P["kernel_bench"]),
@@ -36,6 +38,8 @@ rule bench_decode:
         f"{THROUGHPUT}/decode.csv",
     log:
         f"{RES}/logs/bench_decode.log",
+    benchmark:
+        f"{RES}/benchmarks/bench_decode.tsv",
     params:
         magicpig=MAGICPIG,
         args=decode_args(P),
@@ -60,6 +64,8 @@ rule bench_decode_shape:
         f"{THROUGHPUT}/shapes/{{shape}}/decode.csv",
     log:
         f"{RES}/logs/bench_decode_{{shape}}.log",
+    benchmark:
+        f"{RES}/benchmarks/bench_decode_{{shape}}.tsv",
     wildcard_constraints:
         shape="[A-Za-z0-9._-]+",
     params:
@@ -85,6 +91,8 @@ rule project_hardware:
         [f"{THROUGHPUT}/{name}" for name in project_files()],
     log:
         f"{RES}/logs/project_hardware.log",
+    benchmark:
+        f"{RES}/benchmarks/project_hardware.tsv",
     params:
         magicpig=MAGICPIG,
         out_dir=out_dir,

@@ -5,7 +5,7 @@ rule build_cpu_module:
     log:
         f"{RES}/logs/build_cpu_module.log",
     benchmark:
-        f"{RES}/benchmarks/build_cpu_module.tsv",
+        f"{RES}/benchmarks/build_cpu_module/build_cpu_module.tsv",
     params:
         magicpig=MAGICPIG,
     conda:

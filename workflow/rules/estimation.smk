@@ -22,7 +22,7 @@ rule estimation_capture:
     log:
         f"{RES}/logs/estimation_capture_p{{prompt}}.log",
     benchmark:
-        f"{RES}/benchmarks/estimation_capture_p{{prompt}}.tsv",
+        f"{RES}/benchmarks/estimation_capture/estimation_capture_p{{prompt}}.tsv",
     params:
         magicpig=MAGICPIG,
         args=lambda w: capture_args(P, E["length"], SEED, int(w.prompt)),
@@ -45,7 +45,7 @@ rule estimation_inputs:
     log:
         f"{RES}/logs/estimation_inputs.log",
     benchmark:
-        f"{RES}/benchmarks/estimation_inputs.tsv",
+        f"{RES}/benchmarks/estimation_inputs/estimation_inputs.tsv",
     params:
         magicpig=MAGICPIG,
         args=inputs_args(P, E, SEED),
@@ -69,7 +69,7 @@ rule estimation_experiments:
     log:
         f"{RES}/logs/estimation_experiments.log",
     benchmark:
-        f"{RES}/benchmarks/estimation_experiments.tsv",
+        f"{RES}/benchmarks/estimation_experiments/estimation_experiments.tsv",
     params:
         magicpig=MAGICPIG,
         out_dir=out_dir,
@@ -97,7 +97,7 @@ rule tune_kl:
     log:
         f"{RES}/logs/tune_kl.log",
     benchmark:
-        f"{RES}/benchmarks/tune_kl.tsv",
+        f"{RES}/benchmarks/tune_kl/tune_kl.tsv",
     params:
         magicpig=MAGICPIG,
         model=P["model"],

@@ -20,7 +20,7 @@ for eval_rule in EVAL_RULES:
         log:
             f"{RES}/logs/{eval_rule.log}.log",
         benchmark:
-            f"{RES}/benchmarks/{eval_rule.log}.tsv",
+            f"{RES}/benchmarks/{eval_rule.name}/{eval_rule.log}.tsv",
         wildcard_constraints:
             **eval_rule.wildcard_constraints(),
         params:

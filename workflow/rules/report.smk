@@ -21,7 +21,7 @@ rule report:
     log:
         f"{RES}/logs/report.log",
     benchmark:
-        f"{RES}/benchmarks/report.tsv",
+        f"{RES}/benchmarks/report/report.tsv",
     params:
         results=results_root,
         preset_config=shlex.quote(json.dumps(P, sort_keys=True)),

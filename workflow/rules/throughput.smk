@@ -17,7 +17,7 @@ rule bench_kernel:
     log:
         f"{RES}/logs/bench_kernel.log",
     benchmark:
-        f"{RES}/benchmarks/bench_kernel.tsv",
+        f"{RES}/benchmarks/bench_kernel/bench_kernel.tsv",
     params:
         magicpig=MAGICPIG,
         grid=kernel_args(P["kernel_bench"]),
@@ -39,7 +39,7 @@ rule bench_decode:
     log:
         f"{RES}/logs/bench_decode.log",
     benchmark:
-        f"{RES}/benchmarks/bench_decode.tsv",
+        f"{RES}/benchmarks/bench_decode/bench_decode.tsv",
     params:
         magicpig=MAGICPIG,
         args=decode_args(P),
@@ -65,7 +65,7 @@ rule bench_decode_shape:
     log:
         f"{RES}/logs/bench_decode_{{shape}}.log",
     benchmark:
-        f"{RES}/benchmarks/bench_decode_{{shape}}.tsv",
+        f"{RES}/benchmarks/bench_decode_shape/bench_decode_{{shape}}.tsv",
     wildcard_constraints:
         shape="[A-Za-z0-9._-]+",
     params:
@@ -92,7 +92,7 @@ rule project_hardware:
     log:
         f"{RES}/logs/project_hardware.log",
     benchmark:
-        f"{RES}/benchmarks/project_hardware.tsv",
+        f"{RES}/benchmarks/project_hardware/project_hardware.tsv",
     params:
         magicpig=MAGICPIG,
         out_dir=out_dir,

@@ -13,6 +13,7 @@ from magicpig.harness.report.claims import claims_section
 from magicpig.harness.report.collect import collect_metrics, load_reference, read_csv
 from magicpig.harness.report.coverage import coverage_section, load_run
 from magicpig.harness.report.html import write_html
+from magicpig.harness.report.job_times import job_time_section
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.report.paper_tables import (intervals, paper_model, ruler_model_section, ruler_rows,
                                                   skipped_notes, table1_section, table6_section, task_table)
@@ -27,7 +28,8 @@ def build_report(results: Path | str, out: Path | str, preset: str, preset_confi
                  gpu_results: Path | str | None = None) -> Path:
     """Write ``out/REPORT.md``, its rendering ``out/REPORT.html`` and every figure of ``figures.FIGURES``
     beside them from ``results``; returns the Markdown report's path. The coverage table of the paper's items
-    comes first, then the skipped items, the claims table and one section per benchmark / experiment.
+    comes first, then the skipped items, the claims table, one section per benchmark / experiment and the
+    run's job times.
     ``preset_config``: the preset's block of the pipeline config (default: the block of that name in
     config/*.yaml), which the coverage statuses read. ``gpu_results``: the ``make gpu-check`` output folder
     (default: ``gpu`` beside ``results``, i.e. results/gpu for results/<preset>)."""
@@ -57,7 +59,7 @@ def build_report(results: Path | str, out: Path | str, preset: str, preset_confi
     body += token_section(results, figs)
     body += table7_section(results, ref) + table8_section(ref, run.config.get("model")) + shapes_section(results)
     body += gpu_section(gpu_root)
-    parts += coverage_section(run, body) + body
+    parts += coverage_section(run, body) + body + job_time_section(results)
     path = out / "REPORT.md"
     path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
     write_html(path)

@@ -56,12 +56,15 @@ def legend_below(ax, ncol: int = 2, fontsize: float = 7, right: bool = False) ->
 
 
 def readable_log(ax, axis: str = "y") -> None:
-    """A log axis with plain tick labels at 1, 2, 5 x 10^k (matplotlib's minor labels such as 3x10^1 and
-    4x10^1 run into each other)."""
+    """A log axis with plain tick labels at 1, 2, 5 x 10^k, and 3 x 10^k too when the axis spans under 1.5
+    decades (matplotlib's minor labels such as 3x10^1 and 4x10^1 run into each other). Call it after plotting:
+    it reads the axis' limits."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     a = ax.yaxis if axis == "y" else ax.xaxis
-    a.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    lo, hi = sorted(ax.get_ylim() if axis == "y" else ax.get_xlim())
+    narrow = lo > 0 and hi / lo < 10 ** 1.5
+    a.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0) if narrow else (1.0, 2.0, 5.0)))
     a.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     a.set_minor_formatter(NullFormatter())
 

@@ -97,6 +97,7 @@ def _score_panel(ax, xlabel: str, task: str, length: int, counts: list[int], log
     task, the length and the samples per point, and the legend."""
     if log_x:
         ax.set_xscale("log")
+        canvas.readable_log(ax, "x")
     ax.set_ylim(-3, 105)
     ax.set_xlabel(xlabel)
     ax.set_title(f"{task} at {length}; {_samples_text(counts)}", fontsize=8)
@@ -129,6 +130,7 @@ def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResu
         if not any(word in _short(t) for t in tasks):
             missing.append(f"{SWEEPS}/ruler/{word}*/{length}/topk@*")
     ax.set_xscale("log")
+    canvas.readable_log(ax, "x")
     ax.set_ylim(-3, 105)
     ax.set_xlabel("fraction of keys TopK keeps (cost2, measured)")
     ax.set_ylabel(f"score at {length} tokens")
@@ -212,6 +214,7 @@ def centering_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult
         axf.axhline(paper["sampled_fraction_below"], color="crimson", ls=":", lw=1,
                     label=f"paper: < {100 * paper['sampled_fraction_below']:g}% without centering")
     axf.set_yscale("log")
+    canvas.readable_log(axf, "y")
     axf.set_xlabel(f"L (K = {K})")
     axf.set_ylabel("sampled fraction (cost2, measured in the run)")
     axf.set_title("keys sampled", fontsize=8)

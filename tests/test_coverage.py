@@ -72,6 +72,12 @@ def test_status_follows_the_config_and_the_results(tmp_path):
     # RULER ran at 1024 tokens on smollm2: partial, naming the context the model lacks
     assert "needs a longer context than `smollm2` has: 8192" in rows["Table 3"][3]
     assert rows["Table 2"][3].startswith("not run in this preset: not run by this preset (runs in `")
+    # infini_igsm: this config has no `reasoning` block, the `cpu` preset of config/ has one
+    assert rows["Table 6"][3].startswith("not run in this preset: needs hub data (infini_igsm); not run by this "
+                                         "preset (runs in `cpu`")
+    with_reasoning = {**CPU_CONFIG, "reasoning": {"tasks": ["4k_close_op2"], "samples": 3, "methods": ["dense"]}}
+    rows6 = coverage_rows(build_report(root, tmp_path / "fig6", "t", with_reasoning).read_text())
+    assert rows6["Table 6"][3] == "partial: no infini_igsm results in this run yet"
     no_bench = {k: v for k, v in CPU_CONFIG.items() if k != "decode_bench"}
     (root / "throughput" / "decode.csv").unlink()
     rows = coverage_rows(build_report(root, tmp_path / "fig2", "t", no_bench).read_text())

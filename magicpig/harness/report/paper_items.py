@@ -147,7 +147,12 @@ def table6(run: Run) -> str:
         return partial(_model_note(run)) if _model_note(run) else REPRODUCED
     if not df.empty:
         return not_run(f"needs hub data ({HUB['igsm']})", str(df["reason"].iloc[0]).splitlines()[0][:120])
-    return not_run(f"needs hub data ({HUB['igsm']})", run.elsewhere(lambda p: "igsm" in str(p)))
+    def runs(preset: dict) -> bool:
+        return _configured(preset.get("reasoning") or {})
+
+    if runs(run.config):
+        return partial("no infini_igsm results in this run yet")
+    return not_run(f"needs hub data ({HUB['igsm']})", run.elsewhere(runs))
 
 
 def _kl_methods(df) -> set[str]:

@@ -78,6 +78,11 @@ def test_status_follows_the_config_and_the_results(tmp_path):
     with_reasoning = {**CPU_CONFIG, "reasoning": {"tasks": ["4k_close_op2"], "samples": 3, "methods": ["dense"]}}
     rows6 = coverage_rows(build_report(root, tmp_path / "fig6", "t", with_reasoning).read_text())
     assert rows6["Table 6"][3] == "partial: no infini_igsm results in this run yet"
+    # Figure 9a: one L unless the sweeps vary it
+    assert "at one (K, L); the paper varies L" in rows["Figure 9a"][3]
+    swept = {**CPU_CONFIG, "sweeps": {**CPU_CONFIG["sweeps"], "centering": {"K": 10, "L": [100, 300]}}}
+    rows9 = coverage_rows(build_report(root, tmp_path / "fig9", "t", swept).read_text())
+    assert "varies L" not in rows9["Figure 9a"][3] and rows9["Figure 9a"][3].startswith("partial: on `smollm2`")
     no_bench = {k: v for k, v in CPU_CONFIG.items() if k != "decode_bench"}
     (root / "throughput" / "decode.csv").unlink()
     rows = coverage_rows(build_report(root, tmp_path / "fig2", "t", no_bench).read_text())

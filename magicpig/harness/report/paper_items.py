@@ -223,7 +223,9 @@ def estimation(csv: str, one_capture_note: str = "") -> Callable[[Run], str]:
 def centering(run: Run) -> str:
     if not run.config.get("ablations", {}).get("centering_methods"):
         return not_run(run.elsewhere(lambda p: bool(p.get("ablations", {}).get("centering_methods"))))
-    return partial("at one (K, L); the paper varies L", _model_note(run))
+    sweep_ls = ((run.config.get("sweeps") or {}).get("centering") or {}).get("L") or []
+    one_l = "" if len(sweep_ls) >= 2 else "at one (K, L); the paper varies L (a `sweeps.centering` block varies it)"
+    return partial(one_l, _model_note(run)) if one_l or _model_note(run) else REPRODUCED
 
 
 def throughput(model: str, context: int, hardware: str) -> Callable[[Run], str]:

@@ -67,7 +67,8 @@ def test_status_follows_the_config_and_the_results(tmp_path):
     rows = coverage_rows(build_report(root, tmp_path / "fig", "t", CPU_CONFIG).read_text())
     assert rows["Table 8"][3] == REPRODUCED
     # the synthetic tree has decode rows of dense and magicpig on a CPU: Table 7 is partial, saying why
-    assert rows["Table 7"][3].startswith("partial: 1 of the paper's 6 (K, L) settings measured")
+    assert rows["Table 7"][3].startswith("partial: 1 of the paper's 6 (K, L) settings measured (preset `paper` "
+                                         "measures all 6)")
     assert "needs a GPU" in rows["Table 7"][3]
     # RULER ran at 1024 tokens on smollm2: partial, naming the context the model lacks
     assert "needs a longer context than `smollm2` has: 8192" in rows["Table 3"][3]

@@ -167,7 +167,11 @@ def table7(run: Run) -> str:
     if df is None:
         return absent(run, lambda p: bool(p.get("decode_bench")), "`throughput/decode.csv`")
     settings = _kl_methods(df)
-    missing = [f"{len(settings)} of the paper's 6 (K, L) settings measured" if len(settings) < 6 else "",
+
+    all_six = [f"`{name}`" for name, preset in run.presets.items() if name != run.preset and sum(
+        str(m).startswith("magicpig") for m in (preset.get("decode_bench") or {}).get("methods", [])) >= 6]
+    missing = [f"{len(settings)} of the paper's 6 (K, L) settings measured"
+               + (f" (preset {', '.join(all_six)} measures all 6)" if all_six else "") if len(settings) < 6 else "",
                "" if run.on_gpu else "measured on this machine's CPU (the paper: an L20 GPU box; needs a GPU)",
                _model_note(run)]
     if not load_reference().get("kl_throughput_table7", {}).get("rows"):

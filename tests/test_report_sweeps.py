@@ -31,3 +31,11 @@ def test_a_missing_task_is_named_on_the_figure(tmp_path):
     r = plots_sweeps.magicpig_vs_topk_cost(root, ref, tmp_path / "f9.png")
     assert r.missing == ["sweeps/ruler/cwe/*/{magicpig,topk}@*"]
     assert plots_sweeps.centering_sweep(root, ref, tmp_path / "f9a.png").missing == []
+
+
+def test_centering_sweep_leaves_out_tasks_with_no_uncentered_run(tmp_path):
+    root = tmp_path / "results"
+    write_sweep_runs(root, write_run)
+    # a RULER run of the accuracy tree: centered only, so not a panel of Fig. 9a and not reported missing
+    write_run(root / "accuracy", "ruler/niah_multikey_3", SWEEP_LENGTH, "magicpig:K=10,L=150", [100, 0, 100], 0.03)
+    assert plots_sweeps.centering_sweep(root, load_reference(), tmp_path / "f9a.png").missing == []

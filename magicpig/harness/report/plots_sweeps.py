@@ -183,7 +183,9 @@ def centering_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult
     off = mp[mp["centering"] == False]  # noqa: E712 (a column of bools and None)
     length = None if off.empty else int(off.groupby("length").size().idxmax())
     K = None if off.empty else int(off[off["length"] == length].groupby("K").size().idxmax())
-    tasks = [] if length is None else _family_tasks(runs, length, ("niah", "fwe"))
+    # the NIAH / FWE tasks with an uncentered run (the accuracy tree's RULER runs add centered points only)
+    swept = set(off.loc[off["length"] == length, "task"]) if length is not None else set()
+    tasks = [] if length is None else [t for t in _family_tasks(runs, length, ("niah", "fwe")) if t in swept]
     fig, axes = canvas.subplots(max(2, len(tasks)) + 1, title, width=4.4, height=4.4)
     paper = ref.get("ablations", {}).get("no_centering", {})
     if not tasks:

@@ -167,6 +167,7 @@ def test_topk_error_above_oracle_decides_on_the_long_tailed_heads(tmp_path, rati
     c = claim(tmp_path, "topk_error_above_oracle")
     assert c.verdict.status == status
     assert "5 of 15 sparse-layer heads long-tailed (L1h0, L2h0" in c.measured and "n=4 prompts" in c.measured
+    assert "), in 4 of 4 prompts: " in c.measured
 
 
 @pytest.mark.parametrize("frac,niah,status", [(0.0005, 0, REPRODUCED), (0.004, 0, NOT_REPRODUCED),

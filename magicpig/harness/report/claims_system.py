@@ -86,7 +86,8 @@ def _error_ratio_heads(claim: dict, heads: pd.DataFrame) -> tuple[str, Verdict]:
     names += " ..." if len(heads_seen) > 12 else ""
     n_heads = sparse.groupby(["layer", "head"]).ngroups
     text, v = _decide_over_prompts(per_prompt, claim, "heads")
-    return (f"{len(heads_seen)} of {n_heads} sparse-layer heads long-tailed ({names}): {text}, "
+    prompts = f", in {tail['_prompt'].nunique()} of {_prompts(sparse).nunique()} prompts" if "prompt" in heads else ""
+    return (f"{len(heads_seen)} of {n_heads} sparse-layer heads long-tailed ({names}){prompts}: {text}, "
             f"max {tail['topk_over_oracle'].max():.2f}", v)
 
 

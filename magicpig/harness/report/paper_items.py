@@ -147,6 +147,7 @@ def table6(run: Run) -> str:
         return partial(_model_note(run)) if _model_note(run) else REPRODUCED
     if not df.empty:
         return not_run(f"needs hub data ({HUB['igsm']})", str(df["reason"].iloc[0]).splitlines()[0][:120])
+
     def runs(preset: dict) -> bool:
         return _configured(preset.get("reasoning") or {})
 
@@ -167,7 +168,6 @@ def table7(run: Run) -> str:
     if df is None:
         return absent(run, lambda p: bool(p.get("decode_bench")), "`throughput/decode.csv`")
     settings = _kl_methods(df)
-
     all_six = [f"`{name}`" for name, preset in run.presets.items() if name != run.preset and sum(
         str(m).startswith("magicpig") for m in (preset.get("decode_bench") or {}).get("methods", [])) >= 6]
     missing = [f"{len(settings)} of the paper's 6 (K, L) settings measured"

@@ -282,8 +282,11 @@ def test_ctrl_c_during_eval_is_one_line_and_130(tmp_path, tiny_model_dir):
     cmd = [PY, "-m", "magicpig.harness.cli", "eval", "--model", str(tiny_model_dir), "--device", "cpu",
            "--task", "ruler/niah_single_1", "--length", "256", "--samples", "200", "--max-new-tokens", "24",
            "--methods", "dense", "--out", str(out), "--no-progress"]
+    # the child starts with Ctrl-C's default action: a test run earlier in this process may have left SIGINT
+    # ignored, which a child inherits, and Python then installs no KeyboardInterrupt handler
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 300
         while not (preds.is_file() and preds.read_text().count("\n") >= 2):

@@ -5,6 +5,7 @@
 #   snakemake --profile profiles/slurm ...        jobs on a SLURM cluster, placed by their declared resources
 #                                                 (README: On a SLURM cluster; `make slurm-check` runs it on a real one)
 #   snakemake --report figures/generated/<preset>/report.html   the figures as an HTML report
+import shlex
 import sys
 
 from snakemake.utils import min_version
@@ -40,7 +41,7 @@ include: "workflow/rules/common.smk"
 # Plain `snakemake`: the interpreter running Snakemake runs every step (no virtual environment to activate);
 # with `--sdm conda` each job runs in its rule's conda env, whose `python` is the one on PATH.
 PYTHON = "python" if uses_conda(workflow) else sys.executable
-MAGICPIG = f"{PYTHON} -m magicpig"
+MAGICPIG = f"{shlex.quote(PYTHON)} -m magicpig"
 ENV = "../envs/magicpig.yaml"  # a rule's conda: path is relative to its own file (workflow/rules/)
 GPUS = gpus(P)  # one for each job that runs the model when the preset's device is cuda
 # cores a job that uses every core asks a cluster for (job_threads; a local run gives it all of --cores)

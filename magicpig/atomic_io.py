@@ -27,6 +27,11 @@ def write_text_atomic(path: str | Path, text: str) -> None:
             f.write(text)
             f.flush()
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc  # named: the caller reports the file
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -41,12 +46,13 @@ def append_line(path: str | Path, line: str) -> None:
         start = os.fstat(fd).st_size
         try:
             written = os.write(fd, data)
-        except OSError:
+        except OSError as exc:
             _cut_back(fd, start, start)
-            raise
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc  # named: the caller reports the file
         if written != len(data):
             _cut_back(fd, start, start + written)
-            raise OSError(errno.ENOSPC, f"{path}: only {written} of {len(data)} bytes of a line were written")
+            raise OSError(errno.ENOSPC, f"only {written} of {len(data)} bytes of a line were written (disk full?)",
+                          str(path))
     finally:
         os.close(fd)
 

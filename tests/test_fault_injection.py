@@ -154,6 +154,11 @@ def test_a_300_digit_value_gets_a_short_distinct_folder():
     ("gsm8k", b'{"question": "q", "answer": "a"}\n\n{"question": \n', "line 3: not valid JSON"),
     ("gsm8k", b'{"question": "q", "answer": "a"}\n\xff\xfe\n', "not UTF-8 (line 2"),
     ("gsm8k", b'[1, 2]\n', "line 1: a JSON list, not an object"),
+    ("gsm8k", b'{"question": 5, "answer": 4}\n', "record 0: field 'question' must be a non-empty string, got 5"),
+    ("gsm8k", b'{"question": "q", "answer": "4"}\n', "record 0: field 'answer': gsm8k: solution has no '####'"),
+    ("ruler/qa_1", b'{"data": [', "ruler/qa_1 (SQuAD v2.0): data file"),
+    ("ruler/qa_1", b'{"data": [{"paragraphs": [{"context": "c", "qas": [{"question": 7, "answers": [{"text": "a"}]}]}]}]}',
+     "is not a SQuAD v2.0 file (question 0: its context, question and answer texts must be strings)"),
 ])
 def test_bad_data_file_is_refused_naming_file_and_line(tmp_path, capsys, no_loading, task, content, pattern):
     data = tmp_path / "data.jsonl"

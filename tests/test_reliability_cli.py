@@ -206,6 +206,9 @@ BAD_INPUTS = [
     ("generate --temperature 0", lambda t: ["generate", "--prompt", "hi", "--do-sample", "--temperature", "0"],
      "temperature"),
     ("generate --top-p 2", lambda t: ["generate", "--prompt", "hi", "--top-p", "2"], "top_p"),
+    ("generate beyond the offload backend", lambda t: ["generate", "--prompt", "hi", "--backend", "offload",
+                                                       "--method", "magicpig:K=2,L=300,min_collisions=256"],
+     "field 'min_collisions' is 256, but the offload backend"),
     ("capture --context 10", lambda t: ["estimate", "capture", "--context", "10", "--out", str(t / "c.pt")],
      "--context"),
     ("capture --depth 2", lambda t: ["estimate", "capture", "--depth", "2", "--out", str(t / "c.pt")], "--depth"),
@@ -307,3 +310,37 @@ def test_ctrl_c_during_eval_is_one_line_and_130(tmp_path, tiny_model_dir):
     # the folder lock died with the run: a new run is not refused
     assert PidLock(out / "ruler/niah_single_1/256/eval.lock").try_acquire()
     assert json.loads((preds.parent / "settings.json").read_text())["device"] == "cpu"
+
+
+# ---- a full disk during eval: one line naming the file, the rows before it kept ---------------------------
+
+def test_full_disk_during_eval_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch, tiny_model_dir):
+    import errno
+
+    import magicpig.harness.predictions as predictions
+    from magicpig.atomic_io import append_line
+
+    def no_space(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def append_on_a_full_disk(path, line):
+        real_write = os.write
+        if Path(path).exists():  # the first row fits, the second finds the disk full
+            os.write = no_space
+        try:
+            append_line(path, line)
+        finally:
+            os.write = real_write
+
+    out = tmp_path / "out"
+    argv = ["eval", "--model", str(tiny_model_dir), "--device", "cpu", "--task", "ruler/niah_single_1",
+            "--length", "256", "--samples", "3", "--max-new-tokens", "4", "--methods", "dense", "--out", str(out),
+            "--no-progress"]
+    monkeypatch.setattr(predictions, "append_line", append_on_a_full_disk)
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    preds = out / "ruler/niah_single_1/256/dense/predictions.jsonl"
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith(f"magicpig eval: error: No space left on device ({preds}) "
+                                                   "[ENOSPC]; free some space and rerun"), err
+    assert len(preds.read_text().splitlines()) == 1

@@ -24,13 +24,22 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
+from magicpig.names import NAME_PATTERN, name_problem, task_name_problem
+
 SCHEMA_FILE = "pipeline_config.schema.yaml"  # in the package's data/ folder
+# the schema's name patterns ($defs name, task_name) -> the grammar's own message of a value
+NAME_PATTERNS = {NAME_PATTERN: name_problem,
+                 "^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$": task_name_problem}
 # method lists of each preset block, as config paths below the preset: (block, key, runs magicpig eval)
 METHOD_LISTS = (("ruler", "methods", True), ("longbench", "methods", True), ("gsm8k", "methods", True),
                 ("ablations", "centering_methods", True), ("ablations", "kl_grid", True),
                 ("decode_bench", "methods", False))
 # optional benchmark blocks (absent: not run): block -> the task-name prefix of its tasks
 OPTIONAL_BLOCKS = {"lm_eval": "", "reasoning": "infini_igsm/"}
+# a config holds a few thousand values; more is a mistake or a YAML alias bomb (aliases nesting aliases: a
+# small file standing for billions of values), refused before anything walks or prints it
+MAX_CONFIG_VALUES = 100_000
+MAX_PROBLEM_CHARS = 400  # one problem line; a longer one (a huge value quoted back) is cut
 
 
 def validate_pipeline_config(config: dict, *, warn: Callable[[str], None] | None = None) -> dict:
@@ -38,6 +47,9 @@ def validate_pipeline_config(config: dict, *, warn: Callable[[str], None] | None
     problem (one line each, by config path). ``warn`` receives what cannot be checked here (default: printed
     to stderr)."""
     warn = warn or (lambda msg: print(f"config warning: {msg}", file=sys.stderr))
+    size_problem = config_size_problem(config)
+    if size_problem:
+        raise ValueError(f"config: 1 problem(s):\n- {size_problem}")
     config = copy.deepcopy(config)
     problems = schema_problems(config)
     if not problems:
@@ -46,16 +58,51 @@ def validate_pipeline_config(config: dict, *, warn: Callable[[str], None] | None
     if not problems:
         for name, preset in config["presets"].items():
             problems += preset_problems(f"presets.{name}", preset)
+            problems += seed_problems(config["seed"], f"presets.{name}", preset)
         selected = config["preset"]
         if selected not in config["presets"]:
             problems.append(f"preset: preset {selected!r} is not one of {sorted(config['presets'])}")
         else:
             problems += model_problems(f"presets.{selected}", config["presets"][selected], warn)
     if problems:
-        raise ValueError(f"config: {len(problems)} problem(s):\n" + "\n".join(f"- {p}" for p in problems))
+        raise ValueError(f"config: {len(problems)} problem(s):\n" + "\n".join(f"- {_cut(p)}" for p in problems))
     for preset in config["presets"].values():
         fill_derived_defaults(preset)
     return config
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= MAX_PROBLEM_CHARS else f"{line[:MAX_PROBLEM_CHARS]}... ({len(line)} characters)"
+
+
+def config_size_problem(config: Any, limit: int = MAX_CONFIG_VALUES) -> str:
+    """A problem when ``config`` holds more than ``limit`` values counted as a reader sees them (a value that
+    several YAML aliases name counts once per alias); the walk stops at the limit, so it is cheap."""
+    count, stack = 0, [config]
+    while stack:
+        node = stack.pop()
+        count += 1
+        if count > limit:
+            return (f"(top level): the config holds more than {limit} values (YAML aliases nesting aliases?); "
+                    "write each value out")
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+    return ""
+
+
+def seed_problems(seed: int, path: str, p: dict) -> list[str]:
+    """The seeds the jobs are given stay below 2**63 (the engine's torch generators): a capture of prompt i
+    takes seed + i."""
+    from magicpig.harness.argcheck import SEED_LIMIT
+
+    top = seed + p["estimation"]["prompts"] - 1
+    if top < SEED_LIMIT:
+        return []
+    return [f"seed: {seed} + {path}.estimation.prompts - 1 = {top} is beyond the largest seed 2**63 - 1; "
+            f"allowed: at most {SEED_LIMIT - p['estimation']['prompts']}"]
 
 
 def fill_derived_defaults(p: dict) -> None:
@@ -92,7 +139,10 @@ def data_problems(data: dict, warn: Callable[[str], None]) -> list[str]:
 
     out = []
     for task, path in data.items():
-        if task not in DATA_TASKS:
+        if "{" in path or "}" in path:  # a data file is an eval job's input, where {x} is a wildcard
+            out.append(f"data.{task}: {path!r} holds '{{' or '}}', which Snakemake reads as a wildcard in a job's "
+                       "input; rename the file or its folder")
+        elif task not in DATA_TASKS:
             close = difflib.get_close_matches(task, DATA_TASKS, 1)
             out.append(f"data.{task}: task {task!r} takes no data file"
                        + (f" (did you mean {close[0]!r}?)" if close else "") + f"; tasks with data: {', '.join(DATA_TASKS)}")
@@ -146,6 +196,10 @@ def schema_problems(config: Any) -> list[str]:
             msg += f"; allowed keys: {', '.join(allowed)}" + (f" (did you mean {', '.join(hints)})" if hints else "")
         elif err.validator == "anyOf":
             msg += "; allowed: " + " or ".join(_describe(s) for s in err.validator_value)
+        elif err.validator in ("pattern", "maxLength") and err.schema.get("pattern") in NAME_PATTERNS:
+            msg = NAME_PATTERNS[err.schema["pattern"]](err.instance)
+            if "propertyNames" in err.schema_path:  # a key of the object at err.path
+                msg = f"key {msg}"
         out.append(f"{config_path(err.path) or '(top level)'}: {msg}")
     return out
 

@@ -6,6 +6,7 @@ import re
 import typing
 
 from magicpig.methods.base import LIST_SEP, AttentionMethod
+from magicpig.names import name_problem
 
 METHODS: dict[str, type[AttentionMethod]] = {}
 _INT = re.compile(r"[-+]?[0-9]+")
@@ -16,6 +17,9 @@ def register(cls: type[AttentionMethod]) -> type[AttentionMethod]:
     """Class decorator: make ``cls`` (a dataclass with a ``name``) available to ``parse_method``."""
     if not cls.name or cls.name in METHODS:
         raise ValueError(f"method name {cls.name!r} missing or already registered")
+    problem = name_problem(cls.name)  # the name starts every folder name of its specs (spec_names)
+    if problem:
+        raise ValueError(f"method name of {cls.__name__}: {problem}")
     METHODS[cls.name] = cls
     return cls
 

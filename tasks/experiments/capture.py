@@ -13,6 +13,8 @@ Query at position p attends to keys [0, p]; keys at positions >= n_prompt were g
 """
 from __future__ import annotations
 
+import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,7 +23,11 @@ from typing import Any
 import torch
 
 ATTN_NAME = "estimation_record"
-FORMAT_VERSION = 1
+# 2: safetensors, tensors + a JSON header (1 was a pickle, which loading could make run code: refused)
+FORMAT_VERSION = 2
+HEADER_KEY = "magicpig_capture"  # the safetensors metadata entry that holds the JSON header
+TENSOR_FIELDS = ("queries", "keys", "values", "query_positions")
+HEADER_TYPES = {"layers": list, "n_prompt": int, "num_layers": int, "scale": float, "meta": dict}
 
 
 @dataclass
@@ -51,7 +57,8 @@ class Capture:
             raise ValueError(f"capture: {H} query heads is not a multiple of {self.keys.shape[1]} kv heads")
         if len(self.layers) != Lc:
             raise ValueError(f"capture: {len(self.layers)} layer indices for {Lc} captured layers")
-        if self.query_positions.numel() != Q or int(self.query_positions.max()) >= self.n_keys:
+        if (self.query_positions.numel() != Q or not Q or int(self.query_positions.max()) >= self.n_keys
+                or int(self.query_positions.min()) < 0):
             raise ValueError("capture: query_positions do not match the queries or exceed the cache length")
 
     @property
@@ -77,31 +84,98 @@ class Capture:
         return self.layers.index(layer)
 
     def save(self, path: str | Path) -> Path:
+        """Write the capture as a safetensors file: the four tensors, and every other field as JSON in the
+        file's metadata (``HEADER_KEY``). No pickle: reading it back runs no code (``load``)."""
+        from safetensors.torch import save_file
+
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        blob = {"format": FORMAT_VERSION, **{k: v for k, v in asdict(self).items()}}
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        torch.save(blob, tmp)
-        tmp.replace(path)
+        fields = asdict(self)
+        tensors = {name: fields.pop(name).contiguous() for name in TENSOR_FIELDS}
+        header = json.dumps({"format": FORMAT_VERSION, **fields}, allow_nan=False)
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            save_file(tensors, str(tmp), metadata={HEADER_KEY: header})
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> "Capture":
+        """Read a capture written by ``save``: tensors and a JSON header, checked field by field. A file of the
+        pickle-based format that came before (a torch zip or pickle) is refused unread: loading it could run
+        code."""
+        from safetensors import SafetensorError, safe_open
+
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"capture file {path} does not exist (run `magicpig estimate capture` first)")
+        rerun = "write it again with `magicpig estimate capture`"
+        with open(path, "rb") as f:
+            head = f.read(8)
+        if head[:2] == b"PK" or head[:1] == b"\x80":
+            raise ValueError(f"capture file {path} is a pickle-based capture of an older magicpig: such files are "
+                             f"no longer read, because loading one can run code it carries; {rerun}")
         try:
-            blob = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as exc:  # torch / pickle raise many types for a truncated or foreign file
-            raise ValueError(f"capture file {path} cannot be read ({type(exc).__name__}: {exc}); write it "
-                             "again with `magicpig estimate capture`") from None
-        if not isinstance(blob, dict) or blob.get("format") != FORMAT_VERSION:
-            raise ValueError(f"{path} is not a capture file of format {FORMAT_VERSION}")
-        blob.pop("format")
+            with safe_open(str(path), framework="pt", device="cpu") as f:
+                metadata = f.metadata() or {}
+                tensors = {name: f.get_tensor(name) for name in f.keys()}
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            raise ValueError(f"capture file {path} cannot be read ({type(exc).__name__}: {exc}); {rerun}") from None
+        return cls._from_parts(path, tensors, metadata, rerun)
+
+    @classmethod
+    def _from_parts(cls, path: Path, tensors: dict, metadata: dict, rerun: str) -> "Capture":
+        """A Capture from a file's tensors and metadata, every field checked for its type."""
         try:
-            return cls(**blob)
-        except TypeError as exc:
-            raise ValueError(f"capture file {path} lacks or has unknown fields ({exc})") from None
+            header = json.loads(metadata.get(HEADER_KEY, "null"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"capture file {path}: its header is not JSON ({exc}); {rerun}") from None
+        if not isinstance(header, dict) or header.get("format") != FORMAT_VERSION:
+            raise ValueError(f"{path} is not a capture file of format {FORMAT_VERSION}; {rerun}")
+        header.pop("format")
+        if sorted(tensors) != sorted(TENSOR_FIELDS) or sorted(header) != sorted(HEADER_TYPES):
+            raise ValueError(f"capture file {path} holds tensors {sorted(tensors)} and fields {sorted(header)}; "
+                             f"expected {sorted(TENSOR_FIELDS)} and {sorted(HEADER_TYPES)}; {rerun}")
+        for name, kind in HEADER_TYPES.items():
+            if not _header_field_ok(name, header[name]):
+                shown = repr(header[name])
+                shown = shown if len(shown) <= 80 else f"{shown[:80]}..."
+                raise ValueError(f"capture file {path}: field {name!r} is {shown}, not a valid {kind.__name__}; "
+                                 f"{rerun}")
+        for name in ("queries", "keys", "values"):
+            t = tensors[name]
+            if t.ndim != 4 or not t.is_floating_point() or not t.numel():
+                raise ValueError(f"capture file {path}: {name} must be a non-empty 4-d float tensor, got "
+                                 f"{t.dtype} of shape {tuple(t.shape)}; {rerun}")
+            if not torch.isfinite(t).all():
+                raise ValueError(f"capture file {path}: {name} hold NaN or infinite values; {rerun}")
+        positions = tensors["query_positions"]
+        if positions.ndim != 1 or positions.is_floating_point() or positions.is_complex():
+            raise ValueError(f"capture file {path}: query_positions must be a 1-d integer tensor; {rerun}")
+        n_keys = tensors["keys"].shape[2]
+        if any(i >= header["num_layers"] for i in header["layers"]) or header["n_prompt"] > n_keys:
+            raise ValueError(f"capture file {path}: its layers or n_prompt ({header['n_prompt']}) do not fit "
+                             f"num_layers ({header['num_layers']}) and its {n_keys} keys; {rerun}")
+        try:
+            return cls(**tensors, **header)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ValueError(f"capture file {path}: {exc}; {rerun}") from None
+
+
+def _header_field_ok(name: str, value: Any) -> bool:
+    """Whether ``value`` is a valid ``name`` of a capture's JSON header (``HEADER_TYPES``)."""
+    kind = HEADER_TYPES[name]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        return False
+    if name == "layers":
+        return all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value)
+    if name == "scale":
+        return math.isfinite(value) and value > 0
+    if name in ("n_prompt", "num_layers"):
+        return value >= 1
+    return True
 
 
 class _Recorder:
@@ -233,7 +307,7 @@ def capture_model(model, tokenizer, text: str | None, *, layers: list[int] | Non
 def default_capture_path(model: str, context: int, root: str | Path = "results/estimation/captures") -> Path:
     """Where ``magicpig estimate capture`` stores the capture of ``model`` at ``context`` tokens."""
     label = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in Path(model).stem or model)
-    return Path(root) / f"{label}_{int(context)}.pt"
+    return Path(root) / f"{label}_{int(context)}.safetensors"
 
 
 def capture_for_model(model: str, context: int, *, layers: str | None = None, decode_steps: int = 15,

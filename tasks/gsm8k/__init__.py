@@ -38,8 +38,16 @@ class GSM8KCoT(LmEvalTask):
         self.add_bos = settings["gsm8k_add_bos"]
 
     def check_record(self, index: int, record: dict) -> None:
+        where = f"gsm8k: {self.data_path or self.source_url}: record {index}"
         if "question" not in record or "answer" not in record:
-            raise ValueError(f"gsm8k: record {index} needs fields 'question' and 'answer'")
+            raise ValueError(f"{where} needs fields 'question' and 'answer'")
+        for key in ("question", "answer"):
+            if not isinstance(record[key], str) or not record[key].strip():
+                raise ValueError(f"{where}: field {key!r} must be a non-empty string, got {record[key]!r:.80}")
+        try:
+            gold_answer(record["answer"])
+        except ValueError as exc:
+            raise ValueError(f"{where}: field 'answer': {exc}") from None
 
     def sample(self, enc: PromptEncoder, row: dict, index: int, length: int) -> Sample:
         ctx, q = enc.encode(fewshot_prefix(), f"Q: {row['question']}\nA:")

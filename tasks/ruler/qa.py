@@ -51,7 +51,7 @@ class QAData:
 def load_squad(path: str | Path) -> QAData:
     """SQuAD v2.0 JSON -> answerable questions, each with its paragraph as the gold document and the other
     paragraphs of its article as hard negatives."""
-    data = _read_json(path, "qa_1 (SQuAD v2.0)")
+    data = _read_json(path, "ruler/qa_1 (SQuAD v2.0)")
     try:
         docs = sorted({p["context"] for art in data["data"] for p in art["paragraphs"]})
         index = {d: i for i, d in enumerate(docs)}
@@ -62,16 +62,22 @@ def load_squad(path: str | Path) -> QAData:
                 gold = index[p["context"]]
                 for qa in p["qas"]:
                     if not qa.get("is_impossible", False) and qa["answers"]:
-                        questions.append((qa["question"], [a["text"] for a in qa["answers"]], [gold]))
+                        answers = [a["text"] for a in qa["answers"]]
+                        if not all(isinstance(x, str) for x in [p["context"], qa["question"], *answers]):
+                            raise TypeError(f"question {qa.get('id', len(questions))!r}: its context, question "
+                                            "and answer texts must be strings")
+                        questions.append((qa["question"], answers, [gold]))
                         related.append([d for d in article if d != gold])
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"qa_1: {path} is not a SQuAD v2.0 file (missing {exc})") from exc
+    except KeyError as exc:
+        raise ValueError(f"ruler/qa_1: {path} is not a SQuAD v2.0 file (missing {exc})") from None
+    except (TypeError, AttributeError) as exc:
+        raise ValueError(f"ruler/qa_1: {path} is not a SQuAD v2.0 file ({exc})") from None
     return QAData(docs, questions, related)
 
 
 def load_hotpotqa(path: str | Path) -> QAData:
     """HotpotQA distractor JSON -> questions, each with its ten paragraphs ("title\\ntext") as gold docs."""
-    data = _read_json(path, "qa_2 (HotpotQA)")
+    data = _read_json(path, "ruler/qa_2 (HotpotQA)")
     try:
         def doc(title, sents):
             return f"{title}\n{''.join(sents)}"
@@ -80,15 +86,25 @@ def load_hotpotqa(path: str | Path) -> QAData:
         index = {d: i for i, d in enumerate(docs)}
         questions = [(d["question"], [d["answer"]], [index[doc(t, s)] for t, s in d["context"]]) for d in data]
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"qa_2: {path} is not a HotpotQA distractor file ({exc})") from exc
+        raise ValueError(f"ruler/qa_2: {path} is not a HotpotQA distractor file ({exc})") from exc
     return QAData(docs, questions)
 
 
 def _read_json(path, what):
+    """The JSON value of data file ``path``; ValueError naming the task (``what``) and the file when it is not
+    UTF-8 JSON."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{what}: data file {p} does not exist")
-    return json.loads(p.read_text(encoding="utf-8"))
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{what}: data file {p} is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what}: data file {p} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                         f"{exc.msg})") from None
+    except RecursionError:
+        raise ValueError(f"{what}: data file {p} nests its JSON too deeply") from None
 
 
 @register

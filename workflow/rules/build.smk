@@ -14,4 +14,4 @@ rule build_cpu_module:
         mem_mb=4000,
         runtime=30,
     shell:
-        "{params.magicpig} build > {output} 2> {log}"
+        "{params.magicpig} build > {output:q} 2> {log:q}"

@@ -1,5 +1,8 @@
 # Helpers shared by the rules. Every function of the workflow lives here; the other .smk files hold rules only.
 # The output helpers name what each command writes (see their docstrings), so rule outputs are the result files.
+# Every shell argument built from the config is quoted: the helpers below that return arguments quote each
+# value (shlex.quote), and the rules' shell lines use {...:q} for the rest (tests/test_hostile_inputs.py
+# checks every shell line).
 import os
 import re
 import shlex
@@ -51,7 +54,7 @@ def sized(preset, small, large):
 def device_args(preset):
     """`--device` of the model-running commands: only when the preset names a device (otherwise their default,
     cuda when available, stays)."""
-    return f"--device {preset['device']}" if preset.get("device") else ""
+    return f"--device {shlex.quote(preset['device'])}" if preset.get("device") else ""
 
 
 # ---- magicpig eval: the job table -----------------------------------------------------------------------
@@ -94,8 +97,8 @@ def eval_args(preset, seed, tasks, lengths, methods, samples, setup=None):
     samples = "all" if samples == "all" else int(samples)
     return " ".join(filter(None, [
         f"--model {shlex.quote(preset['model'])} {method_args(methods)} {task_args} {length_args}",
-        f"--samples {samples} --seed {int(seed)} --setup {setup or preset['setup']}",
-        f"--backend {preset['backend']} --chat-template {preset['chat_template']}",
+        f"--samples {samples} --seed {int(seed)} --setup {shlex.quote(setup or preset['setup'])}",
+        f"--backend {shlex.quote(preset['backend'])} --chat-template {shlex.quote(preset['chat_template'])}",
         device_args(preset), data_args(tasks), methods_module_args(), overwrite_arg()]))
 
 
@@ -273,7 +276,8 @@ def decode_args(preset):
     methods = (["dense@stock"] if "dense@stock" not in db["methods"] else []) + list(db["methods"])
     return " ".join(filter(None, [f"--model {shlex.quote(preset['model'])}"]
                            + [f"--context {int(n)}" for n in db["lengths"]]
-                           + [method_args(methods), f"--fill {db['fill']} --weights {db['weights']}"]
+                           + [method_args(methods), f"--fill {shlex.quote(db['fill'])}",
+                              f"--weights {shlex.quote(db['weights'])}"]
                            + [f"--batch {int(b)}" for b in db["batches"]]
                            + [f"--steps {int(db['steps'])} --warmup {int(db['warmup'])}"]
                            + (["--max-throughput"] if db["max_throughput"] else [])

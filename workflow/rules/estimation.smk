@@ -5,7 +5,7 @@
 E = P["estimation"]
 ESTIMATION_DIR = f"{RES}/estimation"
 PROMPTS = list(range(int(E["prompts"])))
-CAPTURES = [f"{ESTIMATION_DIR}/captures/capture_{E['length']}_p{i}.pt" for i in PROMPTS]
+CAPTURES = [f"{ESTIMATION_DIR}/captures/capture_{E['length']}_p{i}.safetensors" for i in PROMPTS]
 TUNE_KL = f"{ESTIMATION_DIR}/tune_kl_{tune_kl_tag(E['target_cost'])}"
 INPUTS_FILES = [f"{ESTIMATION_DIR}/{name}" for name in inputs_files()]
 # what the report reads: the experiments' CSVs, the short-input tables and tune-kl's result (its JSON and the
@@ -18,7 +18,7 @@ ESTIMATION_FILES = [f"{ESTIMATION_DIR}/{name}" for name in experiment_files()] +
 
 rule estimation_capture:
     output:
-        f"{ESTIMATION_DIR}/captures/capture_{E['length']}_p{{prompt}}.pt",
+        f"{ESTIMATION_DIR}/captures/capture_{E['length']}_p{{prompt}}.safetensors",
     log:
         f"{RES}/logs/estimation_capture_p{{prompt}}.log",
     benchmark:
@@ -36,7 +36,7 @@ rule estimation_capture:
         runtime=sized(P, 60, 240),
         gpu=GPUS,
     shell:
-        "{params.magicpig} estimate capture {params.args} --out {output} > {log} 2>&1"
+        "{params.magicpig} estimate capture {params.args} --out {output:q} > {log:q} 2>&1"
 
 
 rule estimation_inputs:
@@ -58,7 +58,7 @@ rule estimation_inputs:
         runtime=sized(P, 60, 240),
         gpu=GPUS,
     shell:
-        "{params.magicpig} estimate inputs {params.args} --out-dir {params.out_dir} > {log} 2>&1"
+        "{params.magicpig} estimate inputs {params.args} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
 rule estimation_experiments:
@@ -74,7 +74,7 @@ rule estimation_experiments:
         magicpig=MAGICPIG,
         out_dir=out_dir,
         seed=SEED,
-        captures=lambda w, input: " ".join(f"--capture {c}" for c in input),
+        captures=lambda w, input: " ".join(f"--capture {shlex.quote(c)}" for c in input),
     threads: job_threads(CPUS)
     conda:
         ENV
@@ -82,8 +82,8 @@ rule estimation_experiments:
         mem_mb=sized(P, 8000, 64000),
         runtime=sized(P, 120, 720),
     shell:
-        "{params.magicpig} estimate all {params.captures} --out-dir {params.out_dir} --seed {params.seed} "
-        "> {log} 2>&1"
+        "{params.magicpig} estimate all {params.captures} --out-dir {params.out_dir:q} --seed {params.seed:q} "
+        "> {log:q} 2>&1"
 
 
 # tune-kl writes its result to <out-dir>/tune_kl_<target>.json itself; its stdout goes to the log. It reads the
@@ -111,5 +111,5 @@ rule tune_kl:
         mem_mb=sized(P, 8000, 64000),
         runtime=sized(P, 60, 240),
     shell:
-        "{params.magicpig} tune-kl --model {params.model:q} --capture {input} --target-cost {params.target_cost} "
-        "--out-dir {params.out_dir} --seed {params.seed} > {log} 2>&1"
+        "{params.magicpig} tune-kl --model {params.model:q} --capture {input:q} --target-cost {params.target_cost:q} "
+        "--out-dir {params.out_dir:q} --seed {params.seed:q} > {log:q} 2>&1"

@@ -35,4 +35,4 @@ for eval_rule in EVAL_RULES:
             runtime=sized(P, 240, eval_rule.runtime),
             gpu=GPUS,
         shell:
-            "{params.magicpig} eval {params.args} --out {params.out} > {log} 2>&1"
+            "{params.magicpig} eval {params.args} --out {params.out:q} > {log:q} 2>&1"

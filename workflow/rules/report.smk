@@ -35,5 +35,5 @@ rule report:
         mem_mb=4000,
         runtime=30,
     shell:
-        "{params.python} {input.script} --results {params.results} --out {params.out} --preset {params.preset} "
-        "--preset-config {params.preset_config} {params.methods_module} > {log} 2>&1"
+        "{params.python:q} {input.script:q} --results {params.results:q} --out {params.out:q} "
+        "--preset {params.preset:q} --preset-config {params.preset_config} {params.methods_module} > {log:q} 2>&1"

@@ -28,7 +28,7 @@ rule bench_kernel:
         mem_mb=16000,
         runtime=240,
     shell:
-        "{params.magicpig} bench kernel {params.grid} --csv {output} > {log} 2>&1"
+        "{params.magicpig} bench kernel {params.grid} --csv {output:q} > {log:q} 2>&1"
 
 
 rule bench_decode:
@@ -52,7 +52,7 @@ rule bench_decode:
         runtime=sized(P, 480, 1440),
         gpu=GPUS,
     shell:
-        "{params.magicpig} bench decode {params.args} --csv {output} > {log} 2>&1"
+        "{params.magicpig} bench decode {params.args} --csv {output:q} > {log:q} 2>&1"
 
 
 # The models the preset measures by their shape only (decode_bench.shapes: random weights of the stored
@@ -79,7 +79,7 @@ rule bench_decode_shape:
         runtime=sized(P, 480, 1440),
         gpu=GPUS,
     shell:
-        "{params.magicpig} bench decode {params.args} --csv {output} > {log} 2>&1"
+        "{params.magicpig} bench decode {params.args} --csv {output:q} > {log:q} 2>&1"
 
 
 rule project_hardware:
@@ -102,5 +102,5 @@ rule project_hardware:
         mem_mb=4000,
         runtime=30,
     shell:
-        "{params.magicpig} project --kernel-csv {input.kernel} --decode-csv {input.decode} "
-        "--out-dir {params.out_dir} > {log} 2>&1"
+        "{params.magicpig} project --kernel-csv {input.kernel:q} --decode-csv {input.decode:q} "
+        "--out-dir {params.out_dir:q} > {log:q} 2>&1"

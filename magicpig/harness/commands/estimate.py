@@ -1,6 +1,6 @@
 """``magicpig estimate``: attention-level experiments on captured queries/keys/values.
 
-    magicpig estimate capture  --model smollm2 --context 8192      # one exact prefill -> .pt capture
+    magicpig estimate capture  --model smollm2 --context 8192      # one exact prefill -> .safetensors capture
     magicpig estimate spread|error|kl-grid|centering|geometry|mass-curve|... --capture PATH [--capture PATH2 ...]
     magicpig estimate all --capture PATH [--capture PATH2 ...]     # every experiment of EXPERIMENTS
     magicpig estimate inputs --model smollm2 --inputs 32 --sentences 50   # keys across many short inputs
@@ -88,7 +88,7 @@ def register(sub) -> None:
     c.add_argument("--kv-dtype", choices=("float16", "float32", "bfloat16"), default="float16")
     c.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     c.add_argument("--out", default=None,
-                   help="capture file (default results/estimation/captures/<model>_<context>.pt)")
+                   help="capture file (default results/estimation/captures/<model>_<context>.safetensors)")
     c.add_argument("--force", action="store_true", help="recapture even if the file exists")
     c.set_defaults(func=run_capture)
 

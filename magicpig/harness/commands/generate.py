@@ -57,11 +57,13 @@ def _prompt_text(args) -> str:
 
 
 def run(args) -> int:
+    from magicpig.backends import check_backend_limits
     from magicpig.harness.argcheck import check_device, check_min, check_seed
     from magicpig.methods import parse_method
 
     # every argument is checked before the model is loaded
     method = parse_method(args.method)
+    check_backend_limits(method, args.backend)  # e.g. min_collisions beyond the offload backend's 8 bits
     check_min(args.max_new_tokens, 0, "--max-new-tokens")
     check_min(args.prefill_chunk, 1, "--prefill-chunk")
     check_seed(args.seed)

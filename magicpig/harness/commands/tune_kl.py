@@ -2,7 +2,7 @@
 
     magicpig tune-kl --model smollm2 --target-cost 0.02 [--capture PATH] [--json]
 
-Without ``--capture`` the default capture of the model (``results/estimation/captures/<model>_<ctx>.pt``)
+Without ``--capture`` the default capture of the model (``results/estimation/captures/<model>_<ctx>.safetensors``)
 is used, and made first (one exact prefill) when it does not exist yet.
 """
 from __future__ import annotations

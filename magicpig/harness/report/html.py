@@ -11,6 +11,7 @@ import html
 import mimetypes
 import re
 from pathlib import Path
+from urllib.parse import unquote
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 72em; padding: 0 1em; line-height: 1.45;
@@ -24,6 +25,9 @@ img { max-width: 100%; height: auto; }
 """
 
 
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".svg")
+
+
 def _parser():
     from markdown_it import MarkdownIt
 
@@ -31,18 +35,37 @@ def _parser():
 
 
 def _inline_images(body: str, folder: Path) -> str:
-    """``<img src="x.png">`` with a file ``folder/x.png`` -> the same tag with the file as a data URI."""
+    """``<img src="x.png" alt="a">`` with an image file ``folder/x.png`` -> the same tag with the file as a data
+    URI. Only an image file (``IMAGE_SUFFIXES``) whose resolved path lies inside the resolved ``folder`` is read:
+    any other link (an absolute path, ``../``, a symbolic link out of the folder, a URL, a data: URI, a missing
+    file) becomes text, so neither a file of the machine nor a remote address reaches the page through a link
+    that report text (a preset name, a skip reason, a method name) may carry."""
+    root = folder.resolve()
 
     def repl(match: re.Match) -> str:
-        src = html.unescape(match.group(2))
-        path = folder / src
-        if "://" in src or src.startswith("data:") or not path.is_file():
-            return match.group(0)
+        src, rest, alt = html.unescape(match.group(1)), match.group(2), html.unescape(match.group(3) or "")
+        path = _local_image(root, unquote(src))  # the parser percent-encodes links: fig%20a.png
+        if path is None:
+            return (f'<span class="not-embedded">[image {html.escape(alt)}: {html.escape(src)} '
+                    "(not embedded: only image files of the report's folder are)]</span>")
         mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         data = base64.b64encode(path.read_bytes()).decode("ascii")
-        return f'{match.group(1)}data:{mime};base64,{data}{match.group(3)}'
+        return f'<img src="data:{mime};base64,{data}"{rest}'
 
-    return re.sub(r'(<img src=")([^"]+)(")', repl, body)
+    return re.sub(r'<img src="([^"]*)"((?: alt="([^"]*)")?[^>]*>)', repl, body)
+
+
+def _local_image(root: Path, src: str) -> Path | None:
+    """The image file ``src`` names inside ``root`` (resolved), or None."""
+    if not src or "://" in src or ":" in src.split("/", 1)[0] or src.startswith(("/", "\\")):
+        return None  # a URL, a data: URI, a drive letter or an absolute path
+    try:
+        path = (root / src).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+    if not path.is_relative_to(root) or path.suffix.lower() not in IMAGE_SUFFIXES or not path.is_file():
+        return None
+    return path
 
 
 def render_html(markdown_text: str, folder: Path | str, title: str = "MagicPIG reproduction report") -> str:

@@ -88,8 +88,8 @@ def table9(path: Path | str | None = None) -> dict[int, dict[int, float]]:
 
 
 def system_entries(name: str, path: Path | str | None = None) -> list[dict[str, Any]]:
-    """The entries of ``system.<name>`` (throughput_speedup_vs_gpu_full, latency_ms_per_token,
-    max_throughput_tokens_per_s), each naming its setting."""
+    """The entries of ``system.<name>`` (throughput_speedup, latency_ms_per_token, max_throughput_tokens_per_s),
+    each naming its setting; ``baselines`` (what each throughput ratio is over) is a mapping by key."""
     section = _load(path)["system"]
     if name not in section:
         raise ValueError(f"system: no entry {name!r}; entries: {', '.join(section)}")

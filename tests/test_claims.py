@@ -1,6 +1,7 @@
 """Bootstrap intervals on known cases, and the claims table's verdicts on synthetic numbers (every verdict
 reachable)."""
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -195,7 +196,7 @@ def test_table9_fraction(tmp_path, scale, status):
     assert claim(tmp_path / "none", "table9_fraction").verdict.status == NOT_TESTABLE
 
 
-def test_speedup_needs_a_gpu(tmp_path):
+def test_speedup_needs_a_gpu_and_three_runs(tmp_path):
     thr = tmp_path / "throughput"
     thr.mkdir()
     rows = [{"device": "cpu", "model": "shape:llama-3.1-8b", "context": 98304, "batch": 1, "method": m, "backend": b,
@@ -207,12 +208,19 @@ def test_speedup_needs_a_gpu(tmp_path):
     c = claim(tmp_path, "throughput_speedup")
     assert c.verdict.status == NOT_TESTABLE and "no GPU" in c.verdict.reason
     assert "PROJECTION" in c.measured and "4.90x" in c.measured
-    for t, status in ((12, REPRODUCED), (8, NOT_REPRODUCED)):
-        for r in rows:
-            r["device"] = "cuda:0"
-        rows[1]["tokens_per_s"] = t
-        pd.DataFrame(rows).to_csv(thr / "decode.csv", index=False)
-        assert claim(tmp_path, "throughput_speedup").verdict.status == status
+    for r in rows:
+        r["device"] = "cuda:0"
+    pd.DataFrame(rows).to_csv(thr / "decode.csv", index=False)
+    c = claim(tmp_path, "throughput_speedup")  # one file without run_id: one run, whatever its ratio
+    assert c.verdict.status == NOT_TESTABLE
+    assert "1 independent run" in c.verdict.reason and "needs 3" in c.verdict.reason
+    for ratios, status in (((1.2, 1.25, 1.15), REPRODUCED), ((0.8, 0.82, 0.78), NOT_REPRODUCED)):
+        runs = [dict(r, run_id=f"run{k}", tokens_per_s=10 * ratio if r["method"] == "magicpig" else 10)
+                for k, ratio in enumerate(ratios) for r in rows]
+        pd.DataFrame(runs).to_csv(thr / "decode.csv", index=False)
+        c = claim(tmp_path, "throughput_speedup")
+        assert c.verdict.status == status, c.verdict.text()
+        assert "3 runs" in c.measured and "Student t" in c.measured
 
 
 def test_speedup_quote_says_which_kernel_efficiency_was_projected_and_why(tmp_path):
@@ -230,6 +238,10 @@ def test_speedup_quote_says_which_kernel_efficiency_was_projected_and_why(tmp_pa
     assert "CPU kernel this suite's kernel (30% of streaming bandwidth, measured by bench kernel)" in text
     assert "[median bandwidth_ratio of 4 unflagged kernel rows; decode-row fit refused: 2 unflagged rows" in text
     assert "CPU kernel original MagicPIG kernel (8% of streaming bandwidth) [the original kernels'" in text
+    # the simulated RTX 4090's projected ratio is over full attention on the CPU at 150 GB/s, beside the paper's
+    assert re.search(r"RTX 4090 \(simulated: L20 capped at 24 GB\) \d+\.\d\dx over full attention on the CPU at "
+                     r"a theoretical 150 GB/s \(paper 3\.3x\)", text), text
+    assert "does not fit" not in text
 
 
 def test_every_listed_claim_has_a_test_and_the_report_starts_with_the_table(tmp_path):

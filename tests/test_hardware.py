@@ -3,7 +3,8 @@ import math
 
 import pytest
 
-from magicpig.harness.projection import HARDWARE, Hardware, gpu_full_attention, magicpig_offload
+from magicpig.harness.projection import (HARDWARE, Hardware, cpu_full_attention, gpu_full_attention, magicpig_offload,
+                                         paper_baselines)
 from magicpig.shapes import ModelShape, load_shapes
 
 MODELS = load_shapes()
@@ -93,6 +94,60 @@ def test_paper_figures_are_matched_to_rows_by_setting(monkeypatch):
     assert {k: r["paper_speedup"] for k, r in flipped.items()} == {k: r["paper_speedup"] for k, r in rows.items()}
     lat = {r["what"]: r for r in projection.latency_rows(0.3)}
     assert lat["MagicPIG ms/token, batch 1"]["paper"] == 54.0 and lat["MagicPIG ms/token, batch 1"]["batch"] == 1
+    # the 54 ms/token is the simulated RTX 4090's (Fig. 8c), projected on that machine, not on the L20
+    assert lat["MagicPIG ms/token, batch 1"]["hardware"] == HARDWARE["RTX4090"].name
     assert lat["MagicPIG tokens/s, batch 18"]["paper"] == 53.8
     assert lat["GPU-only full attention tokens/s, largest batch"]["paper"] == 30.5
     assert "paper" not in lat["MagicPIG tokens/s, largest batch that fits"]
+
+
+def test_cpu_full_attention_by_hand():
+    """The KV cache read from host memory at the given rate, the weights on the GPU, the step their sum."""
+    p = cpu_full_attention(TOY, HW, 1000, kv_read_gbps=50, batch=3)
+    assert p.batch == 3
+    assert p.gpu_s == pytest.approx(2e9 / 1e12) and p.cpu_s == pytest.approx(3 * 2.048e6 / 50e9)
+    assert p.step_s == pytest.approx(p.gpu_s + p.cpu_s)
+    # the batch is capped by host memory (100 GB / 2.048 GB per sequence at 1M tokens), not by the GPU's 10 GB
+    assert cpu_full_attention(TOY, HW, 1_000_000, kv_read_gbps=50).batch == 48
+    assert gpu_full_attention(TOY, HW, 1_000_000).batch == 3
+    with pytest.raises(ValueError, match="kv_read_gbps"):
+        cpu_full_attention(TOY, HW, 1000, kv_read_gbps=0)
+
+
+def test_rtx4090_ratio_is_over_cpu_full_attention_at_the_papers_bandwidth():
+    """Fig. 8c's 3.3x is over full attention on the CPU at 150 GB/s (Sec. 5.2): the projection computes that
+    baseline (GPU-only full attention does not fit there) and prints a finite ratio beside the paper's; the A100
+    and L20 stay over GPU-only full attention."""
+    from magicpig.harness.projection import hardware as projection
+    from magicpig.shapes import model_shape
+
+    assert paper_baselines()["cpu_full"]["kv_read_gbps"] == 150
+    rows = {r["hardware"]: r for r in projection.paper_projection_rows(0.3)}
+    rtx = rows[HARDWARE["RTX4090"].name]
+    assert rtx["baseline"] == "cpu_full" and rtx["baseline_kv_read_gbps"] == 150 and rtx["paper_speedup"] == 3.3
+    base = cpu_full_attention(model_shape("llama-3.1-8b"), HARDWARE["RTX4090"], 98304, 150)
+    assert base.batch >= 1 and rtx["full_tokens_per_s"] == pytest.approx(base.tokens_per_s)
+    assert math.isfinite(rtx["speedup"]) and rtx["speedup"] == pytest.approx(rtx["magicpig_tokens_per_s"]
+                                                                            / base.tokens_per_s)
+    assert "does not fit" not in rtx["note"] and "150 GB/s" in rtx["note"]
+    for key in ("A100", "L20"):
+        row = rows[HARDWARE[key].name]
+        assert row["baseline"] == "gpu_full" and math.isnan(row["baseline_kv_read_gbps"])
+    # the baseline is bound by the host bandwidth: a faster host memory raises its throughput
+    fast = cpu_full_attention(model_shape("llama-3.1-8b"), HARDWARE["RTX4090"], 98304, 300)
+    assert fast.tokens_per_s > base.tokens_per_s
+    lat = {r["what"]: r for r in projection.latency_rows(0.3)}
+    b1 = [r for w, r in lat.items() if w.startswith("baseline ms/token, batch 1")]
+    assert len(b1) == 1 and b1[0]["baseline"] == "cpu_full" and b1[0]["projected"] == pytest.approx(
+        cpu_full_attention(model_shape("llama-3.1-8b"), HARDWARE["RTX4090"], 98304, 150, batch=1).ms_per_token)
+
+
+def test_a_throughput_entry_without_a_known_baseline_is_refused(monkeypatch):
+    from magicpig.harness.projection import hardware as projection
+
+    entries = projection.paper_entries("throughput_speedup")
+    for change, message in (({"baseline": "tpu_full"}, "baseline 'tpu_full' is not a key"), ({}, "no 'baseline'")):
+        bad = [dict({k: v for k, v in entries[0].items() if k != "baseline"}, **change)] + entries[1:]
+        monkeypatch.setattr(projection, "paper_entries", lambda name, bad=bad: bad)
+        with pytest.raises(ValueError, match=message):
+            projection.paper_projection_rows(0.3)

@@ -4,7 +4,11 @@ On a GPU server (``Hardware``) the weights and the exact part are read from GPU 
 read from host memory at ``cpu_read_gbps x cpu_efficiency`` (the efficiency our kernel reaches, fitted or
 measured here, carries over as a fraction of the host's streaming bandwidth), and it runs layer by layer
 between the GPU's parts (only the small static part overlaps it), so the step is their sum. GPU-only full
-attention through stock transformers moves its cache three times a step (``STOCK_KV_PASSES``). Device facts
+attention through stock transformers moves its cache three times a step (``STOCK_KV_PASSES``). Each paper
+ratio is projected over the baseline the paper states for it (``system.baselines`` of
+config/paper_reference.yaml, Sec. 5.2): full attention on the GPU (``gpu_full_attention``) for the A100 and
+L20, full attention on the CPU at a theoretical 150 GB/s (``cpu_full_attention``) for the simulated RTX 4090,
+where a 96K cache does not fit beside the weights in 24 GB. Device facts
 are public specifications; host bandwidths and overheads are assumptions (fields of ``Hardware``) that a
 user or a GPU run can correct. Everything projected is a model output, never a measurement.
 """
@@ -40,7 +44,8 @@ HARDWARE = {
     "L20": Hardware("L20-48GB", 48, 864, 1000, 300, **GPU_ASSUMPTIONS,
                     note="host bandwidth assumed (2-socket DDR5 server); paper does not state it"),
     "RTX4090": Hardware("RTX 4090 (simulated: L20 capped at 24 GB)", 24, 864, 1000, 300, **GPU_ASSUMPTIONS,
-                        note="as in the paper: an L20 with its memory capped at 24 GB"),
+                        note="as in the paper: an L20 with its memory capped at 24 GB; host memory and bandwidth "
+                             "assumed as the L20 box's (the CPU baseline's batch is bound by the host memory)"),
     "H200": Hardware("H200-141GB", 141, 4800, 100, 80, **GPU_ASSUMPTIONS,
                      note="one H200 (HBM3e ~4.8 TB/s); host 16 cores / 128 GB: ~100 GB usable and 80 GB/s "
                           "read bandwidth ASSUMED (correct with --host-gbps / --host-mem-gb)"),
@@ -90,6 +95,14 @@ def _usable_gpu(model: ModelShape, hw: Hardware) -> float:
 STOCK_KV_PASSES = 3
 
 
+def paper_baselines() -> dict[str, dict]:
+    """``system.baselines`` of config/paper_reference.yaml: what each of the paper's throughput ratios is over,
+    by key (``gpu_full``, ``cpu_full`` with its ``kv_read_gbps``)."""
+    from magicpig_tasks.paper import system_entries
+
+    return system_entries("baselines")
+
+
 def gpu_full_attention(model: ModelShape, hw: Hardware, context: int, batch: int | None = None,
                        kv_passes: int = 1) -> Projection:
     """GPU-only full attention at the largest batch that fits (or ``batch``); ``kv_passes``: how many times
@@ -104,6 +117,45 @@ def gpu_full_attention(model: ModelShape, hw: Hardware, context: int, batch: int
     gpu = (w.weight_bytes + kv_passes * w.exact_kv_bytes) / (hw.gpu_read_gbps * hw.gpu_efficiency * GB)
     step = gpu + model.layers * hw.layer_overhead_ms / 1e3
     return Projection(b, step, b / step, gpu_s=gpu)
+
+
+def cpu_full_attention(model: ModelShape, hw: Hardware, context: int, kv_read_gbps: float,
+                       batch: int | None = None, max_batch: int = 4096) -> Projection:
+    """Full attention on the CPU: the paper's baseline of Fig. 8c (Sec. 5.2, "full attention on CPU with
+    theoretical estimated bandwidth", 150 GB/s). The whole KV cache lives in host memory and every step reads
+    all of it there at ``kv_read_gbps`` (a theoretical figure: no efficiency factor); the weights stay on the
+    GPU and are charged as in every GPU step (read at ``gpu_read_gbps x gpu_efficiency``, plus the per-layer
+    overhead). A layer's attention needs its projections and the next layer needs its output, so the two parts
+    run one after the other and the step is their sum. The batch: the largest whose cache fits host memory
+    (``host_mem_gb``; throughput grows with it), at most ``max_batch``, or ``batch``."""
+    if not kv_read_gbps > 0:
+        raise ValueError(f"kv_read_gbps must be > 0, got {kv_read_gbps!r}")
+    kv_seq = model.layers * context * model.kv_bytes_per_token_layer()
+    if _usable_gpu(model, hw) <= 0:
+        return NO_FIT
+    cap = min(int(hw.host_mem_gb * GB // kv_seq), max_batch)
+    b = cap if batch is None else min(batch, cap)
+    if b < 1:
+        return NO_FIT
+    w = step_work(model, "dense", context, b)
+    gpu = w.weight_bytes / (hw.gpu_read_gbps * hw.gpu_efficiency * GB)
+    cpu = w.exact_kv_bytes / (kv_read_gbps * GB)
+    step = gpu + cpu + model.layers * hw.layer_overhead_ms / 1e3
+    return Projection(b, step, b / step, gpu, cpu)
+
+
+def baseline_projection(baseline: str, model: ModelShape, hw: Hardware, context: int,
+                        baselines: dict[str, dict] | None = None) -> Projection:
+    """The paper's baseline ``baseline`` (a key of ``system.baselines``) projected at its largest batch."""
+    baselines = paper_baselines() if baselines is None else baselines
+    if baseline not in baselines:
+        raise ValueError(f"system.throughput_speedup: baseline {baseline!r} is not a key of system.baselines "
+                         f"({', '.join(baselines)})")
+    if baseline == "gpu_full":
+        return gpu_full_attention(model, hw, context)
+    if baseline == "cpu_full":
+        return cpu_full_attention(model, hw, context, float(baselines[baseline]["kv_read_gbps"]))
+    raise ValueError(f"system.baselines: no projection for baseline {baseline!r} (known: gpu_full, cpu_full)")
 
 
 def magicpig_offload(model: ModelShape, hw: Hardware, context: int, sampled_fraction: float, K: int, L: int,
@@ -131,28 +183,41 @@ def magicpig_offload(model: ModelShape, hw: Hardware, context: int, sampled_frac
 
 def paper_projection_rows(cpu_efficiency: float | None = None, sampled_fraction: float = 0.02,
                           hardware: dict[str, Hardware] | None = None) -> list[dict]:
-    """One row per throughput comparison of the paper (``system.throughput_speedup_vs_gpu_full``): projected
-    tokens/s of both systems and the speedup (a model output), beside the paper's speedup of that setting."""
+    """One row per throughput comparison of the paper (``system.throughput_speedup``): projected tokens/s of
+    MagicPIG and of the entry's own baseline (``baseline``: full attention on the GPU, or on the CPU at the
+    paper's 150 GB/s; ``full_*`` columns) and the speedup (a model output), beside the paper's speedup."""
     hardware = hardware or HARDWARE
+    baselines = paper_baselines()
     rows = []
-    for e in paper_entries("throughput_speedup_vs_gpu_full"):
+    for e in paper_entries("throughput_speedup"):
         hw = hardware[e["hardware"]]
         if cpu_efficiency is not None:
             hw = replace(hw, cpu_efficiency=cpu_efficiency)
         model, context = model_shape(e["model"]), int(e["context"])
         K, L = _kl(e["method"])
-        full = gpu_full_attention(model, hw, context)
+        if "baseline" not in e:
+            raise ValueError(f"system.throughput_speedup: the {e['hardware']} entry has no 'baseline' field")
+        full = baseline_projection(e["baseline"], model, hw, context, baselines)
         pig = magicpig_offload(model, hw, context, sampled_fraction, K, L)
+        cpu_gbps = baselines[e["baseline"]].get("kv_read_gbps")
+        note = hw.note
+        if e["baseline"] == "gpu_full" and not full.batch:
+            note += "; GPU-only full attention does not fit even at batch 1"
+        elif cpu_gbps:
+            note += (f"; baseline: KV cache in host memory read at {float(cpu_gbps):g} GB/s (the paper's theoretical "
+                     "CPU bandwidth, Sec. 5.2), weights on the GPU")
         rows.append({
             "kind": LABEL, "hardware": hw.name, "model": model.name,
             "context": context, "K": K, "L": L, "sampled_fraction": sampled_fraction,
             "cpu_efficiency": hw.cpu_efficiency, "cpu_read_gbps_assumed": hw.cpu_read_gbps,
+            "baseline": e["baseline"], "baseline_label": baselines[e["baseline"]].get("label", e["baseline"]),
+            "baseline_kv_read_gbps": float(cpu_gbps) if cpu_gbps else math.nan,
             "full_batch": full.batch, "full_tokens_per_s": full.tokens_per_s,
             "magicpig_batch": pig.batch, "magicpig_tokens_per_s": pig.tokens_per_s,
             "magicpig_ms_per_step": pig.ms_per_token,
             "speedup": (pig.tokens_per_s / full.tokens_per_s) if full.tokens_per_s > 0 else math.inf,
             "paper_speedup": float(e["speedup"]),
-            "note": hw.note + ("" if full.batch else "; GPU-only full attention does not fit even at batch 1"),
+            "note": note,
         })
     return rows
 
@@ -160,9 +225,14 @@ def paper_projection_rows(cpu_efficiency: float | None = None, sampled_fraction:
 def latency_rows(cpu_efficiency: float, sampled_fraction: float = 0.02,
                  hardware: dict[str, Hardware] | None = None) -> list[dict]:
     """The paper's latency and maximum-throughput points (``system.latency_ms_per_token``,
-    ``system.max_throughput_tokens_per_s``: L20, Llama-3.1-8B, 96K, (10,150)) beside the model's, each
-    projected at the entry's own setting, plus MagicPIG at the largest batch that fits there."""
+    ``system.max_throughput_tokens_per_s``: Llama-3.1-8B, 96K, (10,150); the 54 ms/token on the simulated
+    RTX 4090, the tokens/s on the L20) beside the model's, each projected on the entry's own hardware and
+    setting, plus MagicPIG at the largest batch that fits there. Beside a latency point, the paper's baseline of
+    that setting (``system.throughput_speedup``'s ``baseline``: on the simulated RTX 4090, full attention on
+    the CPU at 150 GB/s) at batch 1, projected only (the paper states no latency for it)."""
     hardware = hardware or HARDWARE
+    baselines = paper_baselines()
+    speedups = paper_entries("throughput_speedup")
 
     def setting(e):
         hw = replace(hardware[e["hardware"]], cpu_efficiency=cpu_efficiency)
@@ -174,6 +244,16 @@ def latency_rows(cpu_efficiency: float, sampled_fraction: float = 0.02,
         p = magicpig_offload(model, hw, n, sampled_fraction, *_kl(e["method"]), batch=int(e["batch"]))
         rows.append({"kind": LABEL, "hardware": hw.name, "what": f"MagicPIG ms/token, batch {e['batch']}",
                      "projected": p.ms_per_token, "paper": float(e["ms"]), "batch": p.batch})
+        for sp in speedups:
+            if (sp["hardware"], sp["model"], int(sp["context"])) != (e["hardware"], e["model"], n):
+                continue
+            key = sp["baseline"]
+            gbps = baselines.get(key, {}).get("kv_read_gbps")
+            base = (cpu_full_attention(model, hw, n, float(gbps), batch=1) if key == "cpu_full"
+                    else gpu_full_attention(model, hw, n, batch=1))
+            rows.append({"kind": LABEL, "hardware": hw.name, "baseline": key,
+                         "what": f"baseline ms/token, batch 1: {baselines.get(key, {}).get('label', key)}",
+                         "projected": base.ms_per_token, "batch": base.batch})
     for e in paper_entries("max_throughput_tokens_per_s"):
         hw, model, n = setting(e)
         if e["method"] == "dense":  # GPU-only full attention at its largest batch

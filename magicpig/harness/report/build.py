@@ -209,11 +209,12 @@ THROUGHPUT_TITLES = {
                              ["context", "batch", "method", "backend", "fits", "under_load", "ms_per_token",
                               "predicted_ms_per_token", "prediction_error", "loo_error", "model_role"]),
     "projection_paper_hardware.csv": ("PROJECTED (bandwidth model, not measured) throughput on the paper's hardware",
-                                      ["cpu_kernel", "hardware", "model", "context", "full_batch",
+                                      ["cpu_kernel", "hardware", "model", "context", "baseline", "full_batch",
                                        "full_tokens_per_s", "magicpig_batch", "magicpig_tokens_per_s",
                                        "magicpig_ms_per_step", "speedup", "paper_speedup"]),
-    "projection_paper_latency.csv": ("PROJECTION (bandwidth model, not measured): the paper's L20 latency and "
-                                     "throughput points", ["hardware", "what", "batch", "projected", "paper"]),
+    "projection_paper_latency.csv": ("PROJECTION (bandwidth model, not measured): the paper's latency (simulated "
+                                     "RTX 4090, with its baseline at batch 1) and L20 throughput points",
+                                     ["hardware", "what", "batch", "projected", "paper"]),
     "projection_h200.csv": ("PROJECTION (bandwidth model, not measured): llama-3.1-8b on one H200, dense GPU-only "
                             "vs MagicPIG (10,150); host bandwidth and memory assumed",
                             ["context", "which", "method", "batch", "ms_per_token", "tokens_per_s", "gpu_ms",

@@ -3,6 +3,7 @@ bandwidth-model projections (``projection_*.csv``, ``magicpig project``), always
 projected ones titled "PROJECTION"."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,28 @@ PROJECTED = "PROJECTION (bandwidth model, not measured)"
 
 def _system(ref: dict) -> dict:
     return ref.get("system", {}) or {}
+
+
+def baselines_caption(ref: dict) -> str:
+    """What each of the paper's ratios is over (``system.baselines`` and ``throughput_speedup`` of the paper
+    reference, Sec. 5.2) and how the projection models the CPU baseline."""
+    system = _system(ref)
+    labels = {k: v.get("label", k) for k, v in (system.get("baselines") or {}).items()}
+    per = "; ".join(f"{e['hardware']}: {labels.get(e.get('baseline'), e.get('baseline'))}"
+                    for e in system.get("throughput_speedup", []))
+    text = f"paper's baselines (Sec. 5.2): {per}."
+    cpu = [v for v in (system.get("baselines") or {}).values() if v.get("kv_read_gbps")]
+    if cpu:
+        text += (f" Projected CPU baseline: the whole KV cache read from host memory at {cpu[0]['kv_read_gbps']:g} "
+                 "GB/s, the weights read on the GPU (bandwidth x efficiency, plus a per-layer overhead), one after the "
+                 "other, at the largest batch whose cache fits host memory.")
+    return text
+
+
+def _machine(key: str) -> str:
+    from magicpig.harness.projection import HARDWARE
+
+    return HARDWARE[key].name if key in HARDWARE else str(key)
 
 
 def _label(r) -> str:
@@ -42,12 +65,12 @@ def _gpu_rows(df):
     return df[df["device"].astype(str).str.startswith("cuda")] if df is not None and "device" in df else None
 
 
-def _panels(results: Path, title: str, x: str, y: str, by: str, xlabel: str, ylabel: str):
+def _panels(results: Path, title: str, x: str, y: str, by: str, xlabel: str, ylabel: str, height: float = 4.4):
     """The three panels of a throughput figure: MEASURED ``y`` vs ``x`` per (method, ``by``) from decode.csv,
     then the H200 and the paper's-machine panels, titled PROJECTION, left for the caller to draw with the
     projection CSVs (None where absent: the panel says so). Returns (fig, axes, frames, missing)."""
     missing: list[str] = []
-    fig, axes = canvas.subplots(3, title, width=4.8, height=4.4)
+    fig, axes = canvas.subplots(3, title, width=4.8, height=height)
     thr = results / "throughput"
     frames = {name: canvas.read(thr / f"{name}.csv") for name in ("decode", "projection_h200",
                                                                   "projection_paper_latency")}
@@ -109,7 +132,7 @@ def throughput_context(results: Path, ref: dict, path: Path) -> canvas.FigureRes
     latency beside the projection of the same setting on the paper's machine."""
     title = "Decoding latency vs context"
     fig, (ax, axp, axl), frames, missing = _panels(results, title, "context", "ms_per_token", "batch",
-                                                   "context (tokens)", "ms / token")
+                                                   "context (tokens)", "ms / token", height=6.0)
     df, proj, lat = frames["decode"], frames["projection_h200"], frames["projection_paper_latency"]
     if df is not None:
         ax.set_xscale("log", base=2)
@@ -125,23 +148,39 @@ def throughput_context(results: Path, ref: dict, path: Path) -> canvas.FigureRes
         canvas.legend_below(axp, ncol=1, fontsize=6)
     if lat is not None:
         sel = lat[lat["what"].astype(str).str.contains("ms/token")]
-        names = [f"{h}\n{w}" for h, w in zip(sel["hardware"], sel["what"])]
+        names = [textwrap.fill(f"{str(h).split(' (')[0]}: {w}", 32) for h, w in zip(sel["hardware"], sel["what"])]
         xs = np.arange(len(sel))
-        axl.bar(xs - 0.2, sel["projected"], 0.4, color="darkorange", label="projected (bandwidth model)")
-        axl.bar(xs + 0.2, pd.to_numeric(sel["paper"], errors="coerce").fillna(0), 0.4, color="crimson",
-                alpha=0.7, label="paper")
-        axl.set_xticks(xs, names, fontsize=7)
+        proj = pd.to_numeric(sel["projected"], errors="coerce").to_numpy()
+        paper = pd.to_numeric(sel["paper"], errors="coerce").to_numpy()
+        axl.bar(xs - 0.2, np.where(np.isfinite(proj), proj, 0), 0.4, color="darkorange",
+                label="projected (bandwidth model)")
+        axl.bar(xs + 0.2, np.nan_to_num(paper), 0.4, color="crimson", alpha=0.7, label="paper")
+        for x, v, pv in zip(xs, proj, paper):
+            axl.text(x - 0.2, v if np.isfinite(v) else 0, f"{v:.0f}" if np.isfinite(v) else "does not fit",
+                     ha="center", va="bottom", fontsize=6)
+            if np.isfinite(pv):
+                axl.text(x + 0.2, pv, f"{pv:g}", ha="center", va="bottom", fontsize=6)
+        axl.set_xticks(xs, names, fontsize=6)
     axl.set_xlabel("")
     _paper_title(axl, _system(ref).get("latency_ms_per_token", []))
+    if axl.get_legend() is not None:  # under the four-line tick labels
+        axl.get_legend().set_bbox_to_anchor((0.5, -0.5))
+    for e in _system(ref).get("latency_ms_per_token", []):
+        canvas.note(axl, f"paper: {e['ms']:g} ms/token at batch {e['batch']} on the {_machine(e['hardware'])}, "
+                         f"{e['model']}, {int(e['context']) // 1024}K, {e['method']} (Fig. 8c, Sec. 5.2)")
+    canvas.note(axl, baselines_caption(ref))
     return canvas.save(fig, path, title, missing)
 
 
 def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
-    """Speed-up of MagicPIG over GPU-only full attention: measured on a GPU when decode.csv has GPU rows |
-    PROJECTION for the paper's three machines beside the paper's 1.5x / 5.0x / 3.3x."""
-    title = "Throughput speed-up over GPU-only full attention"
+    """Speed-up of MagicPIG over the paper's baseline of each setting: measured on a GPU when decode.csv has GPU
+    rows (over GPU-only full attention) | PROJECTION for the paper's three machines, each over its own baseline
+    (full attention on the GPU for the A100 and L20; on the CPU at a theoretical 150 GB/s for the simulated
+    RTX 4090: the KV cache read from host memory at that rate, the weights on the GPU, the step their sum),
+    our ratio printed beside the paper's 1.5x / 5.0x / 3.3x."""
+    title = "Throughput speed-up over the paper's baseline of each setting"
     missing: list[str] = []
-    fig, (ax, axp) = canvas.subplots(2, title)
+    fig, (ax, axp) = canvas.subplots(2, title, width=6.0, height=6.0)
     thr = results / "throughput"
     gpu = _gpu_rows(canvas.read(thr / "decode.csv"))
     if gpu is None or gpu.empty:
@@ -157,14 +196,19 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
         ax.set_xlabel("context")
         ax.set_ylabel("max tokens/s ratio")
         canvas.legend_below(ax)
-    ax.set_title("MEASURED on a GPU")
-    paper = _system(ref).get("throughput_speedup_vs_gpu_full", [])
+    ax.set_title("MEASURED on a GPU (over GPU-only full attention)")
+    system = _system(ref)
+    paper = system.get("throughput_speedup", [])
+    labels = {k: v.get("label", k) for k, v in (system.get("baselines") or {}).items()}
     proj = canvas.read(thr / "projection_paper_hardware.csv")
-    names = [f"{p['hardware']}\n{p['model']} {p['context'] // 1024}K" for p in paper]
+    names = [f"{p['hardware']}\n{p['model']} {p['context'] // 1024}K\n"
+             + textwrap.fill(f"over {labels.get(p.get('baseline'), p.get('baseline'))}", 30) for p in paper]
     xs = np.arange(len(paper))
     kernels = [] if proj is None else list(dict.fromkeys(proj.get("cpu_kernel", pd.Series(["projected"] * len(proj)))))
     width = 0.8 / (1 + max(1, len(kernels)))
     axp.bar(xs, [p["speedup"] for p in paper], width, color="crimson", alpha=0.7, label="paper")
+    for x, p in zip(xs, paper):
+        axp.text(x, p["speedup"], f"{p['speedup']:g}x", ha="center", va="bottom", fontsize=6, color="crimson")
     if proj is None:
         canvas.no_data(axp, "throughput/projection_paper_hardware.csv", missing)
     else:
@@ -176,6 +220,8 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
             for p in paper:
                 hit = rows[(rows["model"].astype(str).str.lower() == str(p["model"]).lower())
                            & (rows["context"] == p["context"])]
+                if "baseline" in hit:
+                    hit = hit[hit["baseline"].astype(str) == str(p.get("baseline"))]
                 table[k].append(float(hit["speedup"].iloc[0]) if len(hit) else np.nan)
         finite = [v for vals in table.values() for v in vals if np.isfinite(v)]
         cap = 1.2 * max([p["speedup"] for p in paper] + finite + [1])
@@ -183,18 +229,21 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
             x = xs + j * width
             axp.bar(x, [min(v, cap) if np.isfinite(v) else 0 for v in vals], width, color=f"C{j}",
                     label=f"projected, CPU kernel {k}")
-            for xi, v in zip(x, vals):
+            for xi, v, p in zip(x, vals, paper):
                 if not np.isfinite(v):
-                    axp.text(xi, cap * 0.05, "full attention\ndoes not fit" if v == np.inf else "no row",
-                             ha="center", va="bottom", fontsize=6, rotation=90)
+                    gone = f"{labels.get(p.get('baseline'), 'baseline')}\ndoes not fit" if v == np.inf else "no row"
+                    axp.text(xi, cap * 0.05, textwrap.fill(gone, 24), ha="center", va="bottom", fontsize=5,
+                             rotation=90)
                 else:
                     axp.text(xi, min(v, cap), f"{v:.1f}x", ha="center", va="bottom", fontsize=6)
         xs = xs + width * len(kernels) / 2
     axp.set_xticks(xs)
-    axp.set_xticklabels(names, fontsize=7)
+    axp.set_xticklabels(names, fontsize=6)
     axp.set_ylabel("speed-up (x)")
     axp.set_title(PROJECTED, color="darkorange")
-    canvas.legend_below(axp, ncol=1)
+    handles, names = axp.get_legend_handles_labels()
+    axp.legend(handles, names, fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.32), frameon=False)
+    canvas.note(axp, baselines_caption(ref))
     return canvas.save(fig, path, title, missing)
 
 

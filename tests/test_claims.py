@@ -1,6 +1,7 @@
 """Bootstrap intervals on known cases, and the claims table's verdicts on synthetic numbers (every verdict
 reachable)."""
 import json
+import math
 import re
 from pathlib import Path
 
@@ -176,8 +177,9 @@ def test_topk_error_above_oracle_decides_on_the_long_tailed_heads(tmp_path, rati
 def test_no_centering_collapse(tmp_path, frac, niah, status):
     est = tmp_path / "estimation"
     est.mkdir()
-    pd.DataFrame([{"K": 10, "L": 150, "centering": False, "cost2": frac},
-                  {"K": 10, "L": 150, "centering": True, "cost2": 0.02}]).to_csv(est / "centering_summary.csv")
+    pd.DataFrame([{"prompt": f"p{k}", "layer": 3, "dense_in_magicpig": False, "K": 10, "L": 150, "centering": c,
+                   "cost2": frac * (0.9 + 0.1 * k) if not c else 0.02} for k in range(4)
+                  for c in (False, True)]).to_csv(est / "centering.csv")
     if niah is not None:
         abl = tmp_path / "ablations" / "centering"
         write_run(abl, "ruler/niah_single_1", 4096, "magicpig:K=10,L=150,centering=false", scores(40, niah), frac)
@@ -255,3 +257,112 @@ def test_every_listed_claim_has_a_test_and_the_report_starts_with_the_table(tmp_
     report = build_report(tmp_path, tmp_path / "fig", "t").read_text()
     assert report.index("## Claims") < report.index("## RULER")
     assert report.count("**not testable here") == len(items)
+
+
+# ---- minimum detectable effect on every undecided line ---------------------------------------------------------
+def _thin_ruler(root: Path, n: int, tasks=("niah_single_1", "vt", "cwe")):
+    for t in tasks:
+        write_run(root / "accuracy", f"ruler/{t}", 16384, "dense", scores(n, n - 1), 1.0)
+        write_run(root / "accuracy", f"ruler/{t}", 16384, "magicpig:K=10,L=150", scores(n, n - 2), 0.025)
+
+
+@pytest.mark.parametrize("setup", ["empty", "thin"])
+def test_every_not_testable_line_states_its_minimum_detectable_effect(tmp_path, setup):
+    if setup == "thin":
+        _thin_ruler(tmp_path, 3)
+    results = evaluate(tmp_path, load_reference())
+    open_ = [c for c in results if c.verdict.status == NOT_TESTABLE]
+    assert len(open_) >= 5
+    for c in open_:
+        assert "minimum detectable effect: " in c.verdict.text(), (c.id, c.verdict.text())
+
+
+def test_minimum_detectable_effect_of_thin_tasks_follows_the_formula(tmp_path):
+    """3 tasks of 3 pairs, one pair differing by 100 points each: s^2 = 3333.3; SE = sqrt(3 x s^2 / 3) / 3."""
+    from statistics import NormalDist
+    _thin_ruler(tmp_path, 3)
+    text = claim(tmp_path, "ruler_near_dense").verdict.text()
+    z = NormalDist().inv_cdf(0.975) + NormalDist().inv_cdf(0.8)
+    assert f"+-{z * math.sqrt(3 * (1e4 / 3) / 3) / 3:.1f} points around the margin at n=3, 3, 3 pairs" in text
+    assert "below min_samples the test does not run" in text
+
+
+def test_minimum_detectable_effect_of_a_straddling_interval_is_2_8_standard_errors():
+    from magicpig.harness.report import detectable
+    assert detectable.from_interval(-5.0, 5.0) == pytest.approx(5.0 / 1.959964 * (1.959964 + 0.841621), rel=1e-5)
+    assert detectable.from_pairs([(10, float("nan"))]) == pytest.approx(2.8016 * math.sqrt(1000 / 10), rel=1e-4)
+    assert detectable.from_units(1, float("nan")) == math.inf
+
+
+def test_ruler_straddle_shows_the_mde_from_its_interval(tmp_path):
+    for t in ("vt", "cwe"):
+        write_run(tmp_path / "accuracy", f"ruler/{t}", 16384, "dense", scores(20, 15), 1.0)
+        write_run(tmp_path / "accuracy", f"ruler/{t}", 16384, "magicpig:K=10,L=150", scores(20, 14), 0.025)
+    v = claim(tmp_path, "ruler_near_dense").verdict
+    assert v.status == NOT_TESTABLE and "straddles -3" in v.reason
+    assert re.search(r"minimum detectable effect: .*\+-\d+\.\d points around the margin \(n=40 pairs over 2 tasks, "
+                     r"from this interval\)", v.text())
+
+
+# ---- Holm's correction over the decided claims ---------------------------------------------------------------------
+def _holm_claims(monkeypatch, pvalues):
+    """Claims of a stand-in test kind decided when its p-value is within 1 - the interval level in force."""
+    from magicpig.harness.report import claims as C
+    from magicpig.harness.report.paired import current_level
+
+    def by_p(claim, ctx):  # an interval whose lower bound clears 0 exactly when p <= 1 - level
+        v = decide(Interval(1.0, (1.0 - current_level()) - claim["p"] + 1e-12, 2.0, 10), 0.0, min_n=1)
+        return f"p={claim['p']} at {current_level():.4g}", v
+    monkeypatch.setitem(C.TESTS, "by_p", by_p)
+    monkeypatch.setattr(C, "FAMILY", C.FAMILY | {"by_p"})
+    return {"claims": {"items": [{"id": f"c{i}", "text": "", "kind": "by_p", "p": p} for i, p in enumerate(pvalues)]}}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_holm_confirms_what_statsmodels_holm_rejects(tmp_path, monkeypatch, seed):
+    """Five tested claims with p-values up to 0.06: the family is all five (decided or not), as statsmodels'."""
+    from statsmodels.stats.multitest import multipletests
+    p = np.round(np.random.default_rng(seed).uniform(0, 0.06, 5), 4)
+    ref = _holm_claims(monkeypatch, list(p))
+    results = evaluate(tmp_path, ref)
+    reject = multipletests(p, alpha=0.05, method="holm")[0]
+    for c, r, pv in zip(results, reject, p):
+        decided_95 = pv <= 0.05
+        assert (c.verdict.status == REPRODUCED) == bool(r), (p, c.id, c.verdict.text())
+        assert (c.unadjusted is not None) == decided_95
+        if decided_95 and not r:
+            assert "not at the adjusted" in c.verdict.text() and "unadjusted 0.95: reproduced" in _cell(c)
+
+
+def _cell(c):
+    from magicpig.harness.report.claims import verdict_cell
+    return verdict_cell(c)
+
+
+def test_holm_family_and_unadjusted_verdict_in_the_rendered_table(tmp_path):
+    """A strong centering claim and a marginal TopK/oracle claim (t = 3.6 on 4 prompts: passes at 95%, not at
+    97.5%): Holm confirms the strong one at 97.5%, then the marginal one at 95%; Table 9 stays outside."""
+    from magicpig.harness.report.claims import claims_section
+    est = tmp_path / "estimation"
+    est.mkdir()
+    pd.DataFrame([{"prompt": f"p{k}", "layer": 3, "dense_in_magicpig": False, "K": 10, "L": 150, "centering": False,
+                   "cost2": 0.0005 * (0.9 + 0.05 * k)} for k in range(5)]).to_csv(est / "centering.csv", index=False)
+    abl = tmp_path / "ablations" / "centering"
+    write_run(abl, "ruler/niah_single_1", 4096, "magicpig:K=10,L=150,centering=false", scores(60, 0), 0.0005)
+    write_run(abl, "ruler/niah_single_1", 4096, "magicpig:K=10,L=150", scores(60, 57), 0.02)
+    logs = 0.36 + 0.2 * np.array([-1.2247449, 0.0, 1.2247449, 0.0])  # mean 0.36, sd 0.2: t = 3.6
+    pd.DataFrame([{"prompt": f"p{k}", "layer": layer, "head": 0, "dense_in_magicpig": False,
+                   "top_mass_without_sink": 0.6, "oracle_budget": 0.02, "topk_over_oracle": math.exp(x)}
+                  for k, x in enumerate(logs) for layer in range(1, 4)]).to_csv(est / "error_topk_vs_oracle_heads.csv",
+                                                                                  index=False)
+    t9 = load_reference()["sampled_fraction_table9"]
+    pd.DataFrame([{"K": K, "L": L, "measured": f} for K, row in t9["K"].items()
+                  for L, f in zip(t9["L"], row)]).to_csv(est / "kl_grid_summary.csv", index=False)
+    by_id = {c.id: c for c in evaluate(tmp_path, load_reference())}
+    assert by_id["no_centering_collapse"].holm.startswith("Holm step 1, family of 2: holds at 0.975")
+    assert by_id["topk_error_above_oracle"].holm.startswith("Holm step 2, family of 2: holds at 0.95")
+    assert by_id["table9_fraction"].holm.startswith("outside Holm's family")
+    assert "at Holm's level: " in by_id["no_centering_collapse"].measured
+    text = "\n".join(claims_section(tmp_path, load_reference()))
+    assert "this report's family: `topk_error_above_oracle`, `no_centering_collapse`" in text
+    assert "unadjusted 0.95: reproduced" in text and "Minimum detectable effect (MDE)" in text

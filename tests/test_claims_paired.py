@@ -8,9 +8,9 @@ from scipy import special, stats
 from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
 
 from magicpig.harness.report.bootstrap import mean_interval
-from magicpig.harness.report.paired import (TaskInterval, betainc, clopper_pearson, level_interval, log_t_interval,
-                                            mover, newcombe_paired, paper_interval, t_ppf, task_average,
-                                            task_difference, wilson)
+from magicpig.harness.report.paired import (TaskInterval, betainc, clopper_pearson, expanded_level, level_interval,
+                                            log_t_interval, mover, newcombe_paired, paper_interval, t_ppf,
+                                            task_average, task_difference, wilson)
 
 
 @pytest.mark.parametrize("a,b,x", [(0.5, 0.5, 0.1), (2.5, 3.5, 0.3), (1, 20, 0.05), (30, 2, 0.97), (0.5, 7, 0.8)])
@@ -104,8 +104,10 @@ def test_graded_differences_with_spread_use_the_bootstrap():
     a = {str(i): float(v) for i, v in enumerate(other)}
     b = {str(i): float(v) for i, v in enumerate(base)}
     part = task_difference("t", a, b)
-    iv = mean_interval(other - base)
+    iv = mean_interval(other - base, level=expanded_level(60, 0.95))  # the expanded percentile bootstrap
     assert part.how == "bootstrap" and (part.lo, part.hi) == pytest.approx((iv.lo, iv.hi))
+    plain = mean_interval(other - base)
+    assert part.lo < plain.lo and part.hi > plain.hi
 
 
 def test_single_level_binary_is_clopper_pearson():

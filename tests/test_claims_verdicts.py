@@ -170,10 +170,18 @@ def test_graded_real_drop(tmp_path):
 
 
 # ---- the centering ablation -------------------------------------------------------------------------------------
+def centering_rows(est: Path, fracs, model="SmolLM2-135M-Instruct", n_prompt=4096):
+    """estimation/centering.csv as `magicpig estimate` writes it: per prompt, layer and setting; the uncentered
+    (10, 150) fraction of prompt k is fracs[k] on every sparse layer (layer 0 is dense: not counted)."""
+    est.mkdir(parents=True, exist_ok=True)
+    rows = [{"layer": layer, "K": 10, "L": L, "centering": c, "cost2": (1.0 if layer == 0 else f) if not c else 0.03,
+             "dense_in_magicpig": layer == 0, "prompt": f"p{k}", "n_prompt": n_prompt, "model": model}
+            for k, f in enumerate(fracs) for layer in range(4) for L in (150, 300) for c in (False, True)]
+    pd.DataFrame(rows).to_csv(est / "centering.csv", index=False)
+
+
 def _centering(root, uncentered, centered, frac=0.0005):
-    est = root / "estimation"
-    est.mkdir(parents=True)
-    pd.DataFrame([{"K": 10, "L": 150, "centering": False, "cost2": frac}]).to_csv(est / "centering_summary.csv")
+    centering_rows(root / "estimation", [frac * (0.8 + 0.1 * k) for k in range(5)])
     abl = root / "ablations" / "centering"
     write_run(abl, "ruler/niah_multikey_1", 8192, "magicpig:K=10,L=150,centering=false", uncentered, frac)
     if centered is not None:
@@ -192,6 +200,36 @@ def test_centering_collapse(tmp_path, uncentered, centered, status, why):
     c = verdict(tmp_path, "no_centering_collapse")
     assert c.verdict.status == status, c.verdict.text()
     assert why in c.verdict.text()
+    assert "n=5 units" in c.measured and "SmolLM2-135M-Instruct, 4096 tokens" in c.measured
+    assert "uncentered NIAH (None, 8192 tokens)" in c.measured or "8192 tokens" in c.measured
+
+
+@pytest.mark.parametrize("fracs,status,why", [
+    ([0.0004, 0.0005, 0.0006, 0.0005], REPRODUCED, ""),
+    ([0.0004, 0.0016, 0.0006, 0.0011], NOT_TESTABLE, "includes 0.10%"),  # mean 0.09%, spread across the bound
+    ([0.003, 0.004, 0.005], NOT_REPRODUCED, ""),
+    ([0.0005], NOT_TESTABLE, "fewer than 3 prompts"),
+])
+def test_centering_fraction_needs_an_interval_over_prompts(tmp_path, fracs, status, why):
+    centering_rows(tmp_path / "estimation", fracs, model="m-7b", n_prompt=2048)
+    abl = tmp_path / "ablations" / "centering"
+    write_run(abl, "ruler/niah_multikey_1", 8192, "magicpig:K=10,L=150,centering=false", hits(36, 0), 0.0005)
+    write_run(abl, "ruler/niah_multikey_1", 8192, "magicpig:K=10,L=150", hits(36, 33), 0.02)
+    c = verdict(tmp_path, "no_centering_collapse")
+    assert c.verdict.status == status, c.verdict.text()
+    assert why in c.verdict.text() and f"n={len(fracs)} unit" in c.measured and "m-7b, 2048 tokens" in c.measured
+    if status == NOT_TESTABLE:
+        assert "minimum detectable effect: " in c.verdict.text()
+
+
+def test_centering_summary_alone_cannot_decide(tmp_path):
+    """The summary holds one value for all prompts: no interval, not testable (it decided before)."""
+    est = tmp_path / "estimation"
+    est.mkdir()
+    pd.DataFrame([{"K": 10, "L": 150, "centering": False, "cost2": 0.0005}]).to_csv(est / "centering_summary.csv")
+    c = verdict(tmp_path, "no_centering_collapse")
+    assert c.verdict.status == NOT_TESTABLE and "n=1 unit" in c.measured
+    assert "minimum detectable effect: none at n=1 unit" in c.verdict.text()
 
 
 # ---- TopK vs oracle: prompts as the unit -------------------------------------------------------------------------

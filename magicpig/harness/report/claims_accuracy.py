@@ -1,5 +1,6 @@
 """The accuracy claims' tests: near (within a margin of a baseline), superior (above a family of baselines
-by a gap), centering (the uncentered collapse). Intervals: ``paired`` (per task, then MOVER over tasks).
+by a gap); the centering claim's test is ``claims_centering``. Intervals: ``paired`` (per task, then MOVER
+over tasks).
 
 Each comparison is made per context length on the tasks where both methods have at least ``min_samples``
 scored samples; a task is left out, and named, when it has fewer or when the baseline leaves no room for
@@ -12,14 +13,16 @@ from typing import Callable
 
 import pandas as pd
 
-from magicpig.harness.report import canvas
+import numpy as np
+
+from magicpig.harness.report import detectable
 from magicpig.harness.report.bootstrap import Interval
-from magicpig.harness.report.collect import canonical, collect_metrics, run_samples
+from magicpig.harness.report.collect import canonical, run_samples
 from magicpig.harness.report.markdown import fmt
 from magicpig.harness.report.paired import (SCORE_RANGE, TaskInterval, level_interval, methods_used,
                                             paper_interval, task_average, task_difference)
-from magicpig.harness.report.verdicts import (NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Context, Verdict, combine,
-                                              decide, empty_metrics, family, of_method, testable)
+from magicpig.harness.report.verdicts import (NOT_REPRODUCED, NOT_TESTABLE, Context, Verdict, combine, decide,
+                                              family, of_method, testable)
 
 FLOOR, CEILING = "floor", "ceiling"
 
@@ -38,15 +41,24 @@ def _written(runs: pd.DataFrame, method: str) -> str:
     return str(written.iloc[0]) if len(written) else method
 
 
-def paired_tasks(a: pd.DataFrame, b: pd.DataFrame, ctx: Context, guard: str) -> tuple[list[TaskInterval], list[str]]:
-    """Per-task paired differences (A - B) on the tasks both ran, and the notes on the tasks left out."""
+def _pair_variance(xa: dict, xb: dict) -> tuple[int, float]:
+    """(pairs, sample variance of the paired differences in points^2; NaN under 2 pairs) of one thin task."""
+    d = np.array([xa[i] - xb[i] for i in xa if i in xb], dtype=float)
+    return len(d), (float(d.var(ddof=1)) if len(d) > 1 else float("nan"))
+
+
+def paired_tasks(a: pd.DataFrame, b: pd.DataFrame, ctx: Context,
+                 guard: str) -> tuple[list[TaskInterval], list[str], list[tuple[int, float]]]:
+    """Per-task paired differences (A - B) on the tasks both ran, the notes on the tasks left out, and
+    (pairs, variance of the paired difference) of those left out for too few samples (their MDE)."""
     sa, sb = run_samples(a), run_samples(b)
-    parts, left_out = [], []
+    parts, left_out, thin = [], [], []
     for task in sorted(set(sa) | set(sb)):
         xa, xb = sa.get(task, {}), sb.get(task, {})
         common = sum(1 for i in xa if i in xb) or min(len(xa), len(xb))
         if min(len(xa), len(xb), common) < ctx.min_samples:
             left_out.append(f"{_short(task)} (n={min(len(xa), len(xb), common)} < {ctx.min_samples})")
+            thin.append(_pair_variance(xa, xb))
             continue
         part = task_difference(task, xa, xb)
         if guard == FLOOR and part.base < ctx.floor_points:
@@ -56,7 +68,7 @@ def paired_tasks(a: pd.DataFrame, b: pd.DataFrame, ctx: Context, guard: str) -> 
             left_out.append(f"{_short(task)} (baseline {part.base:.1f}: at the ceiling)")
             continue
         parts.append(part)
-    return parts, left_out
+    return parts, left_out, thin
 
 
 def rests_on(parts: list[TaskInterval], left_out: list[str]) -> str:
@@ -69,19 +81,38 @@ def rests_on(parts: list[TaskInterval], left_out: list[str]) -> str:
 def compare(label: str, a: pd.DataFrame, b: pd.DataFrame, ctx: Context, guard: str, threshold: float, *,
             strict: bool) -> tuple[str, Verdict]:
     """One comparison line and its verdict: the task average of (A - B) above ``threshold``."""
-    parts, left_out = paired_tasks(a, b, ctx, guard)
+    parts, left_out, thin = paired_tasks(a, b, ctx, guard)
     where = rests_on(parts, left_out)
     if not parts:
         return f"{label}: {where}", testable(f"{label}: no task with {ctx.min_samples}+ samples per method"
-                                             + (" off the " + guard if guard else "") + f" ({where})")
+                                             + (" off the " + guard if guard else "") + f" ({where})",
+                                             thin_mde(label, thin, ctx))
     iv = task_average(parts)
     v = decide(iv, threshold, min_n=ctx.min_samples, above=True, strict=strict)
     line = f"{label}: {_signed(iv)} points (n={iv.n}) {where}"
     if v.status == NOT_REPRODUCED:
         v = Verdict(NOT_REPRODUCED, f"{label}: {_signed(iv)}")
     elif v.status == NOT_TESTABLE:
-        v = testable(f"{label}: {_signed(iv)} (n={iv.n}) straddles {threshold:+g}")
+        mde = detectable.points_text(detectable.from_interval(iv.lo, iv.hi),
+                                     f"n={iv.n} pairs over {len(parts)} task{'s' * (len(parts) > 1)}, from this "
+                                     "interval")
+        v = testable(f"{label}: {_signed(iv)} (n={iv.n}) straddles {threshold:+g}", f"{label}: {mde}")
     return line, v
+
+
+def thin_mde(label: str, thin: list[tuple[int, float]], ctx: Context) -> str:
+    """The MDE of a comparison whose tasks all had too few samples: at their n, from their pairs' variance
+    (assumed where they show none), and beside it at ``min_samples`` per task."""
+    if not thin or not any(n for n, _ in thin):
+        at_min = detectable.from_pairs([(ctx.min_samples, float("nan"))])
+        return (f"{label}: none at n=0 pairs; one task of min_samples={ctx.min_samples} pairs disagreeing "
+                f"{detectable.ASSUMED_DISCORDANCE:g} of the time would give +-{at_min:.1f} points")
+    at_n = detectable.from_pairs(thin)
+    at_min = detectable.from_pairs([(ctx.min_samples, v) for _, v in thin])
+    ns = ", ".join(str(n) for n, _ in thin)
+    return (f"{label}: +-{at_n:.1f} points around the margin at n={ns} pairs over {len(thin)} "
+            f"task{'s' * (len(thin) > 1)} (from their paired differences; below min_samples the test does not "
+            f"run), +-{at_min:.1f} at {ctx.min_samples} per task")
 
 
 def power_note(claim: dict, ctx: Context, threshold: float) -> str:
@@ -110,12 +141,12 @@ def power_note(claim: dict, ctx: Context, threshold: float) -> str:
             f"[{indep[1]:+.1f}, {indep[2]:+.1f}] with independent errors: {verdict}")
 
 
-def _outcome(lines: list[str], verdicts: list[Verdict], power: str, nothing: str,
-             missing: str) -> tuple[str, Verdict]:
+def _outcome(lines: list[str], verdicts: list[Verdict], power: str, nothing: str, missing: str,
+             ctx: Context) -> tuple[str, Verdict]:
     """(measured, verdict) of a comparison test: its compared lines and the power note, the verdicts combined;
     with no comparison made, ``nothing`` (or the power note) and not testable for ``missing``."""
     if not verdicts:
-        return power or nothing, testable(missing)
+        return power or nothing, testable(missing, thin_mde("no runs", [], ctx))
     return "; ".join(lines + ([power] if power else [])), combine(verdicts)
 
 
@@ -141,7 +172,7 @@ def near(claim: dict, ctx: Context) -> tuple[str, Verdict]:
         verdicts.append(v)
     return _outcome(lines, verdicts, power_note(claim, ctx, threshold), "no run of both settings",
                     f"missing data: no {claim['benchmark']} runs of `{claim['method']}` and `{claim['baseline']}` "
-                    "at one length")
+                    "at one length", ctx)
 
 
 def _cost_rule(claim: dict) -> Callable[[float, float], bool]:
@@ -175,7 +206,7 @@ def superior(claim: dict, ctx: Context) -> tuple[str, Verdict]:
             verdicts.append(v)
     return _outcome(lines, verdicts, power_note(claim, ctx, gap), "no comparable runs",
                     f"missing data: no {claim['family']} run at a comparable cost beside `{claim['method']}` on "
-                    f"{claim['benchmark']}")
+                    f"{claim['benchmark']}", ctx)
 
 
 def _levels(runs: pd.DataFrame, ctx: Context) -> tuple[Interval | None, list[TaskInterval], list[str]]:
@@ -192,58 +223,3 @@ def _levels(runs: pd.DataFrame, ctx: Context) -> tuple[Interval | None, list[Tas
 def _level_text(label: str, iv: Interval | None, parts, left_out) -> str:
     head = f"{label} {iv.text()}" if iv is not None else f"{label}: no task with enough samples"
     return f"{head} {rests_on(parts, left_out)}"
-
-
-def centering(claim: dict, ctx: Context) -> tuple[str, Verdict]:
-    """Uncentered sampled fraction below the paper's bound, and the uncentered NIAH score's interval below
-    ``niah_near_zero_points`` while the centered run's lies above ``centered_min_points`` (otherwise the
-    model fails NIAH anyway and a low uncentered score shows no collapse)."""
-    bound = ctx.ref.get("ablations", {}).get("no_centering", {}).get("sampled_fraction_below", 0.001)
-    abl = ctx.results / "ablations" / "centering"
-    df = collect_metrics(abl) if abl.is_dir() else empty_metrics()
-    ok = df[df["status"] == "ok"]
-    runs = of_method(ok, claim["method"])
-    parts, verdicts = [], []
-    summ = canvas.read(ctx.results / "estimation" / "centering_summary.csv")
-    frac, src = None, ""
-    from magicpig.methods import parse_method
-
-    m = parse_method(claim["method"])
-    if summ is not None:
-        sel = summ[(summ["K"] == m.K) & (summ["L"] == m.L) & ~canvas.truthy(summ["centering"])]
-        if len(sel):
-            frac, src = float(sel["cost2"].mean()), "attention-level, sparse layers"
-    if frac is None and len(runs):
-        frac, src = float(runs["cost"].mean()), "decoding runs"
-    if frac is None:
-        verdicts.append(testable("missing data: no uncentered sampled fraction"))
-    else:
-        parts.append(f"uncentered sampled fraction {fmt(frac, pct=True)} ({src}; paper < {fmt(bound, pct=True)})")
-        verdicts.append(Verdict(REPRODUCED) if frac < bound else
-                        Verdict(NOT_REPRODUCED, f"{fmt(frac, pct=True)} sampled"))
-    niah = runs[runs["task"].fillna("").str.contains("niah")]
-    if niah.empty:
-        verdicts.append(testable(f"missing data: no uncentered NIAH predictions of `{claim['method']}`"))
-        return "; ".join(parts) or "—", combine(verdicts)
-    centered = of_method(ok, claim["centered_method"])
-    centered = centered[centered["task"].isin(set(niah["task"])) & centered["length"].isin(set(niah["length"]))]
-    iv, tasks, left = _levels(niah, ctx)
-    parts.append(_level_text("uncentered NIAH", iv, tasks, left))
-    if iv is None:
-        verdicts.append(testable(f"uncentered NIAH: no task with {ctx.min_samples}+ samples"))
-        return "; ".join(parts), combine(verdicts)
-    v = decide(iv, float(claim["niah_near_zero_points"]), min_n=ctx.min_samples, above=False)
-    if v.status == NOT_TESTABLE:
-        v = testable(f"uncentered NIAH {iv.text()} straddles {claim['niah_near_zero_points']} points")
-    floor = float(claim["centered_min_points"])
-    civ, ctasks, cleft = _levels(centered, ctx)
-    parts.append(_level_text("centered NIAH", civ, ctasks, cleft))
-    if v.status == REPRODUCED:
-        if civ is None:
-            v = testable(f"missing data: no centered NIAH run with {ctx.min_samples}+ samples per task to show "
-                         "the model finds the needle at all")
-        elif civ.lo < floor:
-            v = testable(f"the centered run scores {civ.text()}, not clearly above {floor:g}: the model fails NIAH "
-                         "anyway, so a low uncentered score shows no collapse")
-    verdicts.append(v)
-    return "; ".join(parts), combine(verdicts)

@@ -8,7 +8,9 @@ samples, so a comparison is paired by sample id, task by task:
   the Wilson intervals of the two marginal proportions combined with the estimated correlation phi of the
   paired outcomes). It is built from the discordant counts and the margins, and keeps a width when no pair
   disagrees: 20 pairs that all agree give about +-16 points, never [0, 0].
-* graded task: the percentile bootstrap of the mean paired difference (``bootstrap.mean_interval``). When
+* graded task: the percentile bootstrap of the mean paired difference (``bootstrap.mean_interval``'s seeded
+  resamples), its percentiles taken at the expanded level that gives it the Student t width (``expanded_level``:
+  the plain percentile bootstrap undercovers at n = 10-20). When
   fewer than ``FEW`` differences are non-zero the bootstrap has next to nothing to resample (all zero gives
   [0, 0]), so the interval is widened to the hull with an exact bound: the mean difference lies in
   [-R * P(d < 0), +R * P(d > 0)] with R the score range, and each probability is bounded by the one-sided
@@ -22,25 +24,73 @@ samples, so a comparison is paired by sample id, task by task:
   samples differ from it; tasks again combined with MOVER.
 * unpaired samples (ids that do not overlap): MOVER of the two levels' intervals (for binary tasks with
   Wilson intervals this is Newcombe's hybrid score interval for independent proportions).
-* geometric-mean ratios over a handful of units (prompts): Student t interval of the mean log ratio.
+* geometric-mean ratios over a handful of units (prompts): Student t interval of the mean log ratio; a mean
+  over units (the sampled fraction per prompt): the Student t interval of the mean widened to the
+  bootstrap-t interval where that is wider (a fraction near 0 is right-skewed).
 
-Every interval is two-sided at ``LEVEL``; the bootstraps use ``bootstrap``'s fixed seed. Nothing here needs
+Every interval is two-sided at ``LEVEL`` unless a call or ``interval_level`` sets another; the bootstraps use ``bootstrap``'s fixed seed. Nothing here needs
 scipy: the incomplete beta function is evaluated by its continued fraction and inverted by bisection
 (tests/test_claims_paired.py compares with scipy and statsmodels).
 """
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import NormalDist
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from magicpig.harness.report.bootstrap import LEVEL, Interval, mean_interval
+from magicpig.harness.report.bootstrap import LEVEL, RESAMPLES, SEED, Interval
 
 SCORE_RANGE = 100.0
 FEW = 10  # below this many non-zero differences (or samples off the most frequent score) the exact bound joins
+
+# The level every interval here uses when a call names none. Holm's correction (claims.holm) re-runs whole
+# claim tests at an adjusted level; setting it here reaches every interval a test builds without threading a
+# level argument through each test.
+_LEVEL: ContextVar[float] = ContextVar("interval_level", default=LEVEL)
+# Where Student t intervals over units (prompts, runs) record (n, sd of what they average, level), so the
+# claims table can state the minimum detectable effect of a test that did not decide (claims.py); None: off.
+_T_RECORD: ContextVar[list | None] = ContextVar("t_intervals_built", default=None)
+
+
+@contextmanager
+def interval_level(level: float):
+    """Within the block, every interval built here without an explicit level is two-sided at ``level``."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"interval level must lie in (0, 1), got {level}")
+    token = _LEVEL.set(level)
+    try:
+        yield
+    finally:
+        _LEVEL.reset(token)
+
+
+def current_level(level: float | None = None) -> float:
+    """``level`` when given, else the level set by ``interval_level`` (default ``LEVEL``)."""
+    return _LEVEL.get() if level is None else level
+
+
+@contextmanager
+def recording_t_intervals():
+    """Within the block, each Student t interval over units appends (scale, n, sd, level) to the yielded list:
+    scale 'log' (``log_t_interval``: sd of the log ratios) or 'linear' (``mean_t_interval``)."""
+    out: list = []
+    token = _T_RECORD.set(out)
+    try:
+        yield out
+    finally:
+        _T_RECORD.reset(token)
+
+
+def _record(scale: str, n: int, sd: float, level: float) -> None:
+    rec = _T_RECORD.get()
+    if rec is not None:
+        rec.append((scale, n, sd, level))
 
 
 # ---- special functions --------------------------------------------------------------------------------------
@@ -93,8 +143,9 @@ def beta_ppf(q: float, a: float, b: float) -> float:
     return _invert(lambda x: betainc(a, b, x), q, 0.0, 1.0)
 
 
+@lru_cache(maxsize=4096)
 def t_ppf(q: float, df: float) -> float:
-    """Quantile of Student's t distribution with ``df`` degrees of freedom, q in (0, 1)."""
+    """Quantile of Student's t distribution with ``df`` degrees of freedom, q in (0, 1) (cached: a bisection)."""
     def cdf(t: float) -> float:
         tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
         return 1.0 - tail if t > 0 else tail
@@ -107,16 +158,18 @@ def _z(level: float) -> float:
 
 
 # ---- one proportion -------------------------------------------------------------------------------------------
-def clopper_pearson(k: float, n: int, level: float = LEVEL) -> tuple[float, float]:
+def clopper_pearson(k: float, n: int, level: float | None = None) -> tuple[float, float]:
     """Exact (Clopper-Pearson) interval of a proportion from k successes of n."""
+    level = current_level(level)
     alpha = 1.0 - level
     lo = 0.0 if k <= 0 else beta_ppf(alpha / 2.0, k, n - k + 1)
     hi = 1.0 if k >= n else beta_ppf(1.0 - alpha / 2.0, k + 1, n - k)
     return lo, hi
 
 
-def wilson(k: float, n: float, level: float = LEVEL) -> tuple[float, float]:
+def wilson(k: float, n: float, level: float | None = None) -> tuple[float, float]:
     """Wilson score interval of a proportion from k successes of n (k may be fractional)."""
+    level = current_level(level)
     z = _z(level)
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
@@ -126,13 +179,14 @@ def wilson(k: float, n: float, level: float = LEVEL) -> tuple[float, float]:
 
 # ---- paired proportions ---------------------------------------------------------------------------------------
 def newcombe_paired(both: float, first_only: float, second_only: float, neither: float,
-                    level: float = LEVEL) -> tuple[float, float, float]:
+                    level: float | None = None) -> tuple[float, float, float]:
     """(p1 - p2, lower, upper) for paired binary outcomes, Newcombe's method 10.
 
     ``both`` pairs right under both, ``first_only`` right under the first only (the discordant count b),
     ``second_only`` right under the second only (c), ``neither``. p1 = (both + b) / n, p2 = (both + c) / n.
     phi, the correlation of the pair, is (both * neither - b * c) / sqrt(product of the margins), taken as 0
     when a margin is empty, and reduced by n/2 when positive (Newcombe's correction: 0 up to n/2)."""
+    level = current_level(level)
     n = both + first_only + second_only + neither
     if n <= 0:
         return float("nan"), float("nan"), float("nan")
@@ -174,21 +228,61 @@ def _is_binary(values: np.ndarray, score_range: float) -> bool:
     return bool(np.all((values == 0.0) | (values == score_range)))
 
 
-def _exact_bound(x: np.ndarray, floor: float, ceil: float, level: float) -> tuple[float, float]:
-    """Bound on the mean of values in [floor, ceil] from how many lie below / above the most frequent value
-    m: mean >= m - (m - floor) * P(x < m) and mean <= m + (ceil - m) * P(x > m), each P at its one-sided
-    Clopper-Pearson bound."""
-    vals, counts = np.unique(x, return_counts=True)
-    m = float(vals[np.argmax(counts)])
-    below, above = int((x < m).sum()), int((x > m).sum())
-    return (m - (m - floor) * clopper_pearson(below, len(x), level)[1],
-            m + (ceil - m) * clopper_pearson(above, len(x), level)[1])
+def expanded_level(n: int, level: float) -> float:
+    """The percentile level the bootstrap of a mean of ``n`` values uses for a ``level`` interval: the
+    percentile bootstrap is about as wide as the z interval with the divide-by-n standard deviation, so it
+    undercovers at small n; taking its percentiles at 2 Phi(sqrt(n / (n - 1)) t_{n-1}) - 1 instead widens it to
+    the Student t width (Hesterberg 2015, "expanded percentile interval"; at n = 10, level 0.95 -> 0.983)."""
+    if n < 2:
+        return level
+    return 2.0 * NormalDist().cdf(math.sqrt(n / (n - 1.0)) * t_ppf(0.5 + level / 2.0, n - 1)) - 1.0
+
+
+def bootstrap_bounds(rows: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """Expanded percentile bootstrap bounds of the mean of each row of ``rows`` (R, n): the resamples of
+    ``bootstrap.mean_interval`` (its seed and count, so one row gives exactly its interval at the expanded
+    level), drawn once and applied to every row as resample counts (one matrix product)."""
+    rows = np.atleast_2d(np.asarray(rows, dtype=float))
+    n = rows.shape[1]
+    idx = np.random.default_rng(SEED).integers(0, n, size=(RESAMPLES, n))
+    counts = np.zeros((RESAMPLES, n))
+    np.add.at(counts, (np.arange(RESAMPLES)[:, None], idx), 1.0)
+    means = rows @ counts.T / n  # (R, RESAMPLES)
+    tail = (1.0 - expanded_level(n, level)) / 2.0
+    lo, hi = np.quantile(means, [tail, 1.0 - tail], axis=1)
+    return lo, hi
+
+
+def graded_bounds(rows: np.ndarray, *, floor: float, ceil: float, centre: str, level: float | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, lo, hi, exact_joined) per row of graded values on [floor, ceil]: the expanded percentile bootstrap,
+    hulled with the exact bound when fewer than ``FEW`` values of the row differ from its centre: ``centre``
+    'zero' (paired differences: the mean lies in [floor * P(d < 0), ceil * P(d > 0)]) or 'mode' (a level: the
+    mean lies in [m - (m - floor) P(x < m), m + (ceil - m) P(x > m)], m the most frequent value), each P at its
+    one-sided Clopper-Pearson bound. Vectorised over rows so the coverage simulation runs this very code."""
+    level = current_level(level)
+    rows = np.atleast_2d(np.asarray(rows, dtype=float))
+    n = rows.shape[1]
+    lo, hi = bootstrap_bounds(rows, level)
+    mean = rows.mean(axis=1)
+    if centre == "zero":
+        m = np.zeros(len(rows))
+    else:
+        m = np.array([float(v[np.argmax(c)]) for v, c in (np.unique(r, return_counts=True) for r in rows)])
+    below, above = (rows < m[:, None]).sum(axis=1), (rows > m[:, None]).sum(axis=1)
+    joined = (below + above) < FEW
+    cp = {k: clopper_pearson(k, n, level)[1] for k in set(below[joined].tolist()) | set(above[joined].tolist())}
+    for i in np.flatnonzero(joined):
+        lo[i] = min(lo[i], m[i] - (m[i] - floor) * cp[int(below[i])])
+        hi[i] = max(hi[i], m[i] + (ceil - m[i]) * cp[int(above[i])])
+    return mean, lo, hi, joined
 
 
 def level_interval(task: str, values: Sequence[float], *, score_range: float = SCORE_RANGE,
-                   level: float = LEVEL, binary_method: str = "Clopper-Pearson") -> TaskInterval:
+                   level: float | None = None, binary_method: str = "Clopper-Pearson") -> TaskInterval:
     """Mean score of one task with its interval: Clopper-Pearson (or Wilson) when binary, else the bootstrap
     hulled with the exact bound when fewer than ``FEW`` samples differ from the most frequent score."""
+    level = current_level(level)
     x = np.asarray(values, dtype=float)
     n = len(x)
     if n == 0:
@@ -197,17 +291,15 @@ def level_interval(task: str, values: Sequence[float], *, score_range: float = S
         k = int((x == score_range).sum())
         lo, hi = clopper_pearson(k, n, level) if binary_method == "Clopper-Pearson" else wilson(k, n, level)
         return TaskInterval(task, n, float(x.mean()), lo * score_range, hi * score_range, binary_method)
-    iv = mean_interval(x, level=level)
-    vals, counts = np.unique(x, return_counts=True)
-    if n - counts.max() >= FEW:
-        return TaskInterval(task, n, iv.value, iv.lo, iv.hi, "bootstrap")
-    elo, ehi = _exact_bound(x, 0.0, score_range, level)
-    return TaskInterval(task, n, iv.value, min(iv.lo, elo), max(iv.hi, ehi), "bootstrap+exact")
+    mean, lo, hi, joined = graded_bounds(x[None, :], floor=0.0, ceil=score_range, centre="mode", level=level)
+    return TaskInterval(task, n, float(mean[0]), float(lo[0]), float(hi[0]),
+                        "bootstrap+exact" if joined[0] else "bootstrap")
 
 
 def task_difference(task: str, a: Mapping[str, float], b: Mapping[str, float], *,
-                        score_range: float = SCORE_RANGE, level: float = LEVEL) -> TaskInterval:
+                        score_range: float = SCORE_RANGE, level: float | None = None) -> TaskInterval:
     """(mean of A) - (mean of B) on one task, paired on the sample ids both have (see the module doc)."""
+    level = current_level(level)
     common = [i for i in a if i in b]
     if not common:
         la = level_interval(task, list(a.values()), score_range=score_range, level=level, binary_method="Wilson")
@@ -224,15 +316,10 @@ def task_difference(task: str, a: Mapping[str, float], b: Mapping[str, float], *
                                     int((~ra & ~rb).sum()), level)
         return TaskInterval(task, n, d * score_range, lo * score_range, hi * score_range, "Newcombe",
                             float(xb.mean()), float(xa.mean()))
-    diff = xa - xb
-    iv = mean_interval(diff, level=level)
-    if int((diff != 0).sum()) >= FEW:
-        return TaskInterval(task, n, iv.value, iv.lo, iv.hi, "bootstrap", float(xb.mean()), float(xa.mean()))
-    neg, pos = int((diff < 0).sum()), int((diff > 0).sum())
-    elo = -score_range * clopper_pearson(neg, n, level)[1]
-    ehi = score_range * clopper_pearson(pos, n, level)[1]
-    return TaskInterval(task, n, iv.value, min(iv.lo, elo), max(iv.hi, ehi), "bootstrap+exact",
-                        float(xb.mean()), float(xa.mean()))
+    mean, lo, hi, joined = graded_bounds((xa - xb)[None, :], floor=-score_range, ceil=score_range, centre="zero",
+                                         level=level)
+    return TaskInterval(task, n, float(mean[0]), float(lo[0]), float(hi[0]),
+                        "bootstrap+exact" if joined[0] else "bootstrap", float(xb.mean()), float(xa.mean()))
 
 
 # ---- combining tasks ------------------------------------------------------------------------------------------
@@ -260,27 +347,88 @@ def methods_used(parts: Sequence[TaskInterval]) -> str:
 
 
 # ---- ratios over a few units ------------------------------------------------------------------------------------
-def log_t_interval(ratios: Sequence[float], level: float = LEVEL) -> Interval:
+def log_t_interval(ratios: Sequence[float], level: float | None = None) -> Interval:
     """Geometric mean of positive ratios (one per unit, e.g. prompt) with the Student t interval of the mean
     log ratio, exponentiated; a single unit has no interval (lo = 0, hi = inf)."""
+    level = current_level(level)
     x = np.log(np.clip(np.asarray(ratios, dtype=float), 1e-12, None))
     n = len(x)
     if n == 0:
         return Interval(float("nan"), float("nan"), float("nan"), 0)
     mean = float(x.mean())
+    _record("log", n, float(x.std(ddof=1)) if n > 1 else float("nan"), level)
     if n == 1:
         return Interval(math.exp(mean), 0.0, math.inf, 1)
     half = t_ppf(0.5 + level / 2.0, n - 1) * float(x.std(ddof=1)) / math.sqrt(n)
     return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n)
 
 
+def _row_quantiles(x: np.ndarray, qs: Sequence[float]) -> list[np.ndarray]:
+    """Each q quantile of the finite values of each row (linear interpolation, as ``np.quantile``), NaN for a
+    row without any: ``np.nanquantile`` row by row, in one sort."""
+    xs = np.sort(x, axis=1)  # NaN sorts last
+    k = np.isfinite(xs).sum(axis=1)
+    rows, last = np.arange(len(xs)), np.maximum(k - 1, 0)
+    out = []
+    for q in qs:
+        pos = q * last
+        lo = np.floor(pos).astype(int)
+        hi = np.minimum(lo + 1, last)
+        out.append(np.where(k > 0, xs[rows, lo] + (pos - lo) * (xs[rows, hi] - xs[rows, lo]), np.nan))
+    return out
+
+
+def unit_mean_bounds(rows: np.ndarray, level: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds of the mean of each row of ``rows`` (R, n), one value per unit: the hull of the Student t interval
+    and the bootstrap-t interval (studentized resamples, ``bootstrap``'s seed and count). The t interval alone
+    undercovers a right-skewed mean such as a sampled fraction near 0 (90% at n = 10 for Beta(1, 2000)
+    fractions, tests/test_interval_coverage.py); the bootstrap-t follows the skew. A row of one value has no
+    interval (-inf, inf)."""
+    level = current_level(level)
+    rows = np.atleast_2d(np.asarray(rows, dtype=float))
+    n = rows.shape[1]
+    if n < 2:
+        return np.full(len(rows), -math.inf), np.full(len(rows), math.inf)
+    mean, sd = rows.mean(axis=1), rows.std(axis=1, ddof=1)
+    se = sd / math.sqrt(n)
+    t = t_ppf(0.5 + level / 2.0, n - 1)
+    idx = np.random.default_rng(SEED).integers(0, n, size=(RESAMPLES, n))
+    counts = np.zeros((RESAMPLES, n))
+    np.add.at(counts, (np.arange(RESAMPLES)[:, None], idx), 1.0)
+    m1, m2 = rows @ counts.T / n, (rows * rows) @ counts.T / n
+    se_star = np.sqrt(np.maximum(m2 - m1 * m1, 0.0) * n / (n - 1.0) / n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_star = np.where(se_star > 0, (m1 - mean[:, None]) / se_star, np.nan)
+    tail = (1.0 - level) / 2.0
+    q_lo, q_hi = _row_quantiles(t_star, [tail, 1.0 - tail])
+    q_lo, q_hi = np.where(np.isnan(q_lo), -t, q_lo), np.where(np.isnan(q_hi), t, q_hi)
+    return np.minimum(mean - t * se, mean - q_hi * se), np.maximum(mean + t * se, mean - q_lo * se)
+
+
+def mean_t_interval(values: Sequence[float], level: float | None = None, *, floor: float | None = None,
+                    ceil: float | None = None) -> Interval:
+    """Arithmetic mean of one value per unit (e.g. a sampled fraction per prompt) with ``unit_mean_bounds``'s
+    interval (Student t, widened to the bootstrap-t where that is wider), clipped to [``floor``, ``ceil``] when
+    given (a fraction cannot leave [0, 1]); a single unit has no interval."""
+    level = current_level(level)
+    x = np.asarray(values, dtype=float)
+    n = len(x)
+    if n == 0:
+        return Interval(float("nan"), float("nan"), float("nan"), 0)
+    _record("linear", n, float(x.std(ddof=1)) if n > 1 else float("nan"), level)
+    lo, hi = (float(v[0]) for v in unit_mean_bounds(x[None, :], level))
+    lo, hi = (lo if floor is None else max(floor, lo)), (hi if ceil is None else min(ceil, hi))
+    return Interval(float(x.mean()), lo, hi, n)
+
+
 # ---- power: what the paper's own numbers would give ---------------------------------------------------------------
 def paper_interval(p_method: float, p_base: float, n_per_task: int, tasks: int, *, agreement: bool,
-                   level: float = LEVEL) -> tuple[float, float, float]:
+                   level: float | None = None) -> tuple[float, float, float]:
     """(difference, lower, upper) in points that a run with the paper's average scores (treated as
     proportions right) would give at ``n_per_task`` x ``tasks`` pairs, every task alike: with ``agreement``
     the discordant pairs all go one way (the narrowest interval the means allow), else the two methods err
     independently."""
+    level = current_level(level)
     p1, p2, n = p_method / 100.0, p_base / 100.0, float(n_per_task)
     if agreement:
         both = min(p1, p2) * n

@@ -6,6 +6,8 @@ A verdict is reproduced / not reproduced / not testable here (why). ``decide`` t
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -22,19 +24,46 @@ REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE = "reproduced", "not reproduced", "not 
 class Verdict:
     status: str  # one of REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE
     reason: str = ""
+    mde: str = ""  # not testable: the minimum detectable effect at the run's n (``detectable``)
 
     def text(self) -> str:
         if self.status == NOT_TESTABLE:
-            return f"{NOT_TESTABLE} ({self.reason})" if self.reason else NOT_TESTABLE
+            parts = [p for p in (self.reason, f"minimum detectable effect: {self.mde}" if self.mde else "") if p]
+            return f"{NOT_TESTABLE} ({'; '.join(parts)})" if parts else NOT_TESTABLE
         return self.status + (f" ({self.reason})" if self.reason else "")
 
 
-def testable(reason: str) -> Verdict:
-    """A 'not testable here' verdict with its reason."""
-    return Verdict(NOT_TESTABLE, reason)
+def testable(reason: str, mde: str = "") -> Verdict:
+    """A 'not testable here' verdict with its reason and minimum detectable effect."""
+    return Verdict(NOT_TESTABLE, reason, mde)
+
+
+# Where ``decide`` records each test it makes as (n, min_n, status), so the claims table knows which claims
+# reached a test (Holm's family, claims.holm); None: off.
+_TESTS_MADE: ContextVar[list | None] = ContextVar("tests_made", default=None)
+
+
+@contextmanager
+def recording_tests():
+    """Within the block, each ``decide`` call appends (n, min_n, status) to the yielded list."""
+    out: list = []
+    token = _TESTS_MADE.set(out)
+    try:
+        yield out
+    finally:
+        _TESTS_MADE.reset(token)
 
 
 def decide(iv: Interval, threshold: float, *, min_n: int, above: bool = True, strict: bool = False) -> Verdict:
+    """``_decide``, recorded when ``recording_tests`` is on."""
+    v = _decide(iv, threshold, min_n=min_n, above=above, strict=strict)
+    made = _TESTS_MADE.get()
+    if made is not None:
+        made.append((iv.n, min_n, v.status))
+    return v
+
+
+def _decide(iv: Interval, threshold: float, *, min_n: int, above: bool = True, strict: bool = False) -> Verdict:
     """Verdict of "the quantity is above (``above``) or below ``threshold``" from its interval.
 
     Reproduced when the whole interval is on the claimed side, not reproduced when it is wholly on the
@@ -70,7 +99,8 @@ def combine(verdicts: Iterable[Verdict]) -> Verdict:
     open_ = [v for v in vs if v.status == NOT_TESTABLE]
     if not open_:
         return Verdict(REPRODUCED)
-    return testable("; ".join(dict.fromkeys(v.reason for v in open_ if v.reason)))
+    return testable("; ".join(dict.fromkeys(v.reason for v in open_ if v.reason)),
+                    "; ".join(dict.fromkeys(v.mde for v in open_ if v.mde)))
 
 
 def empty_metrics() -> pd.DataFrame:

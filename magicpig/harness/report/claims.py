@@ -34,6 +34,7 @@ class ClaimResult:
     needs: str = ""
     unadjusted: Verdict | None = None  # the verdict at the unadjusted level, where Holm's step applied
     holm: str = ""  # how Holm's step treated the claim: its adjusted level, or why it is outside the family
+    paper_words: tuple[str, ...] = ()  # the paper's own words for the claim's margin and baseline, with where
 
 
 TESTS: dict[str, Callable[[dict, Context], tuple[str, Verdict]]] = {
@@ -139,7 +140,8 @@ def evaluate(results: Path | str, ref: dict, gpu_results: Path | str | None = No
         if not note and run.verdict.status != NOT_TESTABLE:
             note = "outside Holm's family: decided by a rule on point values, not by an interval"
         out.append(ClaimResult(claim["id"], claim["text"], claim.get("test", ""), measured, verdict,
-                               claim.get("needs", ""), run.verdict if note.startswith("Holm") else None, note))
+                               claim.get("needs", ""), run.verdict if note.startswith("Holm") else None, note,
+                               tuple(claim.get("paper_words") or ())))
     return out
 
 
@@ -147,7 +149,7 @@ def claims_section(results: Path | str, ref: dict, gpu_results: Path | str | Non
     """The Markdown of the claims table, with the note on what its intervals are."""
     claims = ref.get("claims", {})
     results_ = evaluate(results, ref, gpu_results)
-    rows = [[f"`{c.id}`", c.text, f"`{c.needs}`" if c.needs else "—", c.test, c.measured, verdict_cell(c)]
+    rows = [[f"`{c.id}`", c.text, f"`{c.needs}`" if c.needs else "—", test_cell(c), c.measured, verdict_cell(c)]
             for c in results_]
     family = [c.id for c in results_ if c.holm.startswith("Holm") or c.holm.startswith("in Holm")]
     return ["## Claims",
@@ -159,6 +161,13 @@ def claims_section(results: Path | str, ref: dict, gpu_results: Path | str | Non
             + detectable.DEFINITION,
             table(["claim", "paper", "needs", "test", "measured here", "verdict"], rows) if rows
             else "No claims listed."]
+
+
+def test_cell(c: ClaimResult) -> str:
+    """The test with the paper's own words for its margin and baseline (``paper_words``)."""
+    if not c.paper_words:
+        return c.test
+    return f"{c.test}. The paper's words: " + "; ".join(c.paper_words)
 
 
 def verdict_cell(c: ClaimResult) -> str:

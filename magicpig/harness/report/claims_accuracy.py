@@ -103,14 +103,15 @@ def compare(label: str, a: pd.DataFrame, b: pd.DataFrame, ctx: Context, guard: s
 def thin_mde(label: str, thin: list[tuple[int, float]], ctx: Context) -> str:
     """The MDE of a comparison whose tasks all had too few samples: at their n, from their pairs' variance
     (assumed where they show none), and beside it at ``min_samples`` per task."""
+    head = f"{label}: " if label else ""
     if not thin or not any(n for n, _ in thin):
         at_min = detectable.from_pairs([(ctx.min_samples, float("nan"))])
-        return (f"{label}: none at n=0 pairs; one task of min_samples={ctx.min_samples} pairs disagreeing "
-                f"{detectable.ASSUMED_DISCORDANCE:g} of the time would give +-{at_min:.1f} points")
+        return (f"{head}none at n=0 pairs; one task of min_samples={ctx.min_samples} 0/100 pairs disagreeing on "
+                f"{detectable.ASSUMED_DISCORDANCE:.0%} of them would give +-{at_min:.1f} points")
     at_n = detectable.from_pairs(thin)
     at_min = detectable.from_pairs([(ctx.min_samples, v) for _, v in thin])
     ns = ", ".join(str(n) for n, _ in thin)
-    return (f"{label}: +-{at_n:.1f} points around the margin at n={ns} pairs over {len(thin)} "
+    return (f"{head}+-{at_n:.1f} points around the margin at n={ns} pairs over {len(thin)} "
             f"task{'s' * (len(thin) > 1)} (from their paired differences; below min_samples the test does not "
             f"run), +-{at_min:.1f} at {ctx.min_samples} per task")
 
@@ -146,7 +147,7 @@ def _outcome(lines: list[str], verdicts: list[Verdict], power: str, nothing: str
     """(measured, verdict) of a comparison test: its compared lines and the power note, the verdicts combined;
     with no comparison made, ``nothing`` (or the power note) and not testable for ``missing``."""
     if not verdicts:
-        return power or nothing, testable(missing, thin_mde("no runs", [], ctx))
+        return power or nothing, testable(missing, thin_mde("", [], ctx))
     return "; ".join(lines + ([power] if power else [])), combine(verdicts)
 
 

@@ -201,7 +201,7 @@ def test_centering_collapse(tmp_path, uncentered, centered, status, why):
     assert c.verdict.status == status, c.verdict.text()
     assert why in c.verdict.text()
     assert "n=5 units" in c.measured and "SmolLM2-135M-Instruct, 4096 tokens" in c.measured
-    assert "uncentered NIAH (None, 8192 tokens)" in c.measured or "8192 tokens" in c.measured
+    assert "uncentered NIAH (?, 8192 tokens)" in c.measured  # the runs' metrics name no model here
 
 
 @pytest.mark.parametrize("fracs,status,why", [

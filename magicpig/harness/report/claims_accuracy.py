@@ -210,7 +210,7 @@ def superior(claim: dict, ctx: Context) -> tuple[str, Verdict]:
                     f"{claim['benchmark']}", ctx)
 
 
-def _levels(runs: pd.DataFrame, ctx: Context) -> tuple[Interval | None, list[TaskInterval], list[str]]:
+def task_levels(runs: pd.DataFrame, ctx: Context) -> tuple[Interval | None, list[TaskInterval], list[str]]:
     """Task average of the mean score (Clopper-Pearson / bootstrap per task, MOVER over tasks)."""
     parts, left_out = [], []
     for task, s in sorted(run_samples(runs).items()):
@@ -221,6 +221,6 @@ def _levels(runs: pd.DataFrame, ctx: Context) -> tuple[Interval | None, list[Tas
     return (task_average(parts) if parts else None), parts, left_out
 
 
-def _level_text(label: str, iv: Interval | None, parts, left_out) -> str:
+def levels_text(label: str, iv: Interval | None, parts, left_out) -> str:
     head = f"{label} {iv.text()}" if iv is not None else f"{label}: no task with enough samples"
     return f"{head} {rests_on(parts, left_out)}"

@@ -19,7 +19,7 @@ import pandas as pd
 
 from magicpig.harness.report import canvas, detectable
 from magicpig.harness.report.bootstrap import Interval
-from magicpig.harness.report.claims_accuracy import _level_text, _levels
+from magicpig.harness.report.claims_accuracy import levels_text, task_levels
 from magicpig.harness.report.collect import collect_metrics
 from magicpig.harness.report.markdown import fmt
 from magicpig.harness.report.paired import clopper_pearson, current_level, mean_t_interval
@@ -106,8 +106,8 @@ def niah_part(claim: dict, ctx: Context, ok: pd.DataFrame, runs: pd.DataFrame) -
                             f"{top:.0f} points")
     centered = of_method(ok, claim["centered_method"])
     centered = centered[centered["task"].isin(set(niah["task"])) & centered["length"].isin(set(niah["length"]))]
-    iv, tasks, left = _levels(niah, ctx)
-    parts = [_level_text(f"uncentered NIAH ({_where(niah, 'length')})", iv, tasks, left)]
+    iv, tasks, left = task_levels(niah, ctx)
+    parts = [levels_text(f"uncentered NIAH ({_where(niah, 'length')})", iv, tasks, left)]
     if iv is None:
         return parts, testable(f"uncentered NIAH: no task with {ctx.min_samples}+ samples",
                                f"none at the run's n (below min_samples {ctx.min_samples})")
@@ -115,8 +115,8 @@ def niah_part(claim: dict, ctx: Context, ok: pd.DataFrame, runs: pd.DataFrame) -
     if v.status == NOT_TESTABLE:
         v = testable(f"uncentered NIAH {iv.text()} straddles {claim['niah_near_zero_points']} points", _level_mde(iv))
     floor = float(claim["centered_min_points"])
-    civ, ctasks, cleft = _levels(centered, ctx)
-    parts.append(_level_text("centered NIAH", civ, ctasks, cleft))
+    civ, ctasks, cleft = task_levels(centered, ctx)
+    parts.append(levels_text("centered NIAH", civ, ctasks, cleft))
     if v.status == REPRODUCED:
         if civ is None:
             v = testable(f"missing data: no centered NIAH run with {ctx.min_samples}+ samples per task to show "

@@ -103,3 +103,22 @@ def system_value(name: str, value: str, path: Path | str | None = None, **settin
     if len(hits) != 1:
         raise ValueError(f"system.{name}: {len(hits)} entries match {setting} (need exactly one)")
     return float(hits[0][value])
+
+
+def settings(path: Path | str | None = None) -> dict[str, Any]:
+    """The ``settings`` block: how the paper ran each table (RULER tasks and samples, sinks, local window per
+    benchmark, MagicPIG's dense layers by layer count) and ``tables``: per table its ``section`` (the block
+    holding its numbers), ``runs`` (preset -> the table's model key) and what it states of samples and window."""
+    return copy.deepcopy(_load(path)["settings"])
+
+
+def table_section(table: str, path: Path | str | None = None) -> dict[str, Any]:
+    """The block of the reference file holding the numbers of ``table`` (a key of ``settings.tables``, e.g.
+    ``table11``), found through its ``section`` path (``kl_ablation_tables.table11``)."""
+    tables = _load(path)["settings"]["tables"]
+    if table not in tables:
+        raise ValueError(f"settings.tables: no table {table!r}; tables: {', '.join(tables)}")
+    node = _load(path)
+    for part in tables[table]["section"].split("."):
+        node = node[part]
+    return copy.deepcopy(node)

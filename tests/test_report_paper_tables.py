@@ -24,15 +24,37 @@ def test_table1_has_three_task_columns(tmp_path):
     write_metrics(acc, "gsm8k", 4096, "dense", 40.0, 1.0)
     write_metrics(acc, "coqa", 4096, "dense", 60.0, 1.0)
     write_metrics(acc, "mmlu_cot", 4096, "dense", 30.0, 1.0)
-    write_metrics(acc, "coqa", 4096, "quest:page_size=32,ratio=0.1", None, None, status="skipped",
+    write_metrics(acc, "coqa", 4096, "quest:page_size=32,ratio=0.1,local=24", None, None, status="skipped",
                   reason="coqa: MAGICPIG_OFFLINE=1 and the file is not cached")
     report = build_report(tmp_path / "results", tmp_path / "fig", "test").read_text()
     t1 = report.split("## GSM8K-CoT, COQA, MMLU-CoT (paper Table 1")[1].split("\n## ")[0]
-    assert ("| method | ours gsm8k | ours coqa | ours mmlu_cot | ours avg | cost2 | paper gsm8k_cot | paper coqa "
-            "| paper mmlu_cot |") in t1
-    assert "| `dense` | 40 | 60 | 30 | 43.3 | 100.0% | 77.6 | 78.5 | 65.2 |" in t1
-    assert "| `quest:page_size=32,ratio=0.1` | — | — | — | — | — | 64.5 | 65 | 48 |" in t1
+    assert ("| method | ours gsm8k | ours coqa | ours mmlu_cot | ours avg | cost2 | cost1 | total cost | paper gsm8k_cot "
+            "| paper coqa | paper mmlu_cot | paper cost1 | paper cost2 | paper total |") in t1
+    assert "| `dense` | 40 | 60 | 30 | 43.3 | 100.0% | 0.00% | 100.0% | 77.6 | 78.5 | 65.2 | 0.00% | 100.0% | 100.0% |" in t1
+    assert ("| `quest:page_size=32,ratio=0.1,local=24` | — | — | — | — | — | — | — | 64.5 | 65 | 48 | 3.00% | 10.0% "
+            "| 13.0% |") in t1
     assert "MAGICPIG_OFFLINE=1" in t1 and "COQA token F1" in t1
+    # the local-window decision, with the paper's sentence
+    assert "or 24 (for lm-eval-harness) tokens as well as layer-{0, 16} are statically preserved." in t1
+    assert "MagicPIG and Quest both run with `local=24`" in t1
+
+
+def test_table2_costs_and_the_code_model_block(tmp_path):
+    """Quest's measured cost1 (1/page_size) and total beside the paper's Cost1 / Cost_total; a CodeLlama run sits
+    beside Table 2's CodeLlama-13B-16K rows (RepoBench-P and LCC only)."""
+    acc = tmp_path / "results" / "accuracy"
+    write_metrics(acc, "longbench/lcc", 15500, "dense", 70.0, 1.0)
+    write_metrics(acc, "longbench/lcc", 15500, "quest:ratio=0.05", 69.0, 0.05)
+    path = acc / "longbench/lcc/15500/quest@ratio-0.05/metrics.json"
+    m = json.loads(path.read_text())
+    m["cost1"] = 1 / 16
+    path.write_text(json.dumps(m))
+    set_model(acc, "codellama/CodeLlama-13b-hf")
+    report = build_report(tmp_path / "results", tmp_path / "fig", "test").read_text()
+    t2 = report.split("## LongBench (paper Table 2)")[1].split("\n## ")[0]
+    assert ("| `quest:ratio=0.05` | — | — | 69 | — | — | — | 69 (1/6) | 5.00% | 6.25% | 11.2% | — | 56.4 | 74.4 | — "
+            "| — | — | 65.4 | 6.00% | 5.00% | 11.0% |") in t2
+    assert "| `magicpig:K=10,L=150` (paper only) | — | — | — | — | — | — | — | — | — | — | — | 56.9 | 74 |" in t2
 
 
 def test_tables_4_5_6_say_what_runs_them_when_not_run(tmp_path):
@@ -117,3 +139,15 @@ def test_reference_rows_agree_across_tables():
 def test_table3_has_every_row_of_the_long_models(model):
     ref = load_reference()
     assert len(ref["ruler_table3"][model]) == {"megabeam-mistral-7b-512k": 7, "llama3-8b-prolong-512k": 6}[model]
+
+
+def test_a_setting_run_at_one_length_says_so_in_the_ruler_table(tmp_path):
+    """(10,240) runs at 16K only (Table 12): its RULER row counts its tasks there and names the lengths it ran."""
+    acc = tmp_path / "results" / "accuracy"
+    for n in (16384, 32768):
+        write_metrics(acc, "ruler/vt", n, "dense", 90.0, 1.0)
+    write_metrics(acc, "ruler/vt", 16384, "magicpig:K=10,L=240", 88.0, 0.04)
+    report = build_report(tmp_path / "results", tmp_path / "fig", "test").read_text()
+    t3 = report.split("(paper Table 3)\n")[1].split("(paper Table 4)\n")[0]
+    assert "| `magicpig:L=240` | 88 | — | 1/1 (1 of 2 lengths) |" in t3  # canonical spec (K=10 is the default)
+    assert "| `dense` | 90 | 90 | 1/1 |" in t3

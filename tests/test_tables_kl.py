@@ -49,3 +49,21 @@ def test_status_counts_the_settings_measured_and_says_not_run_without_a_grid(tmp
     empty = Run("x", {"ablations": {"kl_grid": []}}, tmp_path, presets={"x": {}, "paper": config})
     assert kl_table_status(empty, "table13", "").startswith("not run") and "`paper`" in kl_table_status(
         empty, "table13", "")
+
+
+def test_ruler_runs_at_the_tables_lengths_fill_their_own_columns(tmp_path):
+    """The paper presets run Tables 11-13's settings in the 13-task RULER runs at 64K / 16K: those averages sit
+    in the table's `ours <length>` columns, and a table whose settings all ran there says so in its status."""
+    for task, s in (("ruler/vt", 90.0), ("ruler/cwe", 70.0)):
+        for spec, drop in (("dense", 0), ("magicpig:K=10,L=240", 1), ("magicpig:K=9,L=120", 2),
+                           ("magicpig:K=8,L=65", 3), ("magicpig:K=7,L=35", 4)):
+            _metrics(tmp_path, "accuracy/ruler", task, 16384, spec, s - drop, 0.04)
+    text = "\n".join(kl_tables_section(tmp_path, load_reference()))
+    assert "| (K, L) | paper accuracy (llama-3.1-8b 16K) | ours grid | ours grid cost2 | ours 16K |" in text
+    assert "| 8,65 | 92.3 | — | — | 77 (2) |" in text  # Table 12's (8, 65): the RULER average at 16K
+    assert "| 10,135 | 83.6 | 86.7 | — | — | — |" in text  # Table 11 at 64K: not run here
+    run = Run("x", {"ablations": {"kl_grid": []}}, tmp_path, presets={"x": {}})
+    status = kl_table_status(run, "table12", "")
+    assert status.startswith("partial") and "every setting measured at 16K" in status
+    assert "over 2 of the paper's 13 tasks" in status
+    assert "2 of the paper's 5 settings" in kl_table_status(run, "table13", "")  # full and (9, 120) only

@@ -278,6 +278,7 @@ def preset_problems(path: str, p: dict) -> list[str]:
         if block in p:
             out += method_problems(f"{path}.{block}.methods", p[block]["methods"], eval_specs=True,
                                    eval_backend=p["backend"])
+    out += length_method_problems(f"{path}.ruler", p["ruler"], p["backend"])
     ruler_names = [t.removeprefix("ruler/") for t in TASK_NAMES if t.startswith("ruler/")]
     if "sweeps" in p:
         out += sweep_problems(f"{path}.sweeps", p["sweeps"])
@@ -297,6 +298,46 @@ def preset_problems(path: str, p: dict) -> list[str]:
     out += shape_problems(f"{path}.decode_bench.shapes", shapes)
     for i, entry in enumerate(shapes):
         out += method_problems(f"{path}.decode_bench.shapes[{i}].methods", entry.get("methods", []), eval_specs=False)
+    return out
+
+
+def ruler_methods_by_length(ruler: dict) -> dict[int, list[str]]:
+    """Length -> the method specs RULER runs at it: ``methods``, then those of each ``length_methods`` entry
+    naming the length (each spec once, in that order). ``ruler`` has its defaults filled in."""
+    out = {int(n): list(ruler["methods"]) for n in ruler["lengths"]}
+    for entry in ruler.get("length_methods", []):
+        for n in entry["lengths"]:
+            if int(n) in out:
+                out[int(n)] += [m for m in entry["methods"] if m not in out[int(n)]]
+    return out
+
+
+def length_method_problems(path: str, ruler: dict, backend: str) -> list[str]:
+    """``ruler.length_methods``: each entry's lengths are RULER lengths, its methods pass ``method_problems``,
+    and no length runs one setting twice (``methods`` and the entries naming it, by canonical spec)."""
+    from magicpig.methods import canonical_spec
+
+    out = []
+    for i, entry in enumerate(ruler.get("length_methods", [])):
+        where = f"{path}.length_methods[{i}]"
+        out += [f"{where}.lengths[{j}]: {n} is not one of {path}.lengths {ruler['lengths']}"
+                for j, n in enumerate(entry["lengths"]) if n not in ruler["lengths"]]
+        out += method_problems(f"{where}.methods", entry["methods"], eval_specs=True, eval_backend=backend)
+    try:
+        base = {canonical_spec(m): f"{path}.methods" for m in ruler["methods"]}
+    except ValueError:  # an unparsable spec of `methods`: reported by its own check
+        return out
+    if out:
+        return out
+    for n in ruler["lengths"]:
+        seen = dict(base)
+        for i, entry in enumerate(ruler.get("length_methods", [])):
+            for j, spec in enumerate(entry["methods"] if n in entry["lengths"] else []):
+                key = canonical_spec(spec)
+                if key in seen:
+                    out.append(f"{path}.length_methods[{i}].methods[{j}]: {spec!r} is already run at {n} by "
+                               f"{seen[key]}; list each setting once per length")
+                seen[key] = f"{path}.length_methods[{i}]"
     return out
 
 
@@ -384,14 +425,18 @@ def layer_problems(path: str, p: dict, layers: int | None, label: str) -> list[s
     from magicpig.methods import parse_method
 
     out = []
-    for block, key, _ in METHOD_LISTS if layers else ():
-        for i, raw in enumerate(p[block][key]):
+    lists = [(f"{block}.{key}", p[block][key]) for block, key, _ in METHOD_LISTS]
+    lists += [(f"ruler.length_methods[{i}].methods", e["methods"])
+              for i, e in enumerate(p["ruler"].get("length_methods", []))]
+    for where, specs in lists if layers else ():
+        block = where.split(".")[0]
+        for i, raw in enumerate(specs):
             spec = raw.rpartition("@")[0] if block == "decode_bench" and "@" in raw else raw
             try:
                 parse_method(spec).dense_layer_set(layers)
             except ValueError as exc:  # an unparsable spec is method_problems' to report
                 if "dense_layers" in str(exc):
-                    out.append(f"{path}.{block}.{key}[{i}]: {exc} ({label})")
+                    out.append(f"{path}.{where}[{i}]: {exc} ({label})")
     return out
 
 

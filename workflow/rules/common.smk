@@ -169,16 +169,27 @@ def eval_rules(p, res):
     at their prompt cap; the ablations (centering on/off: Figure 9a; the (K, L) grid; evaluation setup A vs B)
     one job each, on all their tasks; the budget / cost sweeps (Figures 1, 6c, 9a, 9b/c) per task. The blocks
     lm_eval, reasoning and sweeps are optional (absent: not run)."""
-    from magicpig.harness.pipeline_config import sweep_methods
+    from magicpig.harness.pipeline_config import ruler_methods_by_length, sweep_methods
 
     acc, abl, ruler, a = f"{res}/accuracy", f"{res}/ablations", p["ruler"], p["ablations"]
 
     def each_task(block):
         return [{"task": t} for t in block["tasks"]] if runs(block["samples"]) else []
 
-    table = [EvalRule("eval_ruler", acc, ["ruler/{task}"], "{length}", ruler["methods"], ruler["samples"],
-                      jobs=[{**job, "length": n} for job in each_task(ruler) for n in ruler["lengths"]],
-                      log="eval_ruler_{task}_{length}", runtime=1440)]
+    def rule_name(methods, lengths):
+        if list(methods) == ruler["methods"]:
+            return "eval_ruler"
+        return "_".join(["eval_ruler"] + [f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in lengths])
+
+    # RULER: one rule per distinct method list over the lengths (`ruler.length_methods` adds settings at some
+    # lengths): `eval_ruler` runs the lengths of `methods` alone, `eval_ruler_<16k>_...` the others, each job
+    # decoding its whole list from one prefill per sample
+    groups = {}
+    for n, methods in ruler_methods_by_length(ruler).items():
+        groups.setdefault(tuple(methods), []).append(n)
+    table = [EvalRule(rule_name(methods, ns), acc, ["ruler/{task}"], "{length}", list(methods), ruler["samples"],
+                      jobs=[{**job, "length": n} for job in each_task(ruler) for n in ns],
+                      log="eval_ruler_{task}_{length}", runtime=1440) for methods, ns in groups.items()]
     for name, block, task, log in (("eval_longbench", "longbench", "longbench/{task}", "eval_longbench_{task}"),
                                    ("eval_gsm8k", "gsm8k", "gsm8k", "eval_gsm8k"),
                                    ("eval_lm_eval", "lm_eval", "{task}", "eval_{task}"),

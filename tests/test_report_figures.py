@@ -187,3 +187,122 @@ def test_speedup_figure_says_which_baseline_does_not_fit(tmp_path, monkeypatch):
     root = synthetic_tree(tmp_path / "results")
     text = _figure_text(monkeypatch, lambda: speedup_paper_hardware(root, load_reference(), tmp_path / "s.png"))
     assert "full attention on the GPU does not fit" in text and "2.1x" in text and "1.3x" in text
+
+
+WHISKER_FIGURES = ("ruler_per_task.png", "ruler_vs_cost.png", "centering.png", "topk_budget_sweep.png",
+                   "oracle_vs_topk_budget.png", "centering_sweep.png", "magicpig_vs_topk_cost.png")
+
+
+def drawn(monkeypatch, name: str, root: Path, out: Path):
+    """The matplotlib figure ``name`` draws from ``root`` (kept when it is saved), and its FigureResult."""
+    from magicpig.harness.report import canvas
+
+    kept, save = [], canvas.save
+    monkeypatch.setattr(canvas, "save", lambda fig, *a: kept.append(fig) or save(fig, *a))
+    result = figures.PLOTS[name](root, load_reference(), out / name)
+    return kept[0], result
+
+
+def whiskers(fig) -> list[tuple[float, float]]:
+    """(lo, hi) of every error bar drawn on ``fig`` (errorbar lines, and bars with yerr: matplotlib adds their
+    bars' ErrorbarContainer to the panel's containers too)."""
+    from matplotlib.container import ErrorbarContainer
+
+    spans = []
+    for ax in fig.axes:
+        for eb in ax.containers:
+            if not isinstance(eb, ErrorbarContainer) or not eb.lines[2]:
+                continue
+            for seg in eb.lines[2][0].get_segments():
+                spans.append(tuple(sorted((float(seg[0][1]), float(seg[1][1])))))
+    return spans
+
+
+def one_sample_each(root: Path) -> None:
+    """Every accuracy run of ``root`` cut to its first sample (n = 1: a percentile bootstrap has no width)."""
+    for pred in root.rglob("predictions.jsonl"):
+        first = pred.read_text().splitlines()[0]
+        pred.write_text(first + "\n")
+        meta = pred.parent / "metrics.json"
+        m = json.loads(meta.read_text())
+        m["score"] = json.loads(first)["score"]
+        meta.write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize("name", WHISKER_FIGURES)
+def test_whiskers_are_the_tables_intervals_and_never_collapse_at_one_sample(monkeypatch, tmp_path, name):
+    """At n = 1 the tables print an exact interval (one score of 100: Clopper-Pearson [2.5, 100]); the figures
+    draw the same interval, not a zero-width percentile bootstrap, and say so."""
+    root = synthetic_tree(tmp_path / "results")
+    one_sample_each(root)
+    fig, result = drawn(monkeypatch, name, root, tmp_path / "fig")
+    spans = whiskers(fig)
+    assert spans, name
+    assert min(hi - lo for lo, hi in spans) > 40, (name, spans)  # [2.5, 100] or wider, never [v, v]
+    from magicpig.harness.report.intervals import WHISKERS
+
+    if name != "ruler_vs_cost.png":  # its ours-panel names MOVER, the label of the task-average interval
+        texts = [t.get_text() for ax in fig.axes for t in (ax.title, ax.yaxis.label)] + [fig._suptitle.get_text()]
+        assert any(WHISKERS in t for t in texts), (name, texts)
+    assert "bootstrap whiskers" not in " ".join(t.get_text() for ax in fig.axes for t in (ax.title, ax.yaxis.label))
+
+
+def test_per_task_whisker_is_the_table_cell(monkeypatch, tmp_path):
+    """ruler_per_task: the whisker of one score of 100 runs from the table's 2.5 to 100."""
+    from magicpig.harness.report.intervals import interval_table
+    from magicpig.harness.report.collect import collect_metrics
+
+    root = tmp_path / "results"
+    write_run(root / "accuracy", "ruler/cwe", 1024, "dense", [100], 1.0)
+    fig, _ = drawn(monkeypatch, "ruler_per_task.png", root, tmp_path / "fig")
+    (span,) = whiskers(fig)
+    assert span == pytest.approx((2.5, 100.0), abs=0.05)
+    assert "100.0 [2.5, 100.0] (n=1)" in interval_table(collect_metrics(root / "accuracy"), "ruler/")
+    assert "Fig. 1" not in fig._suptitle.get_text() and "Table 3" in fig._suptitle.get_text()
+
+
+def test_centering_draws_a_zero_as_a_marker_with_its_value(monkeypatch, tmp_path):
+    """A score of 0 and a sampled fraction of 0 (no bar on a log axis) each get a marker on the panel's floor,
+    inside the panel, and the fraction's is written out."""
+    root = synthetic_tree(tmp_path / "results")
+    est = root / "estimation" / "centering_summary.csv"
+    pd.DataFrame([{"K": 10, "L": 150, "centering": True, "cost2": 0.03},
+                  {"K": 10, "L": 150, "centering": False, "cost2": 0.0}]).to_csv(est, index=False)
+    fig, _ = drawn(monkeypatch, "centering.png", root, tmp_path / "fig")
+    acc, frac = fig.axes[0], fig.axes[1]
+    for ax in (acc, frac):
+        marks = [ln for ln in ax.lines if ln.get_marker() == "^" and ln.get_ydata()[0] == pytest.approx(0.015)]
+        assert marks, ax
+        x0, x1 = sorted(ax.get_xlim())
+        assert all(x0 <= ln.get_xdata()[0] <= x1 for ln in marks)
+    assert any(t.get_text() == "0: no key sampled" and 0 < t.get_position()[1] < 1 for t in frac.texts)
+
+
+def test_cpu_baselines_marks_rows_under_load(monkeypatch, tmp_path):
+    root = synthetic_tree(tmp_path / "results")
+    path = root / "throughput" / "decode.csv"
+    df = pd.read_csv(path)
+    df.loc[(df["backend"] == "llamacpp") & (df["context"] == 2048), "under_load"] = True
+    df.to_csv(path, index=False)
+    fig, _ = drawn(monkeypatch, "cpu_baselines.png", root, tmp_path / "fig")
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert "under load (another process shared the CPU)" in labels
+    hollow = [ln for ln in fig.axes[0].lines if ln.get_markerfacecolor() == "white" and len(ln.get_xdata())]
+    assert [list(ln.get_xdata()) for ln in hollow] == [[2048]]
+
+
+def test_a_system_with_no_value_at_a_context_gets_no_legend_entry(monkeypatch, tmp_path):
+    """throughput_batch: llama.cpp's rows past batch 1 did not fit (no value): no empty line is labelled."""
+    root = synthetic_tree(tmp_path / "results")
+    path = root / "throughput" / "decode.csv"
+    df = pd.read_csv(path)
+    gone = (df["backend"] == "llamacpp") & (df["context"] == 2048)
+    df.loc[gone, ["tokens_per_s", "ms_per_token"]] = float("nan")
+    df.loc[gone, "fits"] = False
+    df.to_csv(path, index=False)
+    fig, _ = drawn(monkeypatch, "throughput_batch.png", root, tmp_path / "fig2")
+    for label, handle in zip(*reversed(fig.axes[0].get_legend_handles_labels())):
+        if "llamacpp" in label:
+            assert len(handle.get_xdata()) and pd.notna(handle.get_ydata()).all(), label
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert "dense@llamacpp, context 1024" in labels and "dense@llamacpp, context 2048" not in labels

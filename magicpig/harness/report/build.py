@@ -189,8 +189,8 @@ def table9(ref: dict, method: str) -> float | None:
 
 META_COLUMNS = {"model", "n_prompt", "capture", "seed", "load_avg", "prompts"}
 ESTIMATION_TITLES = {
-    "spread_summary.csv": "Attention spread (Figures 2-3): mass in the top 20% of keys, with and without the sink",
-    "error_summary.csv": "Relative output error vs budget: TopK, oracle sampling, MagicPIG (Figures 4, 6)",
+    "spread_summary.csv": "Attention spread (Figure 2b): mass in the top 20% of keys, with and without the sink",
+    "error_summary.csv": "Relative output error vs budget: TopK, oracle sampling, MagicPIG (Figures 3, 4, 6a/b)",
     "error_topk_vs_oracle.csv": "TopK vs oracle sampling at equal distinct keys (paper: TopK up to 4x worse)",
     "kl_grid_summary.csv": "Sampled fraction on real keys for the (K, L) grid, beside the formula and Table 9",
     "centering_summary.csv": "Centering ablation (Figure 9a: under 0.1% sampled without centering)",

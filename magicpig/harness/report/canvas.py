@@ -100,6 +100,22 @@ def bar_values(ax, xs, values, fontsize: float = 6) -> None:
             ax.text(x, v, f"{v:.0f}", ha="center", va="bottom", fontsize=fontsize)
 
 
+def zero_marks(ax, xs, values, color: str, text: str = "") -> list:
+    """Each value of exactly 0 as a marker on the panel's floor (in axes coordinates, so a log axis, which has
+    no 0, shows it too), with ``text`` printed above it: a bar of height 0 is otherwise invisible. Returns the
+    markers drawn."""
+    from matplotlib.transforms import blended_transform_factory
+
+    floor = blended_transform_factory(ax.transData, ax.transAxes)
+    marks = []
+    for x, v in zip(xs, values):
+        if np.isfinite(v) and v == 0:
+            marks += ax.plot([x], [0.015], "^", color=color, mec="k", ms=6, transform=floor, clip_on=False)
+            if text:
+                ax.text(x, 0.05, text, transform=floor, ha="center", va="bottom", fontsize=6, color=color)
+    return marks
+
+
 def no_data(ax, what: str, missing: list[str]) -> None:
     """Mark a panel as empty: big red text naming the missing file; records ``what`` in ``missing``."""
     ax.set_xticks([])

@@ -1,7 +1,8 @@
 """The coverage table at the top of REPORT.md: one row per item of the paper (``paper_items.ITEMS``) with
 what it shows, where it is in this report and its status, computed when the report is built from the
 preset's config, the results present and each figure's list of missing data. Nothing here is typed per
-preset: a status is ``reproduced here``, ``partial: <what is missing>`` or ``not run in this preset: <why>``.
+preset: a status is ``reproduced here`` (with what its check compared, where the item has a per-cell check:
+``coverage_run.cells_status``), ``partial: <what is missing>`` or ``not run in this preset: <why>``.
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def item_status(item, run: Run) -> str:
     gaps = figure_gaps(run, item.figures)
     if not gaps or status.startswith(NOT_RUN):
         return status
-    if status == REPRODUCED:
+    if status.startswith(REPRODUCED):
         return partial(*gaps)
     return status + "; " + "; ".join(gaps)
 

@@ -23,6 +23,47 @@ def partial(*what: str) -> str:
     return f"{PARTIAL}: " + "; ".join(w for w in what if w)
 
 
+def reproduced(*how: str) -> str:
+    """``reproduced here``, with what the check compared when it says so (``reproduced here: ...``)."""
+    notes = "; ".join(w for w in how if w)
+    return f"{REPRODUCED}: {notes}" if notes else REPRODUCED
+
+
+@dataclass(frozen=True)
+class CellCheck:
+    """One cell of a paper item against ours: passes when ``ours`` lies within ``tolerance`` (relative) of
+    the paper's value. An item is reproduced only when every one of its cells passes (``cells_status``)."""
+
+    row: str  # the paper's row, as its table names it
+    column: str
+    ours: float | None  # None: not computed or not measured here
+    paper: float
+    tolerance: float
+
+    @property
+    def passes(self) -> bool:
+        return self.ours is not None and abs(self.ours - self.paper) <= self.tolerance * abs(self.paper)
+
+    def text(self) -> str:
+        ours = "missing" if self.ours is None else f"{self.ours:.3g}"
+        return f"{self.row} {self.column}: ours {ours} vs the paper's {self.paper:g}"
+
+
+def cells_status(checks: list[CellCheck], rows_expected: int, what: str) -> str:
+    """Reproduced when ``rows_expected`` rows are checked and every cell is within its tolerance; else partial,
+    naming the rows missing and the cells outside (``what``: how ours were obtained, said either way)."""
+    rows = {c.row for c in checks}
+    bad = [c for c in checks if not c.passes]
+    tolerances = sorted({c.tolerance for c in checks})
+    within = "within " + ", ".join(f"{100 * t:g}%" for t in tolerances) + " of the paper's"
+    if len(rows) >= rows_expected and not bad:
+        return reproduced(f"all {len(rows)} rows, {len(checks)} cells {within} ({what})")
+    gaps = [f"{len(rows)} of the paper's {rows_expected} rows checked" if len(rows) < rows_expected else ""]
+    if bad:
+        gaps.append(f"{len(bad)} of {len(checks)} cells not {within}: " + ", ".join(c.text() for c in bad))
+    return partial(*gaps, what)
+
+
 def not_run(*why: str) -> str:
     return f"{NOT_RUN}: " + "; ".join(w for w in why if w)
 

@@ -1,14 +1,20 @@
 """Tables of accuracy numbers with their 95% intervals and sample counts, read from the per-sample
 predictions beside each metrics.json. Per task: Clopper-Pearson when every score is 0 or 100, else the
 percentile bootstrap widened to an exact bound when almost every score is the same (``paired.level_interval``);
-task averages combine the task intervals by MOVER (``paired.task_average``)."""
+task averages combine the task intervals by MOVER (``paired.task_average``). The accuracy figures draw the
+same intervals (``run_level``, ``runs_average``), so a whisker is as wide as its table cell: a percentile
+bootstrap alone has no width at n = 1 or when every score is equal."""
 from __future__ import annotations
 
 import pandas as pd
 
 from magicpig.harness.report.collect import sample_scores
 from magicpig.harness.report.markdown import table
+from magicpig.harness.report.bootstrap import Interval
 from magicpig.harness.report.paired import TaskInterval, level_interval, task_average
+
+# what the figures' whiskers are, said on each figure that draws them
+WHISKERS = "whiskers: 95% CI as in the tables (Clopper-Pearson for 0/100 scores, else bootstrap with an exact bound)"
 
 
 def _cell(part: TaskInterval) -> str:
@@ -42,3 +48,24 @@ def interval_table(df: pd.DataFrame, prefix: str = "", by: str = "length") -> st
         rows.append([f"`{method}`", str(key), avg] + cells)
     header = ["method", by, "average [95% CI] (n)"] + [t.removeprefix(prefix) for t in tasks]
     return table(header, rows)
+
+
+def run_level(row) -> TaskInterval:
+    """One run's (a ``collect_metrics`` row) mean score with the interval its table cell prints
+    (``paired.level_interval`` of its per-sample scores); without per-sample scores its metrics score, with
+    no interval (n = 0, how = 'no samples')."""
+    scores = list(sample_scores(row.path).values())
+    if not scores:
+        v = float(row.score)
+        return TaskInterval(str(row.task), 0, v, v, v, "no samples")
+    return level_interval(str(row.task), scores)
+
+
+def runs_average(rows: pd.DataFrame) -> Interval:
+    """The task average of runs (one per task) with the MOVER interval the tables print for it."""
+    return task_average([run_level(r) for r in rows.itertuples()])
+
+
+def whisker(value: float, lo: float, hi: float) -> tuple[float, float]:
+    """(below, above) lengths of an error bar around ``value`` (never negative)."""
+    return max(0.0, value - lo), max(0.0, hi - value)

@@ -1,7 +1,8 @@
-"""Accuracy figures: RULER per task (Fig. 1 style), RULER average vs cost, and the centering ablation (Fig. 9a).
+"""Accuracy figures: RULER per task (our runs of Table 3's settings), RULER average vs cost, and the centering
+ablation (Fig. 9a).
 
 Each function takes the results root, the paper reference (``config/paper_reference.yaml``) and the output
-path, and always writes its PNG (see ``canvas``)."""
+path, and always writes its PNG (see ``canvas``). Whiskers are the tables' 95% intervals (``intervals``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from magicpig.harness.report import canvas
-from magicpig.harness.report.bootstrap import stratified_interval
-from magicpig.harness.report.collect import canonical, collect_metrics, run_interval, run_samples
+from magicpig.harness.report.collect import canonical, collect_metrics
+from magicpig.harness.report.intervals import WHISKERS, run_level, runs_average, whisker
 
 
 def ok_runs(root: Path, prefix: str = "ruler/") -> pd.DataFrame:
@@ -25,9 +26,10 @@ def _paper_rows(ref: dict, table: str = "ruler_table3", model: str = "llama-3.1-
 
 
 def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
-    """Grouped bars per RULER task and method (one panel per context length, at most 4), 95% bootstrap
-    whiskers; dashed lines: the paper's Table 3 average of the same setting at its first length."""
-    title = "RULER per task (paper Fig. 1 style)"
+    """Grouped bars per RULER task and method (one panel per context length, at most 4) with the tables' 95%
+    intervals; dashed lines: the paper's Table 3 average of the same setting at its first length (the paper
+    prints no per-task cells)."""
+    title = "RULER per task: our runs of Table 3's settings (paper: 13-task averages only)"
     ok = ok_runs(results / "accuracy")
     lengths = sorted(ok["length"].unique())[:4]
     missing: list[str] = []
@@ -50,10 +52,11 @@ def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                     errs[0].append(0)
                     errs[1].append(0)
                     continue
-                v, lo, hi, _ = run_interval(next(rows.itertuples()))
-                vals.append(v)
-                errs[0].append(max(0.0, v - lo))
-                errs[1].append(max(0.0, hi - v))
+                iv = run_level(next(rows.itertuples()))
+                below, above = whisker(iv.value, iv.lo, iv.hi)
+                vals.append(iv.value)
+                errs[0].append(below)
+                errs[1].append(above)
             xs = np.arange(len(tasks)) + i * width
             ax.bar(xs, np.nan_to_num(vals), width, yerr=errs, capsize=2, label=method, color=f"C{i}")
             canvas.bar_values(ax, xs, vals)
@@ -62,16 +65,17 @@ def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         ax.set_xticks(np.arange(len(tasks)) + 0.4 - width / 2)
         ax.set_xticklabels([t.removeprefix("ruler/") for t in tasks], rotation=45, ha="right")
         ax.set_ylim(0, 105)
-        ax.set_ylabel("score (95% bootstrap whiskers)")
-        ax.set_title(f"ours at {n} tokens" + ("; dashed: paper Table 3 average" if paper else ""), fontsize=9)
+        ax.set_ylabel("score (0-100)")
+        ax.set_title(f"ours at {n} tokens" + ("; dashed: paper Table 3 average" if paper else "") + f"\n{WHISKERS}",
+                     fontsize=8)
         canvas.legend_below(ax, right=True)
         canvas.paper_note(ax, ref, "ruler_per_task")
     return canvas.save(fig, path, title, missing)
 
 
 def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
-    """RULER average (stratified bootstrap over tasks) vs measured cost2, one marker per (method, length);
-    beside it the paper's Table 3 averages at the settings' nominal cost2."""
+    """RULER average (the tables' task average, MOVER over the task intervals) vs measured cost2, one marker
+    per (method, length); beside it the paper's Table 3 averages at the settings' nominal cost2."""
     title = "RULER average vs cost (ours | paper Table 3)"
     missing: list[str] = []
     fig, (ax, axp) = canvas.subplots(2, title)
@@ -82,18 +86,19 @@ def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         ntasks = ok["task"].nunique()
         for j, (n, at) in enumerate(ok.groupby("length")):
             for i, (method, g) in enumerate(at.groupby("method", sort=False)):
-                samples = run_samples(g)
-                iv = stratified_interval({t: list(s.values()) for t, s in samples.items()})
-                y = iv.value if iv.n and len(samples) == g["task"].nunique() else g["score"].mean()
-                err = [[max(0, y - iv.lo)], [max(0, iv.hi - y)]] if iv.n else None
+                parts = [run_level(r) for r in g.drop_duplicates("task").itertuples()]
+                iv = runs_average(g.drop_duplicates("task"))
+                sampled = all(pt.n for pt in parts)  # every task has its per-sample scores
+                y = iv.value if sampled else g["score"].mean()
+                err = [[v] for v in whisker(y, iv.lo, iv.hi)] if sampled else None
                 ax.errorbar(g["cost"].mean(), y, yerr=err, fmt="os^vD"[j % 5], color=f"C{i}", capsize=3,
                             label=f"{method} @ {n}" + ("" if g["task"].nunique() == ntasks else " (partial)"))
         ax.set_xscale("log")
         canvas.readable_log(ax, "x")
         canvas.fit_single(ax, ok.groupby("method")["cost"].mean(), log=True)
         ax.set_xlabel("cost2: fraction of offloaded keys used (measured)")
-        ax.set_ylabel("RULER average (95% bootstrap)")
-        ax.set_title("ours")
+        ax.set_ylabel("RULER average (95% CI as in the tables)")
+        ax.set_title("ours; whiskers: MOVER over the tasks' intervals", fontsize=9)
         canvas.legend_below(ax, fontsize=6)
     cfg = ref.get("figures", {}).get("ruler_vs_cost", {})
     costs = {canonical(k): v for k, v in cfg.get("nominal_cost2", {}).items()}
@@ -142,10 +147,11 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                 rows = ok[(ok["task"] == t) & (ok["method"] == method)]
                 if rows.empty:
                     continue
-                v, lo, hi, _ = run_interval(next(rows.itertuples()))
-                ax.bar(k + i * width, v, width, yerr=[[max(0, v - lo)], [max(0, hi - v)]], capsize=2,
-                       color=f"C{i}", label=method if k == 0 else None)
-                canvas.bar_values(ax, [k + i * width], [v])
+                iv = run_level(next(rows.itertuples()))
+                ax.bar(k + i * width, iv.value, width, yerr=[[v] for v in whisker(iv.value, iv.lo, iv.hi)],
+                       capsize=2, color=f"C{i}", label=method if k == 0 else None)
+                canvas.bar_values(ax, [k + i * width], [iv.value])
+                canvas.zero_marks(ax, [k + i * width], [iv.value], f"C{i}")
         xs = np.arange(len(tasks)) + 0.4 - width / 2
         uncentered = [i for i, m in enumerate(methods) if "centering=false" in m.replace(" ", "")]
         for k, t in enumerate(tasks):  # the paper's no-centering score on our no-centering bar
@@ -157,7 +163,8 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         ax.set_xticks(xs)
         ax.set_xticklabels([t.removeprefix("ruler/") for t in tasks], rotation=30, ha="right")
         ax.set_ylim(0, 105)
-        ax.set_ylabel("score (95% bootstrap whiskers)")
+        ax.set_ylabel("score (0-100)")
+        ax.set_title(WHISKERS, fontsize=7)
         canvas.legend_below(ax, right=True)
     df = canvas.read(results / "estimation" / "centering_summary.csv")
     if df is None:
@@ -171,9 +178,7 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
             sub = df[flag == on]
             idx = [order.index(f"({k},{l})") for k, l in zip(sub["K"], sub["L"])]
             axf.bar(xs[idx] + (0 if on else 0.4), sub["cost2"], 0.4, color=color, label=name)
-            for x, v in zip(xs[idx] + (0 if on else 0.4), sub["cost2"]):
-                if not v > 0:  # a log axis draws no bar for 0: say it
-                    axf.text(x, 1e-4, "0: no key\nsampled", ha="center", va="bottom", fontsize=6, color=color)
+            canvas.zero_marks(axf, xs[idx] + (0 if on else 0.4), sub["cost2"], color, "0: no key sampled")
         if "sampled_fraction_below" in paper:
             axf.axhline(paper["sampled_fraction_below"], color="k", ls="--", lw=1,
                         label=f"paper: no centering < {100 * paper['sampled_fraction_below']:g}%")

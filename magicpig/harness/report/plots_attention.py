@@ -1,5 +1,5 @@
 """Attention-level figures from ``results/<preset>/estimation/`` (written by ``magicpig estimate``):
-attention spread (Figs. 2-3), output error vs budget (Figs. 4, 6), query/key geometry (Fig. 5) and the
+attention spread (Fig. 2b), output error vs budget (Figs. 3, 4, 6a/b), query/key geometry (Fig. 5) and the
 sampled fraction over the (K, L) grid (Table 9)."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ HIST_LABELS = {"k_cos_sink": "cos(k, sink key)", "k_cos_center": "cos(k, c)", "q
 
 def attention_spread(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """Top-20% mass per layer with and without the sink (mean over heads), and its spread over heads."""
-    title = "Attention spread (paper Figs. 2-3)"
+    title = "Attention spread with and without the sink (paper Fig. 2b)"
     missing: list[str] = []
     fig, (ax, axh) = canvas.subplots(2, title)
     df = canvas.read(results / "estimation" / "spread.csv")
@@ -53,7 +53,7 @@ _SETTING = re.compile(r"^(topk|oracle)(@|=)(.+)$")
 def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """Relative output error vs cost2 for TopK, oracle sampling and MagicPIG (sparse-layer means), and
     TopK / oracle error ratio at equal distinct keys per layer, beside the paper's "up to 4x"."""
-    title = "Output error vs budget: TopK, oracle sampling, MagicPIG (paper Figs. 4, 6)"
+    title = "Output error vs budget: TopK, oracle sampling, MagicPIG (paper Figs. 3, 4, 6a/b)"
     missing: list[str] = []
     fig, (ax, axr) = canvas.subplots(2, title)
     abl = ref.get("ablations", {})

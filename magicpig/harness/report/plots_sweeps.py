@@ -2,8 +2,9 @@
 ``sweeps`` block of the preset) and the RULER runs of ``accuracy/`` at the same (task, length): TopK and oracle
 sampling at several budgets, MagicPIG with and without centering at several L, and several (K, L).
 
-Every point is one (task, length, method) run: its mean score over samples with a 95% percentile bootstrap
-interval over those samples (whiskers), at its measured cost2 (fraction of the keys used)."""
+Every point is one (task, length, method) run: its mean score over samples with the 95% interval its table
+cell prints (``intervals.run_level``: Clopper-Pearson for 0/100 scores, so one sample still has a wide whisker),
+at its measured cost2 (fraction of the keys used)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,10 +13,10 @@ import numpy as np
 import pandas as pd
 
 from magicpig.harness.report import canvas
-from magicpig.harness.report.collect import collect_metrics, run_interval
+from magicpig.harness.report.collect import collect_metrics
+from magicpig.harness.report.intervals import WHISKERS, run_level, whisker
 
 SWEEPS = "sweeps"
-WHISKERS = "whiskers: 95% percentile bootstrap over samples"
 
 
 def _runs_below(root: Path, source: str) -> pd.DataFrame:
@@ -49,21 +50,22 @@ def sweep_runs(results: Path) -> pd.DataFrame:
 
 
 def _line(ax, rows: pd.DataFrame, x: str, style: str, color: str, label: str) -> list[int]:
-    """Plot the runs of ``rows`` sorted by column ``x`` with 95% whiskers; returns their sample counts."""
+    """Plot the runs of ``rows`` sorted by column ``x`` with the tables' 95% whiskers; returns their sample
+    counts."""
     rows = rows.sort_values(x)
-    pts = [run_interval(r) for r in rows.itertuples()]
+    pts = [run_level(r) for r in rows.itertuples()]
     if not pts:
         return []
-    ys = np.array([p[0] for p in pts])
-    err = np.array([[max(0.0, p[0] - p[1]) for p in pts], [max(0.0, p[2] - p[0]) for p in pts]])
+    ys = np.array([p.value for p in pts])
+    err = np.array([whisker(p.value, p.lo, p.hi) for p in pts]).T
     ax.errorbar(rows[x].astype(float), ys, yerr=err, fmt=style, color=color, capsize=2, ms=4, label=label)
-    return [p[3] for p in pts]
+    return [p.n for p in pts]
 
 
 def _dense_line(ax, runs: pd.DataFrame, task: str, length: int, color: str = "k", label: str = "dense") -> None:
     d = runs[(runs["task"] == task) & (runs["length"] == length) & (runs["family"] == "dense")]
     if not d.empty:
-        ax.axhline(run_interval(next(d.itertuples()))[0], color=color, ls="--", lw=1, label=label)
+        ax.axhline(run_level(next(d.itertuples())).value, color=color, ls="--", lw=1, label=label)
 
 
 def _main_length(runs: pd.DataFrame, family: str) -> int | None:
@@ -248,7 +250,7 @@ def magicpig_vs_topk_cost(results: Path, ref: dict, path: Path) -> canvas.Figure
         mp = mp.sort_values("cost")
         counts += _line(ax, mp, "cost", "*", "C2", "MagicPIG (K, L)")
         for r in mp.itertuples():
-            ax.annotate(f"({int(r.K)},{int(r.L)})", (r.cost, run_interval(r)[0]), fontsize=6, xytext=(3, 3),
+            ax.annotate(f"({int(r.K)},{int(r.L)})", (r.cost, run_level(r).value), fontsize=6, xytext=(3, 3),
                         textcoords="offset points")
         _dense_line(ax, runs, tasks[0], length)
         gain = gains.get(f"{word}_gain_points_up_to")

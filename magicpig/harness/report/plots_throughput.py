@@ -46,7 +46,9 @@ def _label(r) -> str:
 
 
 def _measured(ax, df, x: str, y: str, by: str) -> None:
-    """Lines of ``y`` vs ``x`` for each (method, backend, ``by``); rows under load hollow."""
+    """Lines of ``y`` vs ``x`` for each (method, backend, ``by``) with a value (a row that did not fit has
+    none, and gets no legend entry); rows under load hollow."""
+    df = df[pd.to_numeric(df[y], errors="coerce").notna()]
     df = df.assign(_label=[_label(r) for r in df.itertuples()])
     load = canvas.truthy(df["under_load"]) if "under_load" in df else df[x] < 0
     for i, ((lab, b), g) in enumerate(df.groupby(["_label", by], sort=False)):
@@ -264,13 +266,18 @@ def cpu_baselines(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         canvas.no_data(axm, "throughput/decode.csv (CPU rows)", [])  # named once in the caption
         return canvas.save(fig, path, title, missing)
     one = batch_one(df)
+    load = canvas.truthy(df["under_load"]) if "under_load" in df else pd.Series(False, index=df.index)
     for i, ((m, b), g) in enumerate(one.groupby(["method", "backend"], sort=False)):
         g = g.sort_values("context")
         ax.plot(g["context"], g["ms_per_token"], "o-", color=f"C{i % 10}", label=system_label(m, b))
+        shared = load.loc[g.index]  # the table's '(under load)' rows: hollow here
+        ax.plot(g.loc[shared, "context"], g.loc[shared, "ms_per_token"], "o", mfc="white", color=f"C{i % 10}")
         limit = pd.to_numeric(g.get("bytes_limit_ms"), errors="coerce")
         if limit is not None and limit.notna().any():
             ax.plot(g["context"], limit, "--", color=f"C{i % 10}", lw=0.8)
     ax.plot([], [], "k--", lw=0.8, label="bytes-limit of the step")
+    if load.loc[one.index].any():
+        ax.plot([], [], "o", mfc="white", color="k", label="under load (another process shared the CPU)")
     ax.set_title("batch 1: ms / token (lower is better)", fontsize=9)
     ax.set_xlabel("context (tokens)")
     ax.set_ylabel("ms / token")
@@ -284,8 +291,11 @@ def cpu_baselines(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     for i, ((m, b), g) in enumerate(best.groupby(["method", "backend"], sort=False)):
         g = g.sort_values("context")
         axm.plot(g["context"], g["tokens_per_s"], "o-", color=f"C{i % 10}", label=system_label(m, b))
-        for x, y, batch in zip(g["context"], g["tokens_per_s"], g["batch"]):
-            axm.annotate(f"B={int(batch)}", (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        shared = load.loc[g.index]
+        axm.plot(g.loc[shared, "context"], g.loc[shared, "tokens_per_s"], "o", mfc="white", color=f"C{i % 10}")
+        for x, y, batch, busy in zip(g["context"], g["tokens_per_s"], g["batch"], shared):
+            axm.annotate(f"B={int(batch)}" + (" (under load)" if busy else ""), (x, y), fontsize=6, xytext=(3, 3),
+                         textcoords="offset points")
     axm.set_title("largest batch that fits: tokens / s", fontsize=9)
     axm.set_xlabel("context (tokens)")
     axm.set_ylabel("tokens / s")

@@ -51,3 +51,20 @@ def test_outside_a_checkout_the_error_says_how_to_point_to_the_file(tmp_path):
     message = out.stdout
     assert "config/paper_reference.yaml not found" in message and "MAGICPIG_PAPER_REFERENCE=" in message
     assert "pass its path" in message and str(tmp_path / "site") in message
+
+
+def test_settings_name_each_tables_block_and_its_cost_columns_add_up():
+    """Every table of `settings.tables` resolves to its block of numbers; Tables 1-2's cost rows are (Cost1, Cost2,
+    total) with total = Cost1 + Cost2 as the paper prints them, one per row of scores."""
+    tables = paper.settings()["tables"]
+    assert paper.table_section("table11") == paper.load()["kl_ablation_tables"]["table11"]
+    for table in tables:
+        assert paper.table_section(table)  # the section path exists
+    for table in ("table1", "table2"):
+        section = paper.table_section(table)
+        for model in tables[table]["runs"].values():
+            assert set(section["costs"][model]) == set(section[model])
+            for spec, (c1, c2, total) in section["costs"][model].items():
+                assert abs(c1 + c2 - total) < 1e-9, (table, model, spec)
+    with pytest.raises(ValueError, match=r"settings\.tables: no table 'table8'; tables: table1, "):
+        paper.table_section("table8")

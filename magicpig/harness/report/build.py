@@ -15,8 +15,9 @@ from magicpig.harness.report.coverage import coverage_section, load_run
 from magicpig.harness.report.html import write_html
 from magicpig.harness.report.job_times import job_time_section
 from magicpig.harness.report.markdown import fmt, table
-from magicpig.harness.report.paper_tables import (intervals, paper_model, ruler_model_section, ruler_rows,
-                                                  skipped_notes, table1_section, table6_section, task_table)
+from magicpig.harness.report.paper_tables import (COST_HEADER, COST_NOTE, PAPER_COST_HEADER, intervals, paper_model,
+                                                  ruler_model_section, ruler_rows, skipped_notes, table1_section,
+                                                  table6_section, task_table)
 from magicpig.harness.report.sections_sweeps import sweep_section, token_section
 from magicpig.harness.report.tables_cpu import cpu_baselines_section
 from magicpig.harness.report.tables_kl import kl_tables_section
@@ -120,9 +121,10 @@ def longbench_section(acc: pd.DataFrame, ref: dict) -> list[str]:
         return parts + ["No LongBench results in this run (the preset runs none)."]
     paper = ref["longbench_table2"]
     tasks = paper["tasks"][:-1]
-    header = ["method"] + [f"ours {t}" for t in tasks] + ["ours avg", "cost2"] + [f"paper {t}" for t in paper["tasks"]]
-    rows = task_table(df, [f"longbench/{t}" for t in tasks], paper, paper_model(df, ref))
-    return parts + [table(header, rows)] + intervals(df, "longbench/") + skipped_notes(df)
+    header = (["method"] + [f"ours {t}" for t in tasks] + ["ours avg", "cost2"] + COST_HEADER
+              + [f"paper {t}" for t in paper["tasks"]] + PAPER_COST_HEADER)
+    rows = task_table(df, [f"longbench/{t}" for t in tasks], paper, paper_model(df, ref), costs=True)
+    return parts + [table(header, rows), COST_NOTE] + intervals(df, "longbench/") + skipped_notes(df)
 
 
 def ablation_section(root: Path, ref: dict, out: Path, figs: dict | None = None) -> list[str]:

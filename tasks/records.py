@@ -42,7 +42,13 @@ class RecordsTask(Task):
         rows = (read_records(self.data_path, self.name) if self.data_path
                 else read_remote_records(self.source_url, self.name))
         for i, row in enumerate(rows):
-            self.check_record(i, row)
+            try:
+                self.check_record(i, row)
+            except ValueError as exc:
+                where = str(self.data_path or self.source_url)
+                if where in str(exc):
+                    raise
+                raise ValueError(f"{exc} (in {where})") from None
         return rows
 
     def check_record(self, index: int, record: dict[str, Any]) -> None:
@@ -100,6 +106,8 @@ def read_records(path: str | Path, what: str) -> list[dict[str, Any]]:
             data = json.loads(_utf8(p, what))
         except json.JSONDecodeError as exc:
             raise ValueError(f"{what}: data file {p} is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise ValueError(f"{what}: data file {p} nests its JSON too deeply") from None
         rows = data.get("data", data) if isinstance(data, dict) else data
     elif p.suffix == ".parquet":
         import pandas as pd
@@ -137,6 +145,8 @@ def _jsonl_rows(p: Path, what: str) -> list:
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{what}: data file {p} line {number}: not valid JSON ({exc.msg}, "
                                  f"column {exc.colno})") from None
+            except RecursionError:
+                raise ValueError(f"{what}: data file {p} line {number}: its JSON nests too deeply") from None
             if not isinstance(rows[-1], dict):
                 raise ValueError(f"{what}: data file {p} line {number}: a JSON {type(rows[-1]).__name__}, "
                                  "not an object")

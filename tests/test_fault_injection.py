@@ -157,6 +157,9 @@ def test_a_300_digit_value_gets_a_short_distinct_folder():
     ("gsm8k", b'{"question": 5, "answer": 4}\n', "record 0: field 'question' must be a non-empty string, got 5"),
     ("gsm8k", b'{"question": "q", "answer": "4"}\n', "record 0: field 'answer': gsm8k: solution has no '####'"),
     ("ruler/qa_1", b'{"data": [', "ruler/qa_1 (SQuAD v2.0): data file"),
+    ("gsm8k", b"[" * 100_000 + b"]" * 100_000 + b"\n", "line 1: its JSON nests too deeply"),
+    ("longbench/lcc", b'{"context": 5, "input": "x", "answers": ["a"]}\n', "record 0: field 'context' must be a string"),
+    ("ruler/qa_1", b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nests its JSON too deeply"),
     ("ruler/qa_1", b'{"data": [{"paragraphs": [{"context": "c", "qas": [{"question": 7, "answers": [{"text": "a"}]}]}]}]}',
      "is not a SQuAD v2.0 file (question 0: its context, question and answer texts must be strings)"),
 ])
@@ -297,6 +300,37 @@ def test_every_method_refuses_an_empty_batch(name):
     q, k = torch.randn(0, 4, 16), torch.randn(0, 2, 32, 16)
     with pytest.raises(ValueError, match="batch B=0"):
         parse_method(name).attend(q, k, k.clone(), KeyLayout.simple(0, 32))
+
+
+def _non_finite_case(where: str):
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 4, 16), torch.randn(1, 2, 300, 16), torch.randn(1, 2, 300, 16)
+    if where == "key":
+        k[0, 0, 100, 3] = float("inf")
+    else:
+        q[0, 0, 3] = float("nan")
+    layout = KeyLayout(300, torch.tensor([0]), torch.tensor([300]))
+    return q, k, v, layout
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_an_infinite_key_coordinate_stays_in_its_own_score(name):
+    """Every head where exact attention stays finite stays finite (MagicPIG's center took the inf to every
+    key of the head: NaN)."""
+    q, k, v, layout = _non_finite_case("key")
+    dense = parse_method("dense").attend(q, k, v, layout).output
+    out = parse_method(name).attend(q, k, v, layout, generator=torch.Generator().manual_seed(0)).output
+    finite_heads = torch.isfinite(dense).all(-1)
+    assert finite_heads.any() and not finite_heads.all()
+    assert torch.isfinite(out[finite_heads]).all()
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_a_nan_query_gives_nan_from_every_method(name):
+    """A NaN query has no softmax: its head's output is NaN (oracle sampling drew from a placeholder)."""
+    q, k, v, layout = _non_finite_case("query")
+    out = parse_method(name).attend(q, k, v, layout, generator=torch.Generator().manual_seed(0)).output
+    assert torch.isnan(out[0, 0]).all() and torch.isfinite(out[0, 1:]).all()
 
 
 @pytest.mark.parametrize("start,prompt_end,n,pattern", [

@@ -270,3 +270,43 @@ def test_the_report_embeds_only_image_files_inside_its_folder(tmp_path):
     assert sources == ["data:image/png;base64,iVBORw0KGgpmaWc="]
     assert page.count('class="not-embedded"') == 8
     assert "secret" not in "".join(sources) and "c2VjcmV0" not in page and "cHJpdmF0ZQ" not in page
+
+
+def test_a_hostile_results_folder_makes_a_report_without_any_local_file(tmp_path, capsys):
+    from magicpig.harness.report import build_report
+
+    from test_report import write_metrics
+
+    acc = tmp_path / "results" / "accuracy"
+    write_metrics(acc, "ruler/cwe", 4096, "dense", 61.0, 1.0)
+    write_metrics(acc, "ruler/qa_1", 4096, "dense", None, None, status="skipped",
+                  reason="![x](/etc/hostname) ![y](../../secret.png) <img src=/etc/passwd> [z](javascript:alert(1))")
+    write_metrics(acc, "ruler/vt", 4096, "dense", "99", 1.0)  # a score that is text
+    bad = acc / "ruler/fwe/4096/dense/metrics.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"task": 5, "method": ["a"]}')
+    (acc / "ruler/niah_single_1/4096/dense").mkdir(parents=True)
+    (acc / "ruler/niah_single_1/4096/dense/metrics.json").write_text("[" * 100_000)
+    (tmp_path / "secret.png").write_bytes(b"\x89PNG secret")
+    md = build_report(tmp_path / "results", tmp_path / "fig", "test")
+    page = (md.parent / "REPORT.html").read_text(encoding="utf-8")
+    sources = re.findall(r'<img src="([^"]*)"', page)
+    assert sources and all(src.startswith("data:image/png;base64,") for src in sources)
+    inlined = "".join(sources)
+    assert "c2VjcmV0" not in inlined and 'href="javascript' not in page and "not-embedded" in page
+    err = capsys.readouterr().err
+    assert f"{bad} skipped: field 'task' is a int" in err and "ruler/vt/4096/dense/metrics.json skipped" in err
+
+
+def test_hostile_prediction_rows_are_skipped_not_averaged(tmp_path):
+    """A results folder from someone else: rows whose numbers are text, or whose JSON nests past the parser,
+    are skipped with their line numbers (the samples are run again), never averaged or fatal."""
+    from magicpig.harness.predictions import Predictions
+
+    path = tmp_path / "predictions.jsonl"
+    path.write_bytes(b'{"id": "a", "score": 100.0, "cost": 0.02}\n{"id": "b", "score": "100"}\n'
+                     + b'{"id": "c", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b'}\n{"id": "d", "cost": true}\n')
+    warnings: list[str] = []
+    assert list(Predictions(path, warn=warnings.append).rows) == ["a"]
+    assert [w.split(" skipped (")[1] for w in warnings] == [
+        "field 'score' is a str, not a number)", "JSON nested too deeply)", "field 'cost' is a bool, not a number)"]

@@ -124,6 +124,30 @@ def test_build_timeout_setting(monkeypatch):
         cpu.build_timeout()
 
 
+@pytest.mark.parametrize("cxx", [None, "g++-no-such-version"])
+def test_no_compiler_is_named_before_torchs_build(tmp_path, monkeypatch, cxx):
+    from torch.utils import cpp_extension
+
+    def torch_build(**kw):
+        raise AssertionError("torch's build ran without a compiler")
+
+    monkeypatch.setattr(cpp_extension, "load", torch_build)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    if cxx:
+        monkeypatch.setenv("CXX", cxx)
+    else:
+        monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(RuntimeError, match=r"no C\+\+ compiler found: .*apt-get install g\+\+") as info:
+        cpu.extension._load(tmp_path / "build", 5.0)
+    assert (repr(cxx) if cxx else "'c++'") in str(info.value)
+    # a module built before needs no compiler to load: torch's load is reached
+    folder = tmp_path / "built"
+    folder.mkdir()
+    (folder / f"magicpig_cpu_{folder.name}.so").write_bytes(b"")
+    with pytest.raises(RuntimeError, match="torch's build ran"):
+        cpu.extension._load(folder, 5.0)
+
+
 # ---- item 8: build folder, locks between processes -------------------------------------------------------
 
 def test_build_prints_the_folder_that_holds_the_module(capsys):
@@ -344,3 +368,169 @@ def test_full_disk_during_eval_is_one_line_naming_the_file(tmp_path, capsys, mon
     assert err.strip().splitlines()[-1].startswith(f"magicpig eval: error: No space left on device ({preds}) "
                                                    "[ENOSPC]; free some space and rerun"), err
     assert len(preds.read_text().splitlines()) == 1
+
+# ---- the config check: an alias bomb, a huge value, the seed's bounds -----------------------------------
+
+def _smoke_config_problems(edit, top: bool = False) -> str:
+    """The config check's message for config/smoke.yaml changed by ``edit`` (its preset, or the whole
+    config with ``top``)."""
+    import yaml
+
+    from magicpig.harness.pipeline_config import validate_pipeline_config
+
+    config = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    edit(config if top else config["presets"]["smoke"])
+    with pytest.raises(ValueError) as info:
+        validate_pipeline_config(config, warn=lambda m: None)
+    return str(info.value)
+
+
+def test_a_yaml_alias_bomb_is_one_short_error():
+    import yaml
+
+    levels = ["a: &a [x, x, x, x, x, x, x, x, x]"] + [
+        f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi")]
+    bomb = yaml.safe_load("\n".join(levels))["i"]  # 9**9 strings as a reader sees them
+
+    def edit(preset):
+        preset["ruler"]["tasks"] = bomb
+
+    t0 = time.monotonic()
+    msg = _smoke_config_problems(edit)
+    assert len(msg) < 400 and "more than 100000 values" in msg and time.monotonic() - t0 < 5, msg[:500]
+
+
+def test_a_huge_value_is_quoted_back_short():
+    def edit(preset):
+        preset["model"] = ["x" * 100_000]
+
+    msg = _smoke_config_problems(edit)
+    assert "presets.smoke.model: " in msg and len(msg) < 1000
+
+
+@pytest.mark.parametrize("seed,pattern", [
+    (10**30, "seed: 1000000000000000000000000000000 is greater than the maximum of 9223372036854775807"),
+    (2**63 - 1, "seed: 9223372036854775807 + presets.smoke.estimation.prompts - 1"),
+    (-1, "seed: -1 is less than the minimum of 0"),
+])
+def test_pipeline_config_bounds_the_seed(seed, pattern):
+    def edit(config):
+        config["seed"] = seed
+
+    assert pattern in _smoke_config_problems(edit, top=True)
+
+
+# ---- a corrupt settings.json: said to be corrupt, and no advice that discards its rows -------------------
+
+@pytest.mark.parametrize("damage", [b'{"seed": 0, "met', b"\xff\xfe", b"[1, 2]"])
+def test_a_corrupt_settings_file_is_named_corrupt_and_its_rows_kept(tmp_path, capsys, tiny_model_dir, damage):
+    out = tmp_path / "out"
+    argv = ["eval", "--model", str(tiny_model_dir), "--device", "cpu", "--task", "ruler/niah_single_1",
+            "--length", "256", "--samples", "1", "--max-new-tokens", "4", "--methods", "dense", "--out", str(out),
+            "--no-progress"]
+    assert main(argv) == 0
+    folder = out / "ruler/niah_single_1/256/dense"
+    rows = (folder / "predictions.jsonl").read_text()
+    (folder / "settings.json").write_bytes(damage)
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{folder / 'settings.json'} is corrupt" in err and "1 prediction row(s) beside it are intact" in err
+    assert "older version" not in err and "--overwrite" not in err
+    assert (folder / "predictions.jsonl").read_text() == rows
+
+
+# ---- bench decode: a run id on every row, a rerun's repeat said and fitted once; load scaled to threads ----
+
+def _bench_table(path, diagnostics=False):
+    from magicpig.harness.bench.table import Table
+
+    table = Table(path, {"model": "smollm2", "shape_only": False, "device": "cpu", "threads": 2, "isa": "avx2",
+                         "dtype": "float32", "steps": 4, "warmup": 2}, diagnostics, verbose=True)
+    table.start()
+    return table
+
+
+def _bench_row(table, ms):
+    row = table.row(4096, 1, "dense", "stock", "exact")
+    row.update(fits=True, ms_per_token=ms, tokens_per_s=1000 / ms, setup_seconds=0.1, sampled_fraction=1.0,
+               other_cpu_load=0.0, under_load=False)
+    return table.add(row)
+
+
+def test_a_rerun_of_bench_decode_adds_a_row_with_its_own_run_id_and_says_so(tmp_path, capsys):
+    from magicpig.harness.commands import project
+    from magicpig.harness.csv_rows import load_rows
+
+    path = tmp_path / "decode.csv"
+    first = _bench_table(path)
+    _bench_row(first, 50.0)  # the run is killed after this row
+    assert "already holds" not in capsys.readouterr().out
+    second = _bench_table(path)
+    _bench_row(second, 40.0)
+    said = capsys.readouterr().out
+    assert f"already holds this setting (run {first.run_id})" in said and second.run_id in said
+    rows = load_rows(path)
+    assert [r["run_id"] for r in rows] == [first.run_id, second.run_id] and first.run_id != second.run_id
+    roles = [it["role"] for it in project.decode_items([path])]
+    assert roles == [f"repeat: run {second.run_id} of this setting is used", "fitted"]
+
+
+def test_a_decode_csv_without_run_ids_is_refused_by_name(tmp_path):
+    from magicpig.harness.bench.table import COLUMNS
+
+    path = tmp_path / "old.csv"
+    path.write_text(",".join(c for c in COLUMNS if c != "run_id") + "\n")
+    with pytest.raises(ValueError, match="written before rows carried a run_id"):
+        _bench_table(path)
+
+
+@pytest.mark.parametrize("other,threads,cores,flagged", [
+    (0.92, 2, 2, True),  # the issue's llama.cpp row: 20x slower than quiet
+    (0.4, 2, 2, False),
+    (0.92, 1, 2, False),  # one thread on two cores: the other core was spare
+    (1.4, 1, 2, True),
+    (3.0, 16, 16, False), (5.0, 16, 16, True),
+    (12.5, 4, 16, False), (13.5, 4, 16, True),
+])
+def test_under_load_is_scaled_to_the_rows_threads(other, threads, cores, flagged):
+    from magicpig.harness.bench.table import is_under_load
+
+    assert is_under_load(other, threads, cores) is flagged
+
+
+@pytest.mark.parametrize("backend", ["llamacpp", "stock", "reference"])
+def test_every_backends_row_is_flagged_under_load(tmp_path, monkeypatch, backend):
+    """A row of any backend measured while other processes kept 0.92 of 2 cores busy is flagged."""
+    import types
+
+    import torch
+
+    from magicpig.harness.bench import decode, memory, table
+
+    wall = {"t": 0.0}
+    monkeypatch.setattr(table, "usable_cores", lambda: 2)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(decode.time, "perf_counter", lambda: wall["t"])
+    monkeypatch.setattr(decode.RowMonitor, "_busy", staticmethod(lambda: 10.0 + 2.92 * wall["t"]))
+    monkeypatch.setattr(decode.RowMonitor, "_own", lambda self: (2.0 * wall["t"], 0.0))
+    monkeypatch.setattr(memory, "fit_reason", lambda est, device: "")
+    monkeypatch.setattr(memory, "free_memory", lambda trim=False: None)
+
+    def timed(*a, **k):
+        wall["t"] += 10.0  # ten seconds of decoding while the other processes took 0.92 cores
+        return {"step_seconds": [0.5] * 6, "setup_seconds": 0.0, "sampled_fraction": 1.0, "linear": "",
+                "forward": "", "timings": None}
+
+    monkeypatch.setattr(decode.llamacpp, "time_llamacpp", timed)
+    monkeypatch.setattr(decode, "time_stock", timed)
+    monkeypatch.setattr(decode, "time_engine", timed)
+    monkeypatch.setattr(decode, "repeat_batch", lambda pre, batch: pre)
+    run = types.SimpleNamespace(
+        steps=4, warmup=2, device=torch.device("cpu"), table=_bench_table(tmp_path / "d.csv"), llamacpp_reason="",
+        malloc_policy="", stream_buffer=None, diagnostics=False, gguf_path="m.gguf", llamacpp_kv="f16",
+        stream_gbps=None, model="smollm2", net=None, tokenizer=None, offload_dtype=None, linear="auto",
+        forward="auto", weights="model", estimate=lambda *a, **k: {"device": 0, "host": 0, "kv": 0, "tables": 0},
+        row_setup=lambda b: {}, context_ids=lambda n: [1] * n, llamacpp_bytes_limit=lambda row: {})
+    row = decode._Run.measure(run, None, 256, 1, "dense", backend, "exact")
+    assert row["fits"] is True and row["other_cpu_load"] == pytest.approx(0.92) and row["under_load"] is True

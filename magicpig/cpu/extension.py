@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -86,11 +87,14 @@ def _load(folder: Path, timeout: float):
     except OSError as exc:
         raise RuntimeError(f"cannot create the CPU module's build folder {folder}: {exc} "
                            f"(set {BUILD_DIR_ENV} to a writable folder)") from None
+    name = f"magicpig_cpu_{folder.name}"
+    if not (folder / f"{name}.so").is_file():
+        check_compiler()  # before torch's build, whose first words without one are a misleading warning
     lock = _build_lock(folder, timeout)
     try:
         # copies: torch appends its own flags to these lists in place, which would change build_dir()
         return cpp_extension.load(
-            name=f"magicpig_cpu_{folder.name}",
+            name=name,
             sources=[str(CSRC / s) for s in SOURCES],
             extra_cflags=list(CFLAGS),
             extra_ldflags=list(LDFLAGS),
@@ -106,6 +110,21 @@ def _load(folder: Path, timeout: float):
                            + (f"\n{output}" if output else "")) from exc
     finally:
         lock.release()
+
+
+def check_compiler() -> str:
+    """The C++ compiler torch's build will run (``$CXX``, else ``c++``, as torch picks it), found on PATH;
+    RuntimeError saying what to install when there is none."""
+    compiler = os.environ.get("CXX", "").strip() or "c++"
+    found = shutil.which(compiler)
+    if found:
+        return found
+    given = f"$CXX={compiler!r} is not" if os.environ.get("CXX", "").strip() else "'c++' is not"
+    raise RuntimeError(
+        f"no C++ compiler found: {given} on PATH, and the MagicPIG CPU module is compiled on this machine. Install "
+        "one (Debian/Ubuntu: apt-get install g++; Fedora/RHEL: dnf install gcc-c++; conda: conda install -c "
+        "conda-forge gxx_linux-64, as environment.yml does; macOS: brew install gcc, for OpenMP), or set CXX to "
+        "its path, then rerun")
 
 
 def _build_lock(folder: Path, timeout: float) -> PidLock:

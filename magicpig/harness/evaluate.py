@@ -266,6 +266,20 @@ def _differences(stored: dict | None, want: dict) -> list[str]:
             for k in sorted(set(a) | set(b)) if a.get(k, missing) != b.get(k, missing)]
 
 
+def _read_settings(path: Path) -> tuple[dict | None, str]:
+    """(stored settings, '') from a settings.json; (None, '') when there is none (rows of an older version);
+    (None, what is wrong) when it is there but unreadable or not a JSON object (a damaged file)."""
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, ""
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None, f"{type(exc).__name__}: {str(exc)[:120]}"
+    if not isinstance(stored, dict):
+        return None, f"a JSON {type(stored).__name__}, not an object"
+    return stored, ""
+
+
 def _check_settings(cfg: EvalConfig, units: list[_Unit], log: Callable[[str], None]) -> None:
     """Compare each method folder's stored settings with this run's; refuse (or, with ``overwrite``,
     clear) folders holding rows made otherwise; record this run's settings."""
@@ -273,14 +287,18 @@ def _check_settings(cfg: EvalConfig, units: list[_Unit], log: Callable[[str], No
     to_write: list[tuple[Path, dict]] = []
     for unit in units:
         for _, _, _, folder, settings in unit.methods:
-            try:
-                stored = json.loads((folder / SETTINGS_FILE).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                stored = None
+            stored, corrupt = _read_settings(folder / SETTINGS_FILE)
             if stored == settings:
                 continue
-            if Predictions(folder / "predictions.jsonl", warn=lambda msg: log(f"warning: {msg}")).rows:
-                conflicts.append((folder, _differences(stored, settings)))
+            rows = Predictions(folder / "predictions.jsonl", warn=lambda msg: log(f"warning: {msg}")).rows
+            if rows and corrupt and not cfg.overwrite:
+                raise ValueError(f"out: {folder / SETTINGS_FILE} is corrupt ({corrupt}); the {len(rows)} prediction "
+                                 "row(s) beside it are intact, but the settings that made them cannot be checked. "
+                                 "Restore that file (from a backup, or from the run that wrote it), or run into "
+                                 "another --out to leave the rows untouched")
+            if rows:
+                conflicts.append((folder, [f"settings.json corrupt ({corrupt})"] if corrupt
+                                  else _differences(stored, settings)))
             to_write.append((folder, settings))
     if conflicts and not cfg.overwrite:
         folder, diffs = conflicts[0]

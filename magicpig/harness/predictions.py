@@ -18,6 +18,9 @@ from typing import Callable
 from magicpig.atomic_io import append_line
 
 
+NUMBER_FIELDS = ("score", "cost", "cost1", "prompt_tokens", "new_tokens")  # of a row, when present
+
+
 def _warn(msg: str) -> None:
     print(f"warning: {msg}", file=sys.stderr)
 
@@ -78,8 +81,13 @@ def _parse(raw: bytes) -> tuple[dict | None, str]:
         row = json.loads(text)
     except json.JSONDecodeError as exc:
         return None, f"not JSON: {exc.msg} at column {exc.colno}"
+    except RecursionError:
+        return None, "JSON nested too deeply"
     if not isinstance(row, dict):
         return None, f"a JSON {type(row).__name__}, not an object"
     if not isinstance(row.get("id"), str):
         return None, "no string 'id'"
+    for key in NUMBER_FIELDS:  # averaged into metrics.json: a row holding text there is not one of ours
+        if key in row and (not isinstance(row[key], (int, float)) or isinstance(row[key], bool)):
+            return None, f"field {key!r} is a {type(row[key]).__name__}, not a number"
     return row, ""

@@ -118,8 +118,11 @@ class MagicPIG(AttentionMethod):
         _, offloaded = split_static_offloaded(layout, self.sinks, self.local)
         kf = masked_keys(k, layout)  # padding may hold NaN: it must not reach the center
         if self.centering:
-            w = offloaded[:, None, :, None].to(torch.float32)
-            center = (kf * w).sum(2) / w.sum(2).clamp_min(1.0)
+            # a key with a non-finite coordinate stays out of the mean: through the center it would reach every
+            # key of its head (inf - inf = NaN), where exact attention keeps it to its own score
+            finite = torch.isfinite(kf).all(-1, keepdim=True)  # (B, Hkv, n, 1)
+            w = (offloaded[:, None, :, None] & finite).to(torch.float32)
+            center = (kf.masked_fill(~finite, 0.0) * w).sum(2) / w.sum(2).clamp_min(1.0)
         else:
             center = torch.zeros(kf.shape[0], kf.shape[1], kf.shape[3], device=k.device)
         proj = self.projections(layer_idx, k.shape[1], k.shape[-1], device=k.device)
@@ -153,7 +156,10 @@ class MagicPIG(AttentionMethod):
             sampled[..., lo:hi] = (hits >= self.min_collisions) & offloaded[:, None, None, lo:hi]
             cos = lsh.cosine(qg, kc[:, :, lo:hi])
             u = lsh.collision_probability(cos, self.K, self.L, self.min_collisions)
-            correction[..., lo:hi] = lsh.importance_log_weight(u.float())
+            weight = lsh.importance_log_weight(u.float())
+            # no collision probability for a key with a non-finite coordinate (its cosine is NaN): its logit
+            # is kept as exact attention has it
+            correction[..., lo:hi] = torch.where(torch.isfinite(weight), weight, 0.0)
         keep = sampled | static[:, None, None, :]
         logits = torch.where(sampled, logits + correction, logits).masked_fill(~keep, float("-inf"))
         out, lse = attend_logits(logits, v, layout)

@@ -45,6 +45,10 @@ class OracleSampling(BudgetMethod):
                             idx[..., None].expand(*idx.shape, d)).float()
         vals = vals.masked_fill(~take[..., None], 0.0)  # untaken draws may point at padding
         out = vals.sum(3) / count.clamp_min(1)[:, None, None, None].to(torch.float32)
+        # a row whose softmax is undefined (a NaN score, or +inf: a NaN or inf query or key) has no distribution
+        # to draw from: its output is NaN, as exact attention's is, instead of draws from a placeholder
+        undefined = torch.isnan(scores).any(-1) | torch.isnan(lse) | torch.isposinf(lse)  # (B, Hkv, G)
+        out = out.masked_fill(undefined[..., None], float("nan"))
         hit = torch.zeros(B, Hkv, H // Hkv, n, device=q.device).scatter_(-1, idx, take.expand_as(idx).float())
         return AttentionResult(out.reshape(B, H, d), lse.reshape(B, H), per_head(hit > 0, H),
                                per_head(valid, H), 0.5)

@@ -52,6 +52,9 @@ class LongBenchTask(RecordsTask):
         for key in ("context", "input", "answers"):
             if key not in record:
                 raise ValueError(f"{self.name}: record {index} has no field {key!r}")
+        if not isinstance(record["context"], str):  # the prompt is built around it (input and answers: str())
+            raise ValueError(f"{self.name}: record {index}: field 'context' must be a string, got "
+                             f"{type(record['context']).__name__}")
 
     def sample(self, enc: PromptEncoder, row: dict, index: int, length: int) -> Sample:
         head, tail = self.spec.template.split("{context}")

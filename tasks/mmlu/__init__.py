@@ -111,7 +111,11 @@ class MMLUCoT(LmEvalTask):
             if key not in record:
                 raise ValueError(f"mmlu_cot: record {index} needs field {key!r}")
         if not isinstance(record["choices"], list) or len(record["choices"]) != 4:
-            raise ValueError(f"mmlu_cot: record {index} needs 4 choices, got {record['choices']!r}")
+            raise ValueError(f"mmlu_cot: record {index} needs 4 choices, got {record['choices']!r:.80}")
+        for key in ("subject", "question"):  # the prompt is built from them (choices: formatted as text)
+            if not isinstance(record[key], str):
+                raise ValueError(f"mmlu_cot: record {index}: field {key!r} must be a string, got "
+                                 f"{type(record[key]).__name__}")
         gold_letter(record["answer"])
 
     def exemplars(self, subject: str) -> dict:

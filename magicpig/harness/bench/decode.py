@@ -25,7 +25,7 @@ import torch
 from magicpig.backends import BASELINE_BACKENDS, BENCH_BACKENDS, system_backend
 from magicpig.harness.bench import llamacpp, memory
 from magicpig.harness.bench.prompts import essay_tokens, random_tokens, repeat_batch, tile_prefill
-from magicpig.harness.bench.table import Table, bytes_limit, summary
+from magicpig.harness.bench.table import Table, bytes_limit, is_under_load, summary
 from magicpig.harness.machine import device_name, machine_record
 from magicpig.shapes import ModelShape, model_shape
 
@@ -82,7 +82,8 @@ def resolve_dtype(name: str | None, device: str):
 class RowMonitor:
     """Over one row: peak process RSS (sampled by a thread), peak device memory, and the cores' worth of CPU
     time OTHER processes took (system busy time minus this process's, over wall time); a row is
-    ``under_load`` when that exceeds half the cores. ``diagnostics``: also the load averages, the
+    ``under_load`` when that reaches into its threads' cores (``table.is_under_load``, every backend's rows:
+    llama.cpp's threads are this process's too). ``diagnostics``: also the load averages, the
     hypervisor's steal and this process's share of CPU time in the kernel."""
 
     def __init__(self, device: torch.device, diagnostics: bool = False, interval: float = 0.05):
@@ -90,6 +91,7 @@ class RowMonitor:
 
         self.device, self.diagnostics, self.interval = device, diagnostics, interval
         self.proc, self._stop = psutil.Process(), threading.Event()
+        self.threads = torch.get_num_threads()  # the row's threads (llama.cpp rows are given as many)
 
     @staticmethod
     def _busy() -> float:
@@ -140,7 +142,7 @@ class RowMonitor:
         out = {"peak_host_mb": round(self.peak_rss / 2**20, 1),
                "peak_device_mb": round(self.peak_device / 2**20, 1) if self.device.type == "cuda" else "",
                "other_cpu_load": round(self.other_cpu_load, 2),
-               "under_load": self.other_cpu_load > (os.cpu_count() or 1) / 2}
+               "under_load": is_under_load(self.other_cpu_load, self.threads)}
         if self.diagnostics:
             out.update({"load_before": round(self.load_before, 2), "load_after": round(self.load_after, 2),
                         "steal_cpu": round(self.steal_cpu, 3), "own_sys_share": round(self.own_sys_share, 3)})

@@ -4,6 +4,9 @@ run ends with."""
 from __future__ import annotations
 
 import csv
+import os
+import secrets
+import time
 
 from magicpig.atomic_io import CsvAppender
 from magicpig.decoders import TIMING_KEYS
@@ -14,11 +17,53 @@ COLUMNS = ["model", "shape_only", "device", "device_name", "context", "batch", "
            "torch_version", "runtime_version", "malloc_policy", "ms_per_token", "tokens_per_s", "sampled_fraction",
            "setup_seconds", "peak_host_mb", "peak_device_mb", "kv_bytes", "table_bytes", "est_host_mb",
            "est_device_mb", "fits", "reason", "search", "other_cpu_load", "under_load", "bytes_per_step",
-           "stream_gbps", "bytes_limit_ms", "x_bytes_limit"]
+           "stream_gbps", "bytes_limit_ms", "x_bytes_limit", "run_id"]
+# the columns that name what a row measured: two rows equal in all of them measured one setting (a rerun
+# adds such a row beside the first, with its own run_id; `magicpig project` fits the latest of them)
+SETTING_COLUMNS = ["model", "shape_only", "device", "device_name", "cpu_model", "context", "batch", "method",
+                   "backend", "fill", "dtype", "offload_dtype", "weights", "steps", "warmup", "threads", "isa",
+                   "search"]
+# a row is under load when other processes took more than the cores its threads leave free plus this share
+# of the cores its threads use: on 2 cores a 2-thread row is flagged above 0.5 other busy cores
+UNDER_LOAD_SHARE = 0.25
 # added by ``--diagnostics``: the load average, the hypervisor's steal, this process's kernel share, the
 # bandwidth measured between the row's timed steps, and the engine's per-step time breakdown
 DIAGNOSTIC_COLUMNS = ["load_before", "load_after", "steal_cpu", "own_sys_share", "stream_gbps_steps",
                       "stream_samples", "x_after_read"] + [f"{k}_ms" for k in TIMING_KEYS]
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def is_under_load(other_cpu_load: float, threads: int, cores: int | None = None) -> bool:
+    """Whether other processes' CPU time (in cores) during a row reached into the cores the row's ``threads``
+    ran on: beyond the ``cores - threads`` spare ones by more than ``UNDER_LOAD_SHARE`` of ``threads``. The
+    same rule for every backend (llama.cpp's threads spin and collapse when a core is taken: 20x slower at 0.92
+    other busy cores of 2)."""
+    cores = usable_cores() if cores is None else cores
+    threads = max(1, int(threads or cores))
+    return other_cpu_load > max(0, cores - threads) + UNDER_LOAD_SHARE * threads
+
+
+def new_run_id() -> str:
+    """An id for one `bench decode` run: UTC start time and a random tag (two runs never share one)."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def setting_key(row: dict) -> tuple:
+    """What ``row`` measured (``SETTING_COLUMNS``), as text, so rows read back from a CSV compare equal."""
+    return tuple(str(row.get(c, "")).strip().lower() for c in SETTING_COLUMNS)
+
+
+def latest_per_setting(rows: list[dict]) -> list[bool]:
+    """For each row, whether it is the last row of its setting (``setting_key``) in ``rows``."""
+    last = {setting_key(r): i for i, r in enumerate(rows)}
+    return [last[setting_key(r)] == i for i, r in enumerate(rows)]
 
 
 def bytes_limit(model: str, row: dict, stream_gbps: float | None) -> dict:
@@ -56,9 +101,14 @@ class Table:
         self.columns = COLUMNS + (DIAGNOSTIC_COLUMNS if diagnostics else [])
         self.csv, self.common, self.verbose = CsvAppender(csv_path, self.columns), common, verbose
         self.rows: list[dict] = []
+        self.run_id = new_run_id()
+        self.earlier: dict[tuple, str] = {}  # setting -> run_id of a row the file held before this run
 
     def start(self) -> None:
-        """Write the header into a new file, or check an existing file's (a rerun adds rows to it)."""
+        """Write the header into a new file, or check an existing file's (a rerun adds rows to it) and note
+        the settings its rows measured."""
+        from magicpig.harness.csv_rows import load_rows
+
         try:
             self.csv.start()
         except ValueError:
@@ -69,7 +119,11 @@ class Table:
                 flag = "with" if other != COLUMNS else "without"
                 raise ValueError(f"--csv: {self.csv.path} holds rows written {flag} --diagnostics; give the same "
                                  "flag to add rows to it") from None
+            if header and [c for c in header if c != "run_id"] == [c for c in self.columns if c != "run_id"]:
+                raise ValueError(f"--csv: {self.csv.path} holds rows written before rows carried a run_id; write "
+                                 "to another file (`magicpig project` reads both)") from None
             raise
+        self.earlier = {setting_key(r): str(r.get("run_id", "")) for r in load_rows(self.csv.path)}
 
     def log(self, msg: str) -> None:
         if self.verbose:
@@ -79,7 +133,8 @@ class Table:
         """A new row of this run's settings; ``est``: the memory estimate (``memory.estimate_row``)."""
         row = dict.fromkeys(self.columns, "")
         row.update(self.common)
-        row.update({"context": n, "batch": batch, "method": spec, "backend": backend, "fill": fill})
+        row.update({"context": n, "batch": batch, "method": spec, "backend": backend, "fill": fill,
+                    "run_id": self.run_id})
         if est is not None:
             cpu = self.common["device"] == "cpu"
             row.update({"kv_bytes": est["kv"], "table_bytes": est["tables"],
@@ -92,6 +147,11 @@ class Table:
         self.rows.append(row)
         self.csv.append(row)
         label = f"context {row['context']} batch {row['batch']} {row['method']}@{row['backend']}"
+        earlier = self.earlier.get(setting_key(row))
+        if earlier is not None:
+            self.log(f"{label}: {self.csv.path} already holds this setting (run {earlier or 'without an id'}); "
+                     f"this run's row is added beside it as run {self.run_id}, and `magicpig project` fits the "
+                     "latest")
         if row["fits"] is False:
             self.log(f"{label}: does not fit ({row['reason']})")
         else:

@@ -74,9 +74,12 @@ def _rows(paths) -> list[dict]:
 
 
 def under_load(row: dict) -> bool:
-    """Whether OTHER processes kept more than half the cores busy while the row was measured: the row's
+    """Whether OTHER processes took CPU the row's threads needed while it was measured: the row's
     ``under_load`` if it has one, else its ``other_cpu_load``, else its load average less the benchmark's
-    own threads (a load average counts them: a quiet 2-core machine running a 2-thread benchmark reads ~2)."""
+    own threads (a load average counts them: a quiet 2-core machine running a 2-thread benchmark reads ~2),
+    judged by ``bench.table.is_under_load`` with the row's threads on as many cores (no spare ones)."""
+    from magicpig.harness.bench.table import is_under_load
+
     flag = _flag(row.get("under_load"))
     if flag is not None:
         return flag
@@ -84,7 +87,8 @@ def under_load(row: dict) -> bool:
     if math.isnan(other):
         load = max(_num(row, k, default=0.0) for k in ("load_avg", "load_before", "load_after"))
         other = load - _num(row, "threads", default=0.0)
-    return other > _num(row, "threads", default=os.cpu_count() or 1) / 2
+    threads = int(_num(row, "threads", default=os.cpu_count() or 1))
+    return is_under_load(other, threads, cores=threads)
 
 
 def kernel_summary(paths) -> dict:
@@ -150,6 +154,22 @@ def decode_items(paths, sampled_default: float = 0.02) -> list[dict]:
             item["role"] = "flagged: under load"
         else:
             item["role"] = "GPU check of the H200 projection" if gpu else "fitted"
+    return one_row_per_setting(items)
+
+
+def one_row_per_setting(items: list[dict]) -> list[dict]:
+    """Of the fitted (or GPU-check) rows that measured one setting (``bench.table.setting_key``: a rerun of
+    `bench decode` adds a row beside the first, with its own run_id), only the latest is used; the others
+    stay in the table, their role saying which run replaced them."""
+    from magicpig.harness.bench.table import latest_per_setting, setting_key
+
+    used = [it for it in items if it["role"] in ("fitted", "GPU check of the H200 projection")]
+    latest = {setting_key(it["row"]): it for it, last in zip(used, latest_per_setting([it["row"] for it in used]))
+              if last}
+    for it in used:
+        kept = latest[setting_key(it["row"])]
+        if kept is not it:
+            it["role"] = f"repeat: run {kept['row'].get('run_id') or 'later in the CSV'} of this setting is used"
     return items
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -27,7 +28,12 @@ def collect_metrics(root: Path | str) -> pd.DataFrame:
     ``method_effective``: the canonical spec the task actually ran (with its overrides, GSM8K: local=24)."""
     rows = []
     for path in sorted(Path(root).rglob("metrics.json")):
-        m = json.loads(path.read_text(encoding="utf-8"))
+        m, problem = _read_metrics(path)
+        if problem:
+            if str(path) not in _WARNED:  # the figures read the tree again: one warning per file
+                _WARNED.add(str(path))
+                print(f"warning: {path} skipped: {problem}", file=sys.stderr)
+            continue
         rows.append({
             "task": m.get("task"), "length": m.get("length"), "method": canonical(m.get("method", "")),
             "method_written": m.get("method"),
@@ -41,6 +47,30 @@ def collect_metrics(root: Path | str) -> pd.DataFrame:
                "reason",
                "setup", "model", "samples", "path"]
     return pd.DataFrame(rows, columns=columns)
+
+
+_WARNED: set[str] = set()
+# metrics.json fields the report reads, and the types they may hold (None: absent, or a skipped run's score)
+_METRICS_TYPES = {"task": (str,), "length": (int, str), "method": (str,), "method_effective": (str, type(None)),
+                  "score": (int, float, type(None)), "cost": (int, float, type(None)),
+                  "cost1": (int, float, type(None)), "status": (str,), "reason": (str, type(None)),
+                  "setup": (str, type(None)), "model": (str, type(None)), "counts": (dict, type(None))}
+
+
+def _read_metrics(path: Path) -> tuple[dict, str]:
+    """(the metrics.json at ``path``, '') or ({}, why it cannot be read): results folders may come from
+    someone else, so a damaged or hand-made file is skipped (with a warning), never trusted or fatal."""
+    try:
+        m = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        return {}, f"not readable JSON ({type(exc).__name__})"
+    if not isinstance(m, dict):
+        return {}, f"a JSON {type(m).__name__}, not an object"
+    for key, kinds in _METRICS_TYPES.items():
+        value = m.get(key)
+        if key in m and (not isinstance(value, kinds) or isinstance(value, bool)):
+            return {}, f"field {key!r} is a {type(value).__name__}"
+    return m, ""
 
 
 def read_csv(path: Path | str) -> pd.DataFrame | None:

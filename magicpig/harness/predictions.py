@@ -71,6 +71,22 @@ class Predictions:
         self.rows[row["id"]] = row
 
 
+def read_rows(path: Path, warn: Callable[[str], None] | None = None) -> dict[str, dict]:
+    """The rows of a predictions.jsonl by sample id, read only: a line that is not a row (a torn last line
+    included) is skipped with a warning, and the file is never changed (``compare``, ``rescore``)."""
+    warn = warn or _warn
+    rows: dict[str, dict] = {}
+    for number, raw in enumerate(Path(path).read_bytes().split(b"\n"), 1):
+        if not raw.strip():
+            continue
+        row, why = _parse(raw)
+        if why or row["id"] in rows:
+            warn(f"{path}: line {number} skipped ({why or 'id ' + repr(row['id']) + ' already at an earlier line'})")
+            continue
+        rows[row["id"]] = row
+    return rows
+
+
 def _parse(raw: bytes) -> tuple[dict | None, str]:
     """(row, '') or (None, why the line is not a row)."""
     try:

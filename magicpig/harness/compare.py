@@ -94,7 +94,11 @@ def _metrics_of(side: Side) -> dict[tuple[str, int], dict]:
     return out
 
 
-def _scores(rows: dict[str, dict]) -> dict[str, float]:
+def _scores(rows: dict[str, dict], metrics: dict) -> dict[str, float]:
+    """Per-sample scores: those of a ``magicpig rescore`` (in metrics.json) when there are, else the rows'."""
+    rescored = (metrics.get("rescored") or {}).get("sample_scores")
+    if isinstance(rescored, dict):
+        return {i: float(s) for i, s in rescored.items() if i in rows}
     return {i: float(r["score"]) for i, r in rows.items()
             if isinstance(r.get("score"), (int, float)) and not isinstance(r.get("score"), bool)}
 
@@ -164,7 +168,7 @@ def compare(a: Side, b: Side, *, margin: float | None = None, superiority: bool 
             "predictions.jsonl").is_file() else {}
         rows_b = read_rows(rb["path"].with_name("predictions.jsonl")) if rb["path"].with_name(
             "predictions.jsonl").is_file() else {}
-        sa, sb = _scores(rows_a), _scores(rows_b)
+        sa, sb = _scores(rows_a, ra["metrics"]), _scores(rows_b, rb["metrics"])
         problems += _unit_problems(f"{task}@{length}", ra, rb, rows_a, rows_b, sa, sb)
         common = [i for i in sa if i in sb]
         unchecked += provenance_differences(rows_a, rows_b, common)[1]

@@ -7,6 +7,10 @@ to::
     OUT/<task>/<length>/<method dir>/predictions.jsonl   one JSON line per finished sample
     OUT/<task>/<length>/<method dir>/metrics.json        the aggregate (rewritten after every run)
 
+A row holds the prediction, its references, score and cost, the sample's ``meta`` (what ``magicpig rescore``
+scores from again) and its ``provenance`` (prompt hash, template, truncation, decoding, which ``magicpig
+compare`` checks; ``magicpig.harness.provenance``).
+
 ``<task>`` keeps its slash (``ruler/cwe`` -> ``ruler/cwe/``). ``<method dir>`` is the method spec as the user
 wrote it (spaces removed) made filesystem-safe by ``method_dirname`` (``magicpig.methods.spec_names``):
 ':' -> '@', ',' -> '+', '=' -> '-', '/' -> '.', any other character outside [A-Za-z0-9._+@-] -> '_'.
@@ -54,6 +58,7 @@ from magicpig.harness.eval_checks import check_generated_lengths, check_task_dat
 from magicpig.harness.machine import machine_record
 from magicpig.harness.predictions import Predictions
 from magicpig.harness.progress import heartbeat, progress
+from magicpig.harness.provenance import sample_provenance, unit_provenance
 from magicpig.harness.results_paths import method_dir, unit_dir
 from magicpig.methods.spec_names import check_dirnames, split_methods
 from magicpig.pidlock import LockHeld, PidLock
@@ -404,10 +409,11 @@ def _run_units(cfg, units, model, tokenizer, engine_factory, log, built) -> list
                 raise ValueError(f"length: {task_name} at {length} needs {worst} tokens (prompt + answer), over "
                                  f"the model's context {eng.max_context}; lower --length or pass "
                                  "--allow-long-context")
+        prov = unit_provenance(task, tokenizer, length, cfg.setup)
         bar = progress(todo, f"{task_name}@{length}", cfg.progress)
         try:
             for s in bar:
-                _run_sample(cfg, eng, task, s, methods, preds)
+                _run_sample(cfg, eng, task, s, methods, preds, prov)
         finally:  # on Ctrl-C too, so that the bar is not redrawn after the last message
             getattr(bar, "close", lambda: None)()
         for spec, method, applied, folder in methods:
@@ -417,7 +423,7 @@ def _run_units(cfg, units, model, tokenizer, engine_factory, log, built) -> list
     return all_metrics
 
 
-def _run_sample(cfg: EvalConfig, eng, task, sample, methods, preds) -> None:
+def _run_sample(cfg: EvalConfig, eng, task, sample, methods, preds, prov: dict) -> None:
     from magicpig.engine import GenerationConfig
 
     budget = cfg.max_new_tokens or sample.max_new_tokens
@@ -435,7 +441,8 @@ def _run_sample(cfg: EvalConfig, eng, task, sample, methods, preds) -> None:
                "references": sample.references, "score": task.score(res.text, sample),
                "cost": res.cost, "cost1": res.cost1, "new_tokens": res.new_tokens,
                "stop_reason": getattr(res, "stop_reason", ""), "seconds": res.seconds,
-               "prefill_seconds": getattr(pre, "seconds", None)}
+               "prefill_seconds": getattr(pre, "seconds", None), "meta": sample.meta,
+               "provenance": sample_provenance(prov, sample, budget)}  # magicpig.harness.provenance
         if "seed" in per_sample.params():
             row["method_seed"] = per_sample.params()["seed"]  # the projection seed this sample used
         decoders = getattr(res, "layer_decoders", None)  # the decoder each layer ran (engines that report it)

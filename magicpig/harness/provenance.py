@@ -28,7 +28,9 @@ def prompt_hash(token_ids: Iterable[int]) -> str:
 def unit_provenance(task, tokenizer, length: int, setup: str) -> dict[str, Any]:
     """The part shared by every sample of one (task, length): template, truncation rule, setup."""
     return {"chat_template": task.encoder(tokenizer).template,
-            "truncation": {"side": getattr(task, "truncation_side", "none"), "length": int(length)},
+            "truncation": {"side": getattr(task, "truncation_side", None)
+                           or ("not declared" if getattr(task, "truncates", False) else "none"),
+                           "length": int(length)},
             "setup": setup}
 
 

@@ -23,6 +23,7 @@ class LongBenchTask(RecordsTask):
     names = tuple(f"longbench/{short}" for short in SPECS)
     groups = ("longbench",)
     truncates = True
+    truncation_side = "middle"  # recorded in each prediction's provenance (magicpig.harness.provenance)
 
     @property
     def short(self) -> str:

@@ -310,3 +310,25 @@ def test_hostile_prediction_rows_are_skipped_not_averaged(tmp_path):
     assert list(Predictions(path, warn=warnings.append).rows) == ["a"]
     assert [w.split(" skipped (")[1] for w in warnings] == [
         "field 'score' is a str, not a number)", "JSON nested too deeply)", "field 'cost' is a bool, not a number)"]
+
+
+def test_method_folders_are_safe_path_components_whatever_a_field_holds():
+    from magicpig.methods.base import AttentionMethod
+    from magicpig.methods.registry import METHODS, register
+    from magicpig.methods.spec_names import method_dirname
+    from magicpig.names import FOLDER_PATTERN
+
+    @dataclasses.dataclass(kw_only=True)
+    class Labelled(AttentionMethod):
+        name = "labelled_toy"
+        label: str = "x"
+
+    register(Labelled)
+    try:
+        for value in ("../../etc", "$(id)", "`id`", "a|b", "..", "/abs", "~root", "\"q\"", "x" * 300):
+            folder = method_dirname(f"labelled_toy:label={value}")
+            assert re.fullmatch(FOLDER_PATTERN, folder) and folder.startswith("labelled_toy"), (value, folder)
+        for spec in ("dense", "magicpig:K=8,L=75,dense_layers=0/16", "topk:budget=0.02", "quest"):
+            assert re.fullmatch(FOLDER_PATTERN, method_dirname(spec))
+    finally:
+        METHODS.pop("labelled_toy", None)

@@ -19,9 +19,11 @@ import typing
 
 from magicpig.methods.base import LIST_SEP
 from magicpig.methods.registry import canonical_spec, get_method_class
+from magicpig.names import FOLDER_PATTERN
 
 MAX_DIRNAME = 120  # characters; file systems allow 255 bytes, and the rest of a path needs room
 _SAFE = re.compile(r"[^A-Za-z0-9._+@-]")
+_FOLDER = re.compile(FOLDER_PATTERN)
 _LIST_TAIL = re.compile(rf"[0-9{re.escape(LIST_SEP)}]+")
 
 
@@ -56,10 +58,11 @@ def method_dirname(spec: str) -> str:
         same = len(name) <= MAX_DIRNAME and canonical_spec(_read_back(name)) == canon
     except ValueError:
         same = False
-    if same:
-        return name
     digest = hashlib.sha256(canon.encode()).hexdigest()[:16]
-    return f"{name[:MAX_DIRNAME - 17]}~{digest}"
+    folder = name if same else f"{name[:MAX_DIRNAME - 17]}~{digest}"
+    if not _FOLDER.fullmatch(folder):  # the method's name leads: a registered name never starts with '.'
+        raise ValueError(f"method {spec!r}: its folder name {folder!r} is not a safe path component")
+    return folder
 
 
 def split_methods(values: list[str] | str) -> list[str]:

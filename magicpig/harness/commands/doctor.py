@@ -1,0 +1,25 @@
+"""``magicpig doctor [--preset NAME]``: check the machine, the CPU module, the models and the task data a preset
+needs before a long run, and say what it will run and skip (``magicpig.harness.doctor``). Exit code 1 when the
+preset cannot run at all (its config does not validate, its model is missing, or every task is skipped)."""
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("doctor", help="check the set-up a preset needs; say what it will run and skip",
+                       description="Machine, CPU module, models, task data, GPU; then what the preset runs and "
+                                   "skips. Loads no model.")
+    p.add_argument("--preset", default=None, help="preset of the config (default: the config's `preset`)")
+    p.add_argument("--config", default="config/config.yaml", help="pipeline config (default config/config.yaml)")
+    p.add_argument("--no-build", action="store_true",
+                   help="do not build and self-check the CPU module (its first build takes minutes)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from magicpig.harness.doctor import FAIL, diagnose, render
+
+    name, findings, summary = diagnose(Path(args.config), args.preset, build=not args.no_build)
+    print(render(name, findings, summary), end="")
+    return 1 if any(f.status == FAIL for f in findings) else 0

@@ -1,0 +1,104 @@
+"""``magicpig doctor``: hand-made configs (data offline, data given, a missing model, every task skipped, an
+unknown preset, a CPU module that does not build) give the right findings, summary and exit code."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from magicpig.harness import doctor
+from magicpig.harness.cli import main
+
+CONFIG = Path(__file__).resolve().parent.parent / "config" / "config.yaml"
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    monkeypatch.setenv("MAGICPIG_OFFLINE", "1")
+    monkeypatch.setenv("MAGICPIG_DATA", str(tmp_path / "cache"))
+
+
+def write_config(tmp_path: Path, edit=None, data: dict | None = None) -> Path:
+    """The repository's config with only its cpu preset, edited by ``edit(preset)``."""
+    config = yaml.safe_load(CONFIG.read_text())
+    preset = config["presets"]["cpu"]
+    config["presets"] = {"cpu": preset}
+    config["preset"] = "cpu"
+    for block in ("lm_eval", "reasoning"):
+        preset.pop(block, None)
+    if edit:
+        edit(preset)
+    if data:
+        config["data"] = data
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def by_name(findings, area):
+    return {f.name: f for f in findings if f.area == area}
+
+
+def test_offline_hub_data_is_skipped_with_what_to_give(tmp_path, offline, capsys):
+    path = write_config(tmp_path)
+    assert main(["doctor", "--config", str(path), "--no-build"]) == 0
+    out = capsys.readouterr().out
+    assert "[skip] data       longbench/trec: not cached and offline (MAGICPIG_OFFLINE=1)" in out
+    assert "hub dataset THUDM/LongBench" in out and "--data longbench/trec=PATH" in out
+    assert "[ok  ] model      smollm2:" in out and "context 8192 tokens" in out
+    assert "ruler: runs 4 of 4 tasks" in out and "longbench: runs 0 of 6 tasks; skips longbench/qasper" in out
+    assert "preset cpu can run" in out
+
+
+def test_a_configured_data_file_counts_as_present(tmp_path, offline):
+    trec = tmp_path / "trec.jsonl"
+    trec.write_text('{"context": "c", "input": "q", "answers": ["a"]}\n')
+    path = write_config(tmp_path, data={"longbench/trec": str(trec)})
+    _, findings, summary = doctor.diagnose(path, None, build=False)
+    data = by_name(findings, "data")
+    assert data["longbench/trec"].status == doctor.OK and data["longbench/qasper"].status == doctor.SKIP
+    assert any(s.startswith("longbench: runs 1 of 6 tasks") for s in summary)
+
+
+def test_every_task_skipped_means_the_preset_cannot_run(tmp_path, offline, capsys):
+    def only_hub_data(p):
+        p["ruler"]["samples"] = 0
+        p["gsm8k"]["samples"] = 0
+
+    path = write_config(tmp_path, only_hub_data)
+    assert main(["doctor", "--config", str(path), "--no-build"]) == 1
+    assert "preset cpu cannot run: every accuracy task it lists is skipped" in capsys.readouterr().out
+
+
+def test_a_missing_model_fails(tmp_path, capsys):
+    def missing(p):
+        p["model"] = str(tmp_path / "nowhere.gguf")
+
+    path = write_config(tmp_path, missing)
+    assert main(["doctor", "--config", str(path), "--no-build"]) == 1
+    out = capsys.readouterr().out
+    assert "[fail]" in out and "nowhere.gguf does not exist" in out and "preset cpu cannot run" in out
+
+
+def test_an_unknown_preset_fails_naming_the_presets(tmp_path, capsys):
+    path = write_config(tmp_path)
+    assert main(["doctor", "--config", str(path), "--preset", "gpu9", "--no-build"]) == 1
+    assert "preset 'gpu9' is not one of ['cpu']" in capsys.readouterr().out
+
+
+def test_a_cpu_module_that_does_not_build_is_a_warning_with_the_reason(monkeypatch):
+    from magicpig import cpu
+
+    def broken():
+        raise RuntimeError("g++: error: unrecognized option '-mavx512f'\nmore")
+
+    monkeypatch.setattr(cpu, "load", broken)
+    (f,) = doctor.cpu_module(build=True)
+    assert f.status == doctor.WARN and "unrecognized option '-mavx512f'" in f.detail
+    assert "pure-torch twin" in f.detail and "more" not in f.detail
+
+
+def test_hub_ids_of_dataset_urls():
+    assert doctor._hub_id("https://huggingface.co/datasets/openai/gsm8k/resolve/main/x.parquet") == "openai/gsm8k"
+    assert doctor._hub_id("https://nlp.stanford.edu/data/coqa/coqa-dev-v1.0.json") == ""

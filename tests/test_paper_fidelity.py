@@ -190,6 +190,7 @@ def scheduled(preset: str) -> tuple[set, set]:
     evals, decode = set(), set()
     for line in r.stdout.splitlines():
         words = shlex.split(line.split(">", 1)[0]) if " -m magicpig " in line else []
+        words = [part for w in words for part in (w.split("=", 1) if w.startswith("--") and "=" in w else [w])]
         opts = {}
         for flag, value in zip(words, words[1:]):
             opts.setdefault(flag, []).append(value)

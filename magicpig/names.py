@@ -1,8 +1,9 @@
 """The one grammar of names that become a path or reach a shell: preset names (and the keys of ``presets``),
 task names (each ``/``-separated part) and method folder names.
 
-A name is non-empty, made of ASCII letters, digits, ``-``, ``_`` and ``.``, and does not start with ``.``: so
-it can be neither ``..`` nor a hidden file, holds no ``/`` (no path of its own), and holds nothing a shell
+A name is non-empty, made of ASCII letters, digits, ``-``, ``_`` and ``.``, and starts with neither ``.`` nor
+``-``: so it can be neither ``..`` nor a hidden file nor read as a command-line option, holds no ``/`` (no path
+of its own), and holds nothing a shell
 reads specially (``$``, backticks, quotes, ``;``, spaces). A method's folder name starts with its method's
 name and adds only ``@ + ~`` (``FOLDER_PATTERN``). The pipeline's schema carries the same pattern
 (``$defs.name`` of ``magicpig/data/pipeline_config.schema.yaml``; ``tests/test_hostile_inputs.py`` holds the
@@ -12,12 +13,13 @@ from __future__ import annotations
 
 import re
 
-NAME_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$"
+NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._-]*$"
+TASK_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$"
 # a method's folder (magicpig.methods.spec_names.method_dirname): its method's name, then the spec's fields
 # written with '@' for ':', '+' for ',', '-' for '=', and '~' before a hash; a shell reads none of them
 # specially inside a word
-FOLDER_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._+@~-]*$"
-NAME_RULE = "letters, digits, '-', '_' and '.' (not first), non-empty"
+FOLDER_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._+@~-]*$"
+NAME_RULE = "letters, digits, '-', '_' and '.' ('.' and '-' not first), non-empty"
 _NAME = re.compile(NAME_PATTERN)
 MAX_NAME = 200  # characters: a name is one path component (file systems allow 255 bytes)
 

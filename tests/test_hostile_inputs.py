@@ -20,12 +20,12 @@ import yaml
 
 from magicpig.harness.pipeline_config import load_schema, validate_pipeline_config
 from magicpig.harness.report.html import render_html
-from magicpig.names import NAME_PATTERN, name_problem, task_name_problem
+from magicpig.names import NAME_PATTERN, TASK_NAME_PATTERN, name_problem, task_name_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = shutil.which("snakemake", path=str(Path(sys.executable).parent)) or shutil.which("snakemake")
 HOSTILE_NAMES = ["x$(touch /tmp/magicpig-hostile)", "x`id`", "a;b", "a'b", 'a"b', "a b", "../../tmp/elsewhere",
-                 "/abs", "", ".", "..", ".hidden", "a/b", "a\nb", "é", "x" * 201]
+                 "/abs", "", ".", "..", ".hidden", "-rf", "--help", "a/b", "a\nb", "é", "x" * 201]
 
 
 def smoke_config() -> dict:
@@ -42,7 +42,7 @@ def problems_of(config: dict) -> str:
 
 def test_the_schema_and_the_config_check_hold_one_grammar():
     defs = load_schema()["$defs"]
-    assert defs["name"]["pattern"] == NAME_PATTERN
+    assert defs["name"]["pattern"] == NAME_PATTERN and defs["task_name"]["pattern"] == TASK_NAME_PATTERN
     for good in ("smoke", "paper-long", "a.b_c-1", "0"):
         assert not name_problem(good) and re.fullmatch(NAME_PATTERN, good)
     for bad in HOSTILE_NAMES:
@@ -156,6 +156,7 @@ def test_a_hostile_data_path_reaches_the_command_as_one_argument(tmp_path):
     command = next(line for line in r.stdout.splitlines() if " eval " in line and "--task gsm8k" in line)
     argv = shlex.split(command)
     assert f"gsm8k={data}" in argv and argv[argv.index(f"gsm8k={data}") - 1] == "--data"
+    assert "--model=smollm2" in argv  # a model value can never be read as an option of its own
 
 
 def test_a_data_path_with_braces_is_refused_by_the_config_check(tmp_path):

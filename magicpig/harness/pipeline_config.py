@@ -24,12 +24,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
-from magicpig.names import NAME_PATTERN, name_problem, task_name_problem
+from magicpig.names import NAME_PATTERN, TASK_NAME_PATTERN, name_problem, task_name_problem
 
 SCHEMA_FILE = "pipeline_config.schema.yaml"  # in the package's data/ folder
 # the schema's name patterns ($defs name, task_name) -> the grammar's own message of a value
-NAME_PATTERNS = {NAME_PATTERN: name_problem,
-                 "^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$": task_name_problem}
+NAME_PATTERNS = {NAME_PATTERN: name_problem, TASK_NAME_PATTERN: task_name_problem}
 # method lists of each preset block, as config paths below the preset: (block, key, runs magicpig eval)
 METHOD_LISTS = (("ruler", "methods", True), ("longbench", "methods", True), ("gsm8k", "methods", True),
                 ("ablations", "centering_methods", True), ("ablations", "kl_grid", True),

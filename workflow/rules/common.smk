@@ -96,7 +96,7 @@ def eval_args(preset, seed, tasks, lengths, methods, samples, setup=None):
     length_args = " ".join(f"--length {int(n)}" for n in lengths)
     samples = "all" if samples == "all" else int(samples)
     return " ".join(filter(None, [
-        f"--model {shlex.quote(preset['model'])} {method_args(methods)} {task_args} {length_args}",
+        f"--model={shlex.quote(preset['model'])} {method_args(methods)} {task_args} {length_args}",
         f"--samples {samples} --seed {int(seed)} --setup {shlex.quote(setup or preset['setup'])}",
         f"--backend {shlex.quote(preset['backend'])} --chat-template {shlex.quote(preset['chat_template'])}",
         device_args(preset), data_args(tasks), methods_module_args(), overwrite_arg()]))
@@ -250,14 +250,14 @@ def capture_args(preset, length, seed, prompt=0):
     """`magicpig estimate capture` options: one exact prefill of the preset's model at ``length`` tokens. Prompt
     ``prompt`` (0, 1, ...) has its own needle (seed + prompt) and haystack text (starting prompt x length tokens
     into the essays), so the captured prompts are distinct inputs."""
-    return " ".join(filter(None, [f"--model {shlex.quote(preset['model'])} --context {int(length)}",
+    return " ".join(filter(None, [f"--model={shlex.quote(preset['model'])} --context {int(length)}",
                                   f"--seed {int(seed) + int(prompt)} --haystack-offset {int(prompt) * int(length)}",
                                   device_args(preset)]))
 
 
 def inputs_args(preset, estimation, seed):
     """`magicpig estimate inputs` options: the preset's model, its counts of random inputs and sentences."""
-    return " ".join(filter(None, [f"--model {shlex.quote(preset['model'])} --seed {int(seed)}",
+    return " ".join(filter(None, [f"--model={shlex.quote(preset['model'])} --seed {int(seed)}",
                                   f"--inputs {int(estimation['inputs'])}",
                                   f"--sentences {int(estimation['sentences'])}", device_args(preset)]))
 
@@ -285,7 +285,7 @@ def decode_args(preset):
     DynamicCache) is the baseline of every throughput row, so dense@stock is always measured."""
     db = preset["decode_bench"]
     methods = (["dense@stock"] if "dense@stock" not in db["methods"] else []) + list(db["methods"])
-    return " ".join(filter(None, [f"--model {shlex.quote(preset['model'])}"]
+    return " ".join(filter(None, [f"--model={shlex.quote(preset['model'])}"]
                            + [f"--context {int(n)}" for n in db["lengths"]]
                            + [method_args(methods), f"--fill {shlex.quote(db['fill'])}",
                               f"--weights {shlex.quote(db['weights'])}"]

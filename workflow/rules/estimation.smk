@@ -111,5 +111,5 @@ rule tune_kl:
         mem_mb=sized(P, 8000, 64000),
         runtime=sized(P, 60, 240),
     shell:
-        "{params.magicpig} tune-kl --model {params.model:q} --capture {input:q} --target-cost {params.target_cost:q} "
+        "{params.magicpig} tune-kl --model={params.model:q} --capture {input:q} --target-cost {params.target_cost:q} "
         "--out-dir {params.out_dir:q} --seed {params.seed:q} > {log:q} 2>&1"

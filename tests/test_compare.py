@@ -140,3 +140,25 @@ def test_cli_prints_markdown_writes_csv_and_refuses_in_one_line(tmp_path, capsys
     write_run(tmp_path / "c", "dense", binary(30, 9), model="llama-3.1-8b")
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "c")]) == 2
     assert "model differs" in capsys.readouterr().err
+
+
+def test_disagreement_csvs_list_exactly_the_disagreeing_samples(tmp_path, capsys):
+    a = binary(20, 15)
+    b = dict(a)
+    flipped = ["ruler/cwe/0", "ruler/cwe/3", "ruler/cwe/17"]
+    for i in flipped:
+        b[i] = 100.0 - b[i]
+    write_run(tmp_path / "a", "dense", a)
+    write_run(tmp_path / "b", "dense", b)
+    write_run(tmp_path / "a", "dense", binary(20, 5, "ruler/fwe/"), task="ruler/fwe")
+    write_run(tmp_path / "b", "dense", binary(20, 5, "ruler/fwe/"), task="ruler/fwe")
+    out = tmp_path / "dis"
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--disagreements", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"| ruler/cwe | 4096 | 3 of 20 | {out / 'ruler__cwe_4096.csv'} |" in text
+    rows = list(csv.DictReader((out / "ruler__cwe_4096.csv").open()))
+    assert sorted(r["id"] for r in rows) == sorted(flipped)
+    assert all(float(r["score_a"]) != float(r["score_b"]) and r["gold"] == "x" for r in rows)
+    agree = (out / "ruler__fwe_4096.csv").read_text().splitlines()
+    assert agree == [",".join(["id", "question", "gold", "answer_a", "score_a", "cost_a", "answer_b", "score_b",
+                               "cost_b"])]

@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from magicpig.harness.disagreements import PairedUnit
 from magicpig.harness.predictions import read_rows
 from magicpig.harness.provenance import differences as provenance_differences
 from magicpig.harness.report.bootstrap import Interval
@@ -60,6 +61,7 @@ class Comparison:
     superiority: bool
     rows: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    units: list[PairedUnit] = field(default_factory=list)  # the paired rows (``disagreements``)
 
 
 def _metrics_of(side: Side) -> dict[tuple[str, int], dict]:
@@ -173,6 +175,7 @@ def compare(a: Side, b: Side, *, margin: float | None = None, superiority: bool 
         common = [i for i in sa if i in sb]
         unchecked += provenance_differences(rows_a, rows_b, common)[1]
         units.append((task, length, {i: sa[i] for i in common}, {i: sb[i] for i in common}))
+        out.units.append(PairedUnit(task, length, common, sa, sb, rows_a, rows_b))
     if problems and not allow_mismatch:
         raise ValueError("the two runs are not comparable (--allow-mismatch pairs them anyway, with warnings):\n  "
                          + "\n  ".join(problems))

@@ -30,6 +30,8 @@ def register(sub) -> None:
     p.add_argument("--allow-mismatch", action="store_true",
                    help="compare runs whose samples or provenance differ (on the common ids), warning about each")
     p.add_argument("--csv", default=None, metavar="PATH", help="also write the rows as CSV")
+    p.add_argument("--disagreements", default=None, metavar="DIR",
+                   help="write DIR/<task>_<length>.csv: the samples whose scores differ, with both answers")
     p.set_defaults(func=run)
 
 
@@ -56,4 +58,10 @@ def run(args) -> int:
     print(to_markdown(result), end="")
     if args.csv:
         write_text_atomic(args.csv, to_csv(result))
+    if args.disagreements:
+        from magicpig.harness.disagreements import write
+
+        print("\n| task | length | samples where A and B score differently | file |\n|---|---|---|---|")
+        for unit, path, count in write(result.units, Path(args.disagreements)):
+            print(f"| {unit.task} | {unit.length} | {count} of {len(unit.ids)} | {path} |")
     return 0

@@ -77,6 +77,21 @@ def test_a_hostile_data_key_is_refused():
     assert "data: key '../gsm8k' is not a task name" in problems_of(config)
 
 
+@pytest.mark.parametrize("block,key,value,pattern", [
+    ("estimation", "target_cost", float("nan"), "presets.smoke.estimation.target_cost: nan is not a finite number"),
+    ("sweeps", "topk_budgets", [float("inf")], "presets.smoke.sweeps.topk_budgets[0]: inf is not a finite number"),
+    ("estimation", "prompts", 10**9, "presets.smoke.estimation.prompts: 1000000000 is greater than the maximum"),
+    ("decode_bench", "steps", 10**12, "presets.smoke.decode_bench.steps: 1000000000000 is greater than the maximum"),
+    ("decode_bench", "batches", [10**12], "presets.smoke.decode_bench.batches[0]: 1000000000000 is greater"),
+    ("kernel_bench", "n", [10**15], "presets.smoke.kernel_bench.n[0]: 1000000000000000 is greater than the maximum"),
+])
+def test_non_finite_and_unbounded_numbers_are_refused(block, key, value, pattern):
+    """NaN passes every bound (it compares false), and a billion prompts or steps is a job that never ends."""
+    config = smoke_config()
+    config["presets"]["smoke"][block][key] = value
+    assert pattern in problems_of(config)
+
+
 def test_every_registered_task_and_method_is_a_name():
     from magicpig_tasks.registry import TASK_NAMES
 
@@ -243,6 +258,17 @@ def test_a_tampered_capture_is_refused_naming_the_field(tmp_path, header, tensor
     with pytest.raises(ValueError, match=re.escape(pattern)) as info:
         Capture.load(path)
     assert str(path) in str(info.value)
+
+
+def test_a_capture_whose_header_nests_past_the_parser_is_refused(tmp_path):
+    from safetensors.torch import save_file
+
+    from magicpig_tasks.experiments.capture import HEADER_KEY, Capture
+
+    path = tmp_path / "deep.safetensors"
+    save_file({"x": torch.zeros(1)}, str(path), metadata={HEADER_KEY: "[" * 100_000 + "]" * 100_000})
+    with pytest.raises(ValueError, match="its header is not JSON"):
+        Capture.load(path)
 
 
 def test_a_capture_with_an_oversized_header_length_is_refused(tmp_path):

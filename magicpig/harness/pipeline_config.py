@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 import sys
 from importlib import resources
 from pathlib import Path
@@ -50,7 +51,7 @@ def validate_pipeline_config(config: dict, *, warn: Callable[[str], None] | None
     if size_problem:
         raise ValueError(f"config: 1 problem(s):\n- {size_problem}")
     config = copy.deepcopy(config)
-    problems = schema_problems(config)
+    problems = non_finite_problems(config) or schema_problems(config)
     if not problems:
         problems += methods_module_problems(config["methods_module"])
         problems += data_problems(config["data"], warn)
@@ -90,6 +91,18 @@ def config_size_problem(config: Any, limit: int = MAX_CONFIG_VALUES) -> str:
         elif isinstance(node, (list, tuple)):
             stack.extend(node)
     return ""
+
+
+def non_finite_problems(node: Any, path: tuple = ()) -> list[str]:
+    """NaN or infinite numbers anywhere in the config (YAML reads .nan and .inf), by config path: no setting
+    takes one, and NaN passes every bound of the schema (it compares false)."""
+    if isinstance(node, float) and not math.isfinite(node):
+        return [f"{config_path(path) or '(top level)'}: {node!r} is not a finite number"]
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in non_finite_problems(v, (*path, k))]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in non_finite_problems(v, (*path, i))]
+    return []
 
 
 def seed_problems(seed: int, path: str, p: dict) -> list[str]:

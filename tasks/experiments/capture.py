@@ -130,8 +130,8 @@ class Capture:
         """A Capture from a file's tensors and metadata, every field checked for its type."""
         try:
             header = json.loads(metadata.get(HEADER_KEY, "null"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"capture file {path}: its header is not JSON ({exc}); {rerun}") from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise ValueError(f"capture file {path}: its header is not JSON ({type(exc).__name__}); {rerun}") from None
         if not isinstance(header, dict) or header.get("format") != FORMAT_VERSION:
             raise ValueError(f"{path} is not a capture file of format {FORMAT_VERSION}; {rerun}")
         header.pop("format")

@@ -359,3 +359,14 @@ def test_method_folders_are_safe_path_components_whatever_a_field_holds():
             assert re.fullmatch(FOLDER_PATTERN, method_dirname(spec))
     finally:
         METHODS.pop("labelled_toy", None)
+
+
+def test_a_benchmark_csv_with_an_oversized_field_is_refused_by_file_and_line(tmp_path, capsys):
+    from magicpig.harness.cli import main
+
+    path = tmp_path / "decode.csv"
+    path.write_text("model,context,batch,method,ms_per_token\nsmollm2,1024,1,dense,5\nsmollm2,1024,1,"
+                    + "x" * 200_000 + ",5\n")
+    assert main(["project", "--decode-csv", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: line 3 is not a CSV row of a benchmark" in err and err.count("\n") == 1

@@ -27,10 +27,13 @@ def load_rows(path) -> list[dict]:
         header = next(reader, None)
         if header is None:
             raise ValueError(f"{path}: empty bench-decode CSV (no header, no rows)")
-        for cells in reader:
-            if len(cells) == len(header):
-                rows.append({k: value(v) for k, v in zip(header, cells)})
-            elif cells:  # a row torn by a killed or disk-full writer
-                print(f"warning: {path}: line {reader.line_num} skipped ({len(cells)} of {len(header)} cells)",
-                      file=sys.stderr)
+        try:
+            for cells in reader:
+                if len(cells) == len(header):
+                    rows.append({k: value(v) for k, v in zip(header, cells)})
+                elif cells:  # a row torn by a killed or disk-full writer
+                    print(f"warning: {path}: line {reader.line_num} skipped ({len(cells)} of {len(header)} cells)",
+                          file=sys.stderr)
+        except csv.Error as exc:  # a field past the csv module's size limit, a NUL byte: not one of our rows
+            raise ValueError(f"{path}: line {reader.line_num} is not a CSV row of a benchmark ({exc})") from None
     return rows

@@ -15,8 +15,8 @@ TASK = "ruler/niah_single_1"
 
 
 @pytest.fixture(scope="module")
-def written(tmp_path_factory):
-    """A results folder of two methods written by the runner on a 2-layer random Llama."""
+def tiny():
+    """(a 2-layer random Llama over the embedded model's vocabulary, that tokenizer)."""
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
@@ -27,11 +27,21 @@ def written(tmp_path_factory):
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
                       initializer_range=0.2, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg).eval()
-    out = tmp_path_factory.mktemp("results")
-    run_eval(EvalConfig(model="tiny", methods=["dense", "magicpig:K=4,L=20,local=8"], tasks=[TASK], lengths=[384],
-                        samples=3, out=out, max_new_tokens=4, progress=False),
+    return AutoModelForCausalLM.from_config(cfg).eval(), tokenizer
+
+
+def run_tiny(tiny, out, methods, **kw):
+    model, tokenizer = tiny
+    run_eval(EvalConfig(model="tiny", methods=methods, tasks=[TASK], lengths=[384], samples=3, out=out,
+                        max_new_tokens=4, progress=False, **kw),
              model=model, tokenizer=tokenizer, log=lambda m: None)
+
+
+@pytest.fixture(scope="module")
+def written(tiny, tmp_path_factory):
+    """A results folder of two methods written by the runner on the tiny model."""
+    out = tmp_path_factory.mktemp("results")
+    run_tiny(tiny, out, ["dense", "magicpig:K=4,L=20,local=8"])
     return out
 
 
@@ -95,3 +105,13 @@ def test_rescore_with_another_metric(tmp_path, monkeypatch):
     assert m["metric"] == "flexible" and m["score"] == pytest.approx(100.0) and done.changed == 1
     assert set(m["scores"]) == {"strict", "flexible"} and m["scores"]["strict"] == pytest.approx(50.0)
     assert _snapshot(tmp_path) == before
+
+
+def test_runs_with_other_prompts_are_refused_naming_the_provenance(written, tiny, tmp_path):
+    """Another chat template: the same sample ids, other prompt tokens; compare names both differences."""
+    run_tiny(tiny, tmp_path, ["dense"], task_settings={"chat_template": "none"})
+    with pytest.raises(ValueError) as err:
+        compare(Side(written, "dense"), Side(tmp_path))
+    text = str(err.value)
+    assert "provenance prompt_sha256 differs on 3 of 3 pairs" in text
+    assert "provenance chat_template differs on 3 of 3 pairs" in text and '"tokenizer" vs "none"' in text

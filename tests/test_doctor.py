@@ -102,3 +102,16 @@ def test_a_cpu_module_that_does_not_build_is_a_warning_with_the_reason(monkeypat
 def test_hub_ids_of_dataset_urls():
     assert doctor._hub_id("https://huggingface.co/datasets/openai/gsm8k/resolve/main/x.parquet") == "openai/gsm8k"
     assert doctor._hub_id("https://nlp.stanford.edu/data/coqa/coqa-dev-v1.0.json") == ""
+
+
+def test_job_time_from_the_last_run_s_benchmark_files(tmp_path, offline):
+    bench = tmp_path / "results" / "benchmarks" / "eval_ruler"
+    bench.mkdir(parents=True)
+    (bench / "a.tsv").write_text("s\th:m:s\tmax_rss\tcpu_time\n1800\t0:30:00\t900\t1700\n")
+    (bench / "b.tsv").write_text("s\th:m:s\tmax_rss\tcpu_time\n5400\t1:30:00\t900\t5000\n")
+    path = write_config(tmp_path)
+    _, findings, _ = doctor.diagnose(path, None, build=False, results=tmp_path / "results")
+    (t,) = [f for f in findings if f.area == "time"]
+    assert t.detail.startswith("2.00 h over 2 jobs") and "longest job 90 min" in t.detail
+    _, findings, _ = doctor.diagnose(path, None, build=False, results=tmp_path / "fresh")
+    assert [f.detail for f in findings if f.area == "time"][0].startswith("no measured job times yet")

@@ -189,6 +189,22 @@ def gpu() -> Finding:
                                       f"{props.total_memory / 2**30:.0f} GiB, capability {props.major}.{props.minor}")
 
 
+def job_time(results: Path) -> Finding:
+    """The preset's job time as last measured on this machine (Snakemake's benchmark files under
+    ``results``), the best estimate of a full rerun; none on a fresh clone."""
+    from magicpig.harness.report.job_times import read_job_times
+
+    try:
+        df = read_job_times(results)
+    except (ValueError, OSError) as exc:
+        return Finding("time", "job time", WARN, f"benchmark files under {results} unreadable: {exc}")
+    if df.empty:
+        return Finding("time", "job time", OK, f"no measured job times yet ({results / 'benchmarks'} is empty)")
+    return Finding("time", "job time", OK, f"{df['seconds'].sum() / 3600:.2f} h over {len(df)} jobs, measured by "
+                                           f"the last run into {results} (longest job {df['seconds'].max() / 60:.0f}"
+                                           " min); a rerun into it redoes only what is missing")
+
+
 def preset_tasks(p: dict) -> dict[str, list[str]]:
     """Block -> the accuracy tasks a (validated) preset runs."""
     def runs(block: str) -> bool:
@@ -232,8 +248,10 @@ def load_config(path: Path, preset: str | None, warn: Callable[[str], None]) -> 
     return p, name, []
 
 
-def diagnose(config_path: Path, preset: str | None, *, build: bool = True) -> tuple[str, list[Finding], list[str]]:
-    """(preset name, every finding, the summary lines: what runs, what is skipped and why)."""
+def diagnose(config_path: Path, preset: str | None, *, build: bool = True, results: Path | None = None
+             ) -> tuple[str, list[Finding], list[str]]:
+    """(preset name, every finding, the summary lines: what runs, what is skipped and why). ``results``: the
+    preset's results folder (default ``results/<preset>``), for its measured job times."""
     warnings: list[str] = []
     p, name, problems = load_config(config_path, preset, warnings.append)
     findings = machine() + cpu_module(build) + [gpu()]
@@ -242,6 +260,7 @@ def diagnose(config_path: Path, preset: str | None, *, build: bool = True) -> tu
         findings += [Finding("config", f"preset {name}", FAIL, line.lstrip("- ")) for line in problems]
         return name, findings, [f"preset {name} cannot run: its config has {len(problems)} problem(s)"]
     findings.append(model(p["model"]))
+    findings.append(job_time(results or Path("results") / name))
     blocks = preset_tasks(p)
     from magicpig_tasks.registry import DATA_TASKS
 

@@ -10,6 +10,8 @@ def register(sub) -> None:
                                    "skips. Loads no model.")
     p.add_argument("--preset", default=None, help="preset of the config (default: the config's `preset`)")
     p.add_argument("--config", default="config/config.yaml", help="pipeline config (default config/config.yaml)")
+    p.add_argument("--results", default=None, help="the preset's results folder, for its measured job times "
+                                                    "(default results/<preset>)")
     p.add_argument("--no-build", action="store_true",
                    help="do not build and self-check the CPU module (its first build takes minutes)")
     p.set_defaults(func=run)
@@ -20,6 +22,7 @@ def run(args) -> int:
 
     from magicpig.harness.doctor import FAIL, diagnose, render
 
-    name, findings, summary = diagnose(Path(args.config), args.preset, build=not args.no_build)
+    name, findings, summary = diagnose(Path(args.config), args.preset, build=not args.no_build,
+                                     results=Path(args.results) if args.results else None)
     print(render(name, findings, summary), end="")
     return 1 if any(f.status == FAIL for f in findings) else 0

@@ -115,3 +115,10 @@ def test_job_time_from_the_last_run_s_benchmark_files(tmp_path, offline):
     assert t.detail.startswith("2.00 h over 2 jobs") and "longest job 90 min" in t.detail
     _, findings, _ = doctor.diagnose(path, None, build=False, results=tmp_path / "fresh")
     assert [f.detail for f in findings if f.area == "time"][0].startswith("no measured job times yet")
+
+
+def test_a_config_that_is_not_a_mapping_is_refused_in_one_line(tmp_path, capsys):
+    path = tmp_path / "config.yaml"
+    path.write_text("- just\n- a list\n")
+    assert main(["doctor", "--config", str(path), "--no-build"]) == 2
+    assert "holds a YAML list, not a mapping" in capsys.readouterr().err

@@ -234,6 +234,8 @@ def load_config(path: Path, preset: str | None, warn: Callable[[str], None]) -> 
     if not path.is_file():
         raise FileNotFoundError(f"config: {path} does not exist (give --config PATH)")
     config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(config, dict):
+        raise ValueError(f"config: {path} holds a YAML {type(config).__name__}, not a mapping")
     name = preset or config.get("preset")
     if preset is not None:
         config["preset"] = preset

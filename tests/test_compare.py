@@ -162,3 +162,18 @@ def test_disagreement_csvs_list_exactly_the_disagreeing_samples(tmp_path, capsys
     agree = (out / "ruler__fwe_4096.csv").read_text().splitlines()
     assert agree == [",".join(["id", "question", "gold", "answer_a", "score_a", "cost_a", "answer_b", "score_b",
                                "cost_b"])]
+
+
+def test_graded_scores_use_the_claims_bootstrap_and_the_level_narrows_it(tmp_path):
+    a = {f"ruler/cwe/{i}": float((i * 37) % 101) for i in range(30)}
+    b = {k: max(0.0, v - (i % 3) * 10.0) for i, (k, v) in enumerate(a.items())}
+    write_run(tmp_path / "a", "dense", a)
+    write_run(tmp_path / "b", "dense", b)
+    wide = compare(Side(tmp_path / "a"), Side(tmp_path / "b")).rows[0]
+    ref = task_difference("ruler/cwe", a, b)
+    assert wide["how"] == ref.how == "bootstrap"
+    assert (wide["difference"], wide["lower"], wide["upper"]) == pytest.approx((ref.value, ref.lo, ref.hi))
+    narrow = compare(Side(tmp_path / "a"), Side(tmp_path / "b"), level=0.8).rows[0]
+    assert wide["lower"] < narrow["lower"] <= narrow["upper"] < wide["upper"]
+    with pytest.raises(ValueError, match="margin: expected a number of points >= 0"):
+        compare(Side(tmp_path / "a"), Side(tmp_path / "b"), margin=-1.0)

@@ -368,10 +368,13 @@ def test_defaults_are_filled_in_from_the_schema_and_the_fields_they_follow():
         assert p["estimation"]["inputs"] == raw["estimation"].get("inputs", block("estimation")["inputs"]["default"])
         assert p["gsm8k"]["max_length"] == raw["gsm8k"].get("max_length", block("gsm8k")["max_length"]["default"])
     assert cpu["ablations"]["length"] == cpu["sweeps"]["length"] == cpu["ruler"]["lengths"][0]
-    assert cpu["ablations"]["samples"] == cpu["ablations"]["centering_samples"] == cpu["ruler"]["samples"]
+    paper = filled["presets"]["paper"]  # leaves the ablations' sample counts out: they follow ruler.samples
+    assert paper["ablations"]["samples"] == paper["ablations"]["centering_samples"] == paper["ruler"]["samples"]
+    assert (cpu["ablations"]["samples"], cpu["ablations"]["centering_samples"], cpu["sweeps"]["samples"]) == (
+        5, 40, 3)  # the preset's own values
     long = filled["presets"]["cpu-long"]
     assert (long["ablations"]["length"], long["ablations"]["samples"], long["ablations"]["centering_samples"]) == (
-        8192, 10, 36)  # the preset's own values
+        4096, 6, 36)  # the preset's own values
     assert "sweeps" not in long and "lm_eval" not in long and "device" not in cpu  # optional: absent stays absent
     assert long["decode_bench"]["shapes"][0]["methods"] == long["decode_bench"]["methods"]
 

@@ -25,6 +25,14 @@ from pathlib import Path
 # `eval_rules` in workflow/rules/common.smk
 EVAL_RULES = ("eval_ruler", "eval_longbench", "eval_gsm8k", "eval_lm_eval", "eval_reasoning", "ablation_centering",
               "ablation_kl_grid", "ablation_setup", "sweep_ruler")
+
+
+def is_eval_rule(rule: str) -> bool:
+    """A rule of the job table: one of EVAL_RULES, or a RULER rule of settings run at some lengths only
+    (`eval_ruler_16k`, ...: common.smk's eval_rules names them after their lengths)."""
+    return rule in EVAL_RULES or re.fullmatch(r"eval_ruler(_\d+k?)+", rule) is not None
+
+
 # one rule of each kind the check must see run as a SLURM job: build, eval, estimation, bench, project, report
 RULE_KINDS = ("build_cpu_module", "eval_ruler", "ablation_centering", "estimation_capture", "estimation_experiments",
               "tune_kl", "bench_kernel", "bench_decode", "project_hardware", "report")
@@ -141,7 +149,7 @@ def verify(run_dir: Path, local_dir: Path, cancelled_file: Path) -> int:
     for name, n in cancelled["rows"].items():
         if _rows(base / name) < max(n, 1) or not (base / name / "metrics.json").is_file():
             problems.append(f"{base / name}: not finished by the rerun")
-    eval_logs = [j for j in jobs if j["rule"] in EVAL_RULES]
+    eval_logs = [j for j in jobs if is_eval_rule(j["rule"])]
     resumed = [j for j in eval_logs if j["slurm_job"] != cancelled["job"] and "resuming:" in
                Path(j["log"]).read_text() + _rule_log_text(run_dir, j)]
     if not resumed:

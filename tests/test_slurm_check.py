@@ -48,6 +48,7 @@ def test_every_eval_rule_of_the_job_table_counts_as_a_resumable_eval_job():
     import re
 
     text = (ROOT / "workflow" / "rules" / "common.smk").read_text(encoding="utf-8")
-    rules = set(re.findall(r'EvalRule\("(\w+)"', text)) | set(re.findall(r'\("(eval_\w+)", "', text))
+    rules = (set(re.findall(r'EvalRule\("(\w+)"', text)) | set(re.findall(r'\("(eval_\w+)", "', text))
+             | set(re.findall(r'return "(eval_\w+)"', text)))
     assert len(rules) >= 9
     assert rules == set(slurm_check.EVAL_RULES)

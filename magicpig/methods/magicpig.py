@@ -158,8 +158,10 @@ class MagicPIG(AttentionMethod):
             u = lsh.collision_probability(cos, self.K, self.L, self.min_collisions)
             weight = lsh.importance_log_weight(u.float())
             # no collision probability for a key with a non-finite coordinate (its cosine is NaN): its logit
-            # is kept as exact attention has it
-            correction[..., lo:hi] = torch.where(torch.isfinite(weight), weight, 0.0)
+            # is kept as exact attention has it; a non-finite query keeps its NaN weights, so its head is NaN
+            # as the CPU kernel and exact attention make it
+            bad_key = ~torch.isfinite(kc[:, :, lo:hi]).all(-1)[:, :, None, :]
+            correction[..., lo:hi] = torch.where(bad_key, 0.0, weight)
         keep = sampled | static[:, None, None, :]
         logits = torch.where(sampled, logits + correction, logits).masked_fill(~keep, float("-inf"))
         out, lse = attend_logits(logits, v, layout)

@@ -7,11 +7,21 @@ decoder is an offload one (its class says so: ``AttentionMethod.system_backend``
 runs differently on ``offload``: every other method (dense, quest, topk, oracle, streaming) runs on the
 reference decoder whatever the backend asked for, and records say so through ``effective_backend``. The
 constants are torch-free, so CLI parsers can take their ``choices=`` from here.
+
+``auto`` (the default of ``Engine``, ``patch``, ``magicpig eval`` / ``generate`` and ``EvalConfig``) is the
+fast path where it exists: ``offload`` when the CPU module builds here, else ``reference``, said once on
+stderr (``resolve_backend``). It never reaches a decoder: ``DecodeOptions`` and ``EvalConfig.check`` store
+the backend it resolved to, so records and resume keys name the backend that ran.
 """
 from __future__ import annotations
 
+import functools
+import sys
+
 BACKENDS: tuple[str, ...] = ("reference", "offload")
-DEFAULT_BACKEND = "reference"  # Engine, patch, magicpig eval / generate, EvalConfig
+AUTO_BACKEND = "auto"
+BACKEND_CHOICES: tuple[str, ...] = (AUTO_BACKEND,) + BACKENDS  # what Engine, patch, eval and generate accept
+DEFAULT_BACKEND = AUTO_BACKEND  # Engine, patch, magicpig eval / generate, EvalConfig
 # what ``magicpig bench decode`` times: stock transformers (SDPA + DynamicCache, dense only), llama.cpp on the
 # model's GGUF file (dense only) and the engine's
 BENCH_BACKENDS: tuple[str, ...] = ("stock", "llamacpp") + BACKENDS
@@ -23,6 +33,33 @@ def check_backend(backend: str, field: str = "backend") -> str:
     if backend not in BACKENDS:
         raise ValueError(f"{field} must be one of {', '.join(BACKENDS)}, got {backend!r}")
     return backend
+
+
+def resolve_backend(backend: str, field: str = "backend") -> str:
+    """The concrete backend ``backend`` names: ``auto`` -> ``auto_backend()``, one of BACKENDS -> itself,
+    else ValueError naming ``field`` and the allowed values."""
+    if backend == AUTO_BACKEND:
+        return auto_backend()
+    if backend not in BACKENDS:
+        raise ValueError(f"{field} must be one of {', '.join(BACKEND_CHOICES)}, got {backend!r}")
+    return backend
+
+
+@functools.lru_cache(maxsize=1)
+def auto_backend() -> str:
+    """``offload`` when the CPU module builds / loads here, else ``reference`` (said once on stderr, with the
+    build's first error line). Cached: the first call may build the module (minutes on a fresh checkout)."""
+    from magicpig.cpu import extension
+
+    try:
+        extension.load()
+        return "offload"
+    except Exception as exc:  # build failures come as RuntimeError; anything else also means "not usable"
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        print(f"magicpig: the CPU module does not build here ({first}); backend 'auto' decodes on the "
+              "slower reference backend (pass backend 'reference' to choose it and silence this line)",
+              file=sys.stderr, flush=True)
+        return "reference"
 
 
 def effective_backend(method_name: str, backend: str) -> str:

@@ -20,7 +20,10 @@ API contract (other modules, e.g. ``magicpig eval``, code against exactly this):
 
 Batches: prompts of different lengths are left-padded; ``KeyLayout(start, prompt_end)`` tells the methods
 where each row's keys begin. Prefill runs in chunks of ``prefill_chunk`` tokens (exact attention, query
-blocks through SDPA) and keeps only the last position's logits.
+blocks through SDPA) and keeps only the last position's logits. ``prefill_dtype`` (``magicpig.prefill_dtype``)
+is the dtype of its matrix products: ``float32`` by default (the exact prefill, equal to sdpa's), ``bfloat16``
+or ``auto`` (bfloat16 on a CPU with AVX512-BF16 / AMX, as ``magicpig eval`` and ``generate`` default to);
+the keys and values handed to decode are in the model's dtype either way.
 
 Cost: for every decode forward in which a row consumes a real token, each sparse layer (not in
 ``method.dense_layer_set``) contributes used/candidates averaged over heads; ``cost`` is the mean over
@@ -49,6 +52,7 @@ from magicpig.decode_linear import decode_linears, resolve_linear_impl
 from magicpig.methods import AttentionMethod, KeyLayout, parse_method
 from magicpig.models import max_context
 from magicpig.options import DecodeOptions
+from magicpig.prefill_dtype import prefill_autocast, resolve_prefill_dtype
 
 
 @dataclass
@@ -234,7 +238,9 @@ class Engine:
     arguments: ``backend``, ``offload_impl``, ``concurrent``, ``offload_dtype``, ``linear_impl`` for its
     ``linear``, ``decode_forward`` for its ``forward`` and ``decode_weights`` for its ``weights``); each
     result's ``linear`` and ``forward`` say which implementation ran. prefill_chunk: prompt tokens per
-    prefill forward; allow_long_context: permit contexts beyond ``max_position_embeddings``.
+    prefill forward; allow_long_context: permit contexts beyond ``max_position_embeddings``; prefill_dtype:
+    ``float32`` (default: exact) / ``bfloat16`` / ``auto`` (``magicpig.prefill_dtype``), kept resolved in
+    ``prefill_dtype``.
 
     >>> import torch, transformers
     >>> from magicpig import Engine, GenerationConfig
@@ -254,7 +260,8 @@ class Engine:
     def __init__(self, model, tokenizer=None, backend: str = DEFAULT_BACKEND, *, prefill_chunk: int = 4096,
                  offload_impl: str = "auto", concurrent: bool = True, allow_long_context: bool = False,
                  offload_dtype: Any = None, linear_impl: str = "auto", decode_forward: str = "auto",
-                 decode_weights: str = "model", options: DecodeOptions | None = None):
+                 decode_weights: str = "model", options: DecodeOptions | None = None,
+                 prefill_dtype: str = "float32"):
         self.options = DecodeOptions.of(options, backend=backend, offload_impl=offload_impl, concurrent=concurrent,
                                         offload_dtype=offload_dtype, linear=linear_impl, forward=decode_forward,
                                         weights=decode_weights)
@@ -270,6 +277,8 @@ class Engine:
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self.device = next(model.parameters()).device
+        self.prefill_dtype = resolve_prefill_dtype(prefill_dtype, self.device.type)
+        self._kv_dtype = getattr(model, "dtype", None) or next(model.parameters()).dtype  # what decode reads
         self.max_context = max_context(model.config)
         if resolve_linear_impl(self.options.linear, self.device) == "magicpig":
             from magicpig import cpu
@@ -362,17 +371,19 @@ class Engine:
         cache = MagicPIGCache(self.model, "dense", prefill_only=True)
         try:
             out = None
-            for lo in range(0, n, self.prefill_chunk):
-                hi = min(n, lo + self.prefill_chunk)
-                out = self._forward(ids[:, lo:hi], positions[:, lo:hi], cache,
-                                    mask2d[:, :hi] if mask2d is not None else None)
+            with prefill_autocast(self.prefill_dtype, self.device.type):
+                for lo in range(0, n, self.prefill_chunk):
+                    hi = min(n, lo + self.prefill_chunk)
+                    out = self._forward(ids[:, lo:hi], positions[:, lo:hi], cache,
+                                        mask2d[:, :hi] if mask2d is not None else None)
         finally:
             clear_active()
         logits = out.logits[:, -1].float()
+        keys = [l.keys.to(self._kv_dtype) for l in cache.layers]  # no copy when already in the model's dtype
+        values = [l.values.to(self._kv_dtype) for l in cache.layers]
         self._sync()
         layout = KeyLayout(n, start.to(self.device), torch.full((B,), n, dtype=torch.long, device=self.device))
-        return Prefill([l.keys for l in cache.layers], [l.values for l in cache.layers], layout, logits, rows,
-                       time.perf_counter() - t0)
+        return Prefill(keys, values, layout, logits, rows, time.perf_counter() - t0)
 
     # ---- decode --------------------------------------------------------------------------------------
     def _choose(self, logits: torch.Tensor, config: GenerationConfig, gen: torch.Generator) -> int:

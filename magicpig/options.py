@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from magicpig.backends import DEFAULT_BACKEND, check_backend
+from magicpig.backends import DEFAULT_BACKEND, resolve_backend
 
 
 @dataclass(frozen=True)
@@ -17,8 +17,9 @@ class DecodeOptions:
     """How a decode runs, validated once (here) and passed whole to ``Engine``, ``MagicPIGCache`` and
     ``magicpig.decoders.DecoderContext``.
 
-    backend: ``BACKENDS`` (``reference`` = pure torch on the model's device, ``offload`` = MagicPIG's
-    device + CPU split); offload_impl: which CPU layer class the offload backend uses
+    backend: ``BACKEND_CHOICES`` (``reference`` = pure torch on the model's device, ``offload`` = MagicPIG's
+    device + CPU split, ``auto`` (default) = ``offload`` when the CPU module builds here, else ``reference``;
+    stored as the backend it resolved to); offload_impl: which CPU layer class the offload backend uses
     (``magicpig.cpu.torch_twin.OFFLOAD_IMPLS``); concurrent: queue the device's exact part before the CPU part
     runs (``magicpig.decoders.OffloadDecoder``); offload_dtype: how offloaded keys/values are stored in
     CPU memory (``"float32"``, ``"bfloat16"``, a torch dtype, or None / ``"auto"`` = by the model's dtype;
@@ -33,7 +34,7 @@ class DecodeOptions:
     >>> DecodeOptions(backend="gpu")
     Traceback (most recent call last):
     ...
-    ValueError: backend must be one of reference, offload, got 'gpu'
+    ValueError: backend must be one of auto, reference, offload, got 'gpu'
     """
 
     backend: str = DEFAULT_BACKEND
@@ -51,7 +52,7 @@ class DecodeOptions:
         from magicpig.decode_weights import WEIGHT_FORMATS
         from magicpig.decoders import offload_dtype_of
 
-        check_backend(self.backend)
+        object.__setattr__(self, "backend", resolve_backend(self.backend))
         for name, allowed, what in (("offload_impl", OFFLOAD_IMPLS, "the CPU layer class of the offload backend"),
                                     ("linear", LINEAR_IMPLS, "who computes the decode step's linear layers"),
                                     ("forward", FORWARD_IMPLS, "who runs a decode step's layer loop"),

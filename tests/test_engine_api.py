@@ -23,7 +23,9 @@ def test_decode_options_normalise_and_refuse_a_second_source():
     assert DecodeOptions(offload_dtype="auto").offload_dtype is None
     assert DecodeOptions(offload_dtype=torch.float32) == DecodeOptions(offload_dtype="float32")
     options = DecodeOptions(backend="offload")
-    assert DecodeOptions.of(options, backend="reference") is options  # keywords at their defaults
+    assert DecodeOptions.of(options, backend="auto") is options  # keywords at their defaults
+    with pytest.raises(ValueError, match="options= and backend= both given"):
+        DecodeOptions.of(options, backend="reference")  # not the default any more: a second source
     with pytest.raises(ValueError, match="options= and backend=, concurrent= both given"):
         DecodeOptions.of(options, backend="offload", concurrent=False)
     with pytest.raises(ValueError, match="options must be a DecodeOptions"):

@@ -36,11 +36,11 @@ def test_with_patch_decodes_with_magicpig_and_restores_the_model():
     assert before["attn"] == "sdpa" and before["attrs"] == [] and before["config"] == {}
     # what MagicPIG decodes on this prompt: the engine on a twin (same seed, same weights; Engine switches
     # its model to the hook for good)
-    want = Engine(tiny_model("llama"), None).generate(prompt, SPEC, GenerationConfig(max_new_tokens=6,
-                                                                                      ignore_eos=True))[0]
+    want = Engine(tiny_model("llama"), None, backend="reference").generate(
+        prompt, SPEC, GenerationConfig(max_new_tokens=6, ignore_eos=True))[0]
     assert want.token_ids != before_tokens  # MagicPIG's tokens differ from exact attention's here
 
-    with magicpig.patch(model, SPEC) as patched:
+    with magicpig.patch(model, SPEC, backend="reference") as patched:
         assert patched is model and isinstance(model, before["class"])
         assert model.config._attn_implementation == "magicpig"
         out = model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False, eos_token_id=None,
@@ -55,6 +55,26 @@ def test_with_patch_decodes_with_magicpig_and_restores_the_model():
     assert _greedy(model, prompt) == before_tokens
 
 
+def test_patch_by_default_decodes_magicpig_on_the_fast_path():
+    """No backend given: the offload backend where the CPU module builds (``auto_backend``), with the tokens
+    the engine's default decodes."""
+    from magicpig.backends import auto_backend
+
+    model, prompt = tiny_model("llama"), random_prompt(200, seed=31)
+    want = Engine(tiny_model("llama"), None).generate(prompt, SPEC, GenerationConfig(max_new_tokens=6,
+                                                                                      ignore_eos=True))[0]
+    with magicpig.patch(model, SPEC):
+        assert model.config.magicpig_backend == auto_backend() == want.backend
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False, eos_token_id=None,
+                             return_dict_in_generate=True)
+        decoders = out.past_key_values.layer_decoders
+    assert out.sequences[0, len(prompt):].tolist() == want.token_ids
+    if auto_backend() == "offload":
+        assert "offload" in decoders and "reference" not in decoders
+    else:
+        assert decoders == ["reference"] * 4
+
+
 def test_patch_without_with_stays_and_nested_blocks_unwind_in_order():
     model = tiny_model("llama", layers=2)
     prompt = random_prompt(120, seed=32)
@@ -62,7 +82,7 @@ def test_patch_without_with_stays_and_nested_blocks_unwind_in_order():
     assert magicpig.patch(model, "dense") is model  # no `with`: stays patched
     assert model.config._attn_implementation == "magicpig" and model.config.magicpig_method == "dense"
     assert _greedy(model, prompt) == before_tokens  # dense through the hook: the same tokens
-    with magicpig.patch(model, "streaming:local=16"):
+    with magicpig.patch(model, "streaming:local=16", backend="reference"):
         assert model.config.magicpig_method == "streaming:local=16"
         with magicpig.patch(model, SPEC, backend="offload", offload_impl="torch"):
             assert model.config.magicpig_backend == "offload"

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from magicpig.atomic_io import write_text_atomic
-from magicpig.backends import BACKENDS, DEFAULT_BACKEND, check_backend_limits, effective_backend
+from magicpig.backends import DEFAULT_BACKEND, check_backend_limits, effective_backend, resolve_backend
 from magicpig.decode_weights import check_weight_format
 from magicpig.harness.argcheck import check_device, check_seed, check_writable_dir
 from magicpig.harness.eval_checks import check_generated_lengths, check_task_data, model_context_length
@@ -62,6 +62,7 @@ from magicpig.harness.provenance import sample_provenance, unit_provenance
 from magicpig.harness.results_paths import method_dir, unit_dir
 from magicpig.methods.spec_names import check_dirnames, split_methods
 from magicpig.pidlock import LockHeld, PidLock
+from magicpig.prefill_dtype import DEFAULT_PREFILL_DTYPE, resolve_prefill_dtype
 
 SETUPS = ("A", "B")
 MAX_LENGTH = 1 << 20  # tokens: beyond any model's context; a bigger value is a typo, refused before any work
@@ -98,6 +99,8 @@ class EvalConfig:
 
     lengths: target prompt lengths (RULER) or prompt caps (LongBench, GSM8K), in tokens.
     data: task name -> local data file. max_new_tokens: None = each task's own budget.
+    prefill_dtype: ``magicpig.prefill_dtype`` (``auto``, ``float32``, ``bfloat16``); ``check`` resolves
+    ``auto`` for the run's device, and a bfloat16 prefill is a setting of its own in the resume key.
     overwrite: discard stored rows made with other settings instead of refusing (module docstring).
     A new field that changes results is keyed for resuming by itself; one that does not must be added
     to ``_NOT_RESULT_FIELDS``.
@@ -114,6 +117,7 @@ class EvalConfig:
     backend: str = DEFAULT_BACKEND
     device: str | None = None
     decode_weights: str = "model"  # magicpig.decode_weights: kernel 4's storage of the decode step's weights
+    prefill_dtype: str = DEFAULT_PREFILL_DTYPE  # magicpig.prefill_dtype: the prefill's matmul dtype
     data: dict[str, str] = field(default_factory=dict)
     max_new_tokens: int | None = None
     allow_long_context: bool = False
@@ -130,8 +134,7 @@ class EvalConfig:
         self.tasks = expand(self.tasks)
         self.task_settings = task_settings(self.task_settings)
         self.methods = split_methods(self.methods)
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        self.backend = resolve_backend(self.backend)  # 'auto' -> the backend that runs, as keyed and recorded
         check_weight_format(self.decode_weights, "decode_weights")
         for spec in self.methods:
             check_backend_limits(parse_method(spec), self.backend)
@@ -157,11 +160,9 @@ class EvalConfig:
                 raise ValueError(f"data: task {name!r} takes no data file; tasks with data: {', '.join(DATA_TASKS)}")
             if not Path(path).is_file():
                 raise FileNotFoundError(f"data: file for {name} does not exist: {path}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
-        check_weight_format(self.decode_weights, "decode_weights")
         check_seed(self.seed, "seed")
         check_device(self.device, "device")
+        self.prefill_dtype = resolve_prefill_dtype(self.prefill_dtype, _device_type(self.device))
         self.out = check_writable_dir(self.out, "out")
 
 
@@ -202,15 +203,22 @@ def _model_id(model: str) -> str:
     return str(p.resolve()) if p.exists() else model
 
 
+def _device_type(device: str | None) -> str:
+    """``cpu`` / ``cuda`` ...: the type of ``device``, or of the default device (cuda when available)."""
+    import torch
+
+    return torch.device(device).type if device else ("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def run_settings(cfg: EvalConfig, task_name: str, task, length: int, method) -> dict:
     """Every setting that can change a prediction row of (task, length, method), as stored in
     settings.json (JSON-normalised, so it compares equal to what is read back)."""
-    import torch
-
     settings = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in _NOT_RESULT_FIELDS}
     if settings["decode_weights"] == "model":
         del settings["decode_weights"]  # the exact decode: keyed as rows stored before the field existed
-    device = torch.device(cfg.device).type if cfg.device else ("cuda" if torch.cuda.is_available() else "cpu")
+    if settings["prefill_dtype"] == "float32":
+        del settings["prefill_dtype"]  # the reference prefill: keyed as rows stored before the field existed
+    device = _device_type(cfg.device)
     data = cfg.data.get(task_name)
     settings.update(model=_model_id(cfg.model), method=method.spec(), length=length, device=device,
                     data=str(Path(data).resolve()) if data else None, task=task.describe())
@@ -369,7 +377,7 @@ def _run_units(cfg, units, model, tokenizer, engine_factory, log, built) -> list
                 from magicpig.engine import Engine
                 state["engine"] = Engine(state["model"], tokenizer, backend=cfg.backend,
                                          allow_long_context=cfg.allow_long_context,
-                                         decode_weights=cfg.decode_weights)
+                                         decode_weights=cfg.decode_weights, prefill_dtype=cfg.prefill_dtype)
         return state["engine"]
 
     all_metrics: list[dict] = []
@@ -462,6 +470,7 @@ def _metrics_skeleton(cfg: EvalConfig, task, length: int, spec: str, method, app
         "overrides_applied": applied, "setup": cfg.setup, "seed": cfg.seed,
         # what ran: offload only for methods with an offload decoder (MagicPIG); the rest ran on reference
         "backend": effective_backend(method.name, cfg.backend), "backend_requested": cfg.backend,
+        "prefill_dtype": cfg.prefill_dtype,
         "metric": task.metric, "samples_requested": "all" if cfg.samples is None else cfg.samples,
         "machine": machine_record(),
         "task_settings": task.describe(),

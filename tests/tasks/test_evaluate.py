@@ -51,6 +51,23 @@ def test_config_errors(tmp_path):
         EvalConfig(**{**base, "samples": 0}).check()
     with pytest.raises(ValueError, match="takes no data file"):
         EvalConfig(**{**base, "data": {"ruler/cwe": "x"}}).check()
+    with pytest.raises(ValueError, match="backend must be one of auto, reference, offload"):
+        EvalConfig(**{**base, "backend": "gpu"}).check()
+    with pytest.raises(ValueError, match="prefill_dtype must be one of auto, float32, bfloat16"):
+        EvalConfig(**{**base, "prefill_dtype": "fp16"}).check()
+
+
+def test_config_resolves_auto_backend_and_prefill_dtype(tmp_path):
+    """The defaults are 'auto'; check() stores what runs, so the resume key names it."""
+    from magicpig.backends import auto_backend
+    from magicpig.prefill_dtype import cpu_has_bf16
+
+    cfg = EvalConfig(model="smollm2", methods=["dense"], tasks=["ruler/cwe"], lengths=[4096], samples=1,
+                     out=tmp_path, device="cpu")
+    assert (cfg.backend, cfg.prefill_dtype) == ("auto", "auto")
+    cfg.check()
+    assert cfg.backend == auto_backend() and cfg.backend in ("reference", "offload")
+    assert cfg.prefill_dtype == ("bfloat16" if cpu_has_bf16() else "float32")
 
 
 class CountingEngine:
@@ -173,10 +190,13 @@ UNIT = "ruler/niah_single_1/384"
     ({"max_new_tokens": 5}, "max_new_tokens: 4 -> 5"),
     ({"seed": 1}, "seed: 0 -> 1"),
     ({"model": "other-model"}, 'model: "tiny" -> "other-model"'),
+    ({"prefill_dtype": "bfloat16"}, 'prefill_dtype: (unset) -> "bfloat16"'),  # float32 rows keep their old key
 ])
 def test_resume_refuses_rows_made_with_other_settings(tmp_path, tiny, tokenizer, change, named):
     engines: list = []
-    _run(tmp_path, tiny, tokenizer, engines, samples=1)
+    base = {"backend": "reference", "prefill_dtype": "float32"}  # the defaults ('auto') resolve per machine
+    change = {**base, **change}
+    _run(tmp_path, tiny, tokenizer, engines, samples=1, **base)
     folder = tmp_path / UNIT / "dense"
     before = (folder / "predictions.jsonl").read_text()
     engines.clear()
@@ -189,7 +209,7 @@ def test_resume_refuses_rows_made_with_other_settings(tmp_path, tiny, tokenizer,
     metrics = _run(tmp_path, tiny, tokenizer, engines, samples=1, overwrite=True, **change)
     assert len(engines[0].prefills) == 1 and len((folder / "predictions.jsonl").read_text().splitlines()) == 1
     stored = json.loads((folder / "settings.json").read_text())
-    key, value = next(iter(change.items()))
+    key, value = next((k, v) for k, v in change.items() if base.get(k) != v)
     # metrics.json: "backend" is what each method ran on (issue 14.7); the run's request is backend_requested
     recorded = "backend_requested" if key == "backend" else key
     assert stored[key] == value and all(m.get(recorded, value) == value for m in metrics)

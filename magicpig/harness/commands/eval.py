@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from magicpig.backends import BACKENDS, DEFAULT_BACKEND
+from magicpig.backends import BACKEND_CHOICES, DEFAULT_BACKEND
+from magicpig.prefill_dtype import DEFAULT_PREFILL_DTYPE, PREFILL_DTYPES
 
 
 def register(sub) -> None:
@@ -34,11 +35,14 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--setup", choices=["A", "B"], default="A",
                    help="A: prefill context+question (paper); B: prefill context, decode the question sparsely")
-    p.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND,
-                   help=f"engine backend (default {DEFAULT_BACKEND}): reference (pure torch) or offload (MagicPIG's "
-                        "device + CPU split; methods without an offload decoder run on reference, as metrics.json "
-                        "records)")
+    p.add_argument("--backend", choices=BACKEND_CHOICES, default=DEFAULT_BACKEND,
+                   help=f"engine backend (default {DEFAULT_BACKEND}: offload when the CPU module builds here, else "
+                        "reference): reference (pure torch) or offload (MagicPIG's device + CPU split; methods "
+                        "without an offload decoder run on reference, as metrics.json records)")
     p.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available)")
+    p.add_argument("--prefill-dtype", choices=PREFILL_DTYPES, default=DEFAULT_PREFILL_DTYPE,
+                   help="dtype of the prefill's matrix products (default auto: bfloat16 on a CPU with AVX512-BF16 "
+                        "or AMX, else float32, the reference); decode reads float32 keys and values either way")
     p.add_argument("--decode-weights", choices=["model", "bfloat16", "q8_0"], default="model",
                    help="how the CPU module's kernel 4 stores the linear weights it reads in decode steps (default "
                         "model: the model's own tensors; bfloat16 / q8_0: the storages bench decode times)")
@@ -51,7 +55,7 @@ def register(sub) -> None:
                         "30 s: sample i of n, elapsed, ETA)")
     p.add_argument("--overwrite", action="store_true",
                    help="discard stored predictions made with other settings (model, method, setup, backend, "
-                        "max-new-tokens, seed, device, task settings) instead of refusing to run")
+                        "prefill dtype, max-new-tokens, seed, device, task settings) instead of refusing to run")
     from magicpig_tasks.settings import SETTINGS
 
     for name, setting in SETTINGS.items():  # one flag per task setting
@@ -115,6 +119,7 @@ def run(args) -> int:
     cfg = EvalConfig(model=args.model, methods=methods, tasks=list(args.task), lengths=_lengths(args.length),
                      samples=args.samples, out=Path(args.out), seed=args.seed, setup=args.setup,
                      backend=args.backend, device=args.device, decode_weights=args.decode_weights,
+                     prefill_dtype=args.prefill_dtype,
                      data=_data(args.data),
                      max_new_tokens=args.max_new_tokens, allow_long_context=args.allow_long_context,
                      progress=not args.no_progress, overwrite=args.overwrite,

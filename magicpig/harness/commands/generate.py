@@ -8,7 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-from magicpig.backends import BACKENDS, DEFAULT_BACKEND
+from magicpig.backends import BACKEND_CHOICES, DEFAULT_BACKEND
+from magicpig.prefill_dtype import DEFAULT_PREFILL_DTYPE, PREFILL_DTYPES
 
 
 def register(sub) -> None:
@@ -19,9 +20,10 @@ def register(sub) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt-file", help="text file used as the user turn")
     src.add_argument("--prompt", help="the user turn as text")
-    p.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND,
-                   help=f"reference: pure torch on the device; offload: MagicPIG's device + CPU split "
-                        f"(default {DEFAULT_BACKEND})")
+    p.add_argument("--backend", choices=BACKEND_CHOICES, default=DEFAULT_BACKEND,
+                   help=f"reference: pure torch on the device; offload: MagicPIG's device + CPU split (methods "
+                        f"without one decode on the device either way); default {DEFAULT_BACKEND}: offload when "
+                        "the CPU module builds here, else reference")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
@@ -33,6 +35,9 @@ def register(sub) -> None:
     p.add_argument("--allow-long-context", action="store_true",
                    help="allow prompts beyond the model's max_position_embeddings (quality is not expected)")
     p.add_argument("--prefill-chunk", type=int, default=4096, help="prompt tokens per prefill forward")
+    p.add_argument("--prefill-dtype", choices=PREFILL_DTYPES, default=DEFAULT_PREFILL_DTYPE,
+                   help="dtype of the prefill's matrix products (default auto: bfloat16 on a CPU with AVX512-BF16 "
+                        "or AMX, else float32, the reference); decode reads float32 keys and values either way")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -57,18 +62,19 @@ def _prompt_text(args) -> str:
 
 
 def run(args) -> int:
-    from magicpig.backends import check_backend_limits
+    from magicpig.backends import check_backend_limits, effective_backend, resolve_backend
     from magicpig.harness.argcheck import check_device, check_min, check_seed
     from magicpig.methods import parse_method
 
     # every argument is checked before the model is loaded
     method = parse_method(args.method)
-    check_backend_limits(method, args.backend)  # e.g. min_collisions beyond the offload backend's 8 bits
     check_min(args.max_new_tokens, 0, "--max-new-tokens")
     check_min(args.prefill_chunk, 1, "--prefill-chunk")
     check_seed(args.seed)
     check_device(args.device)
     text = _prompt_text(args)
+    backend = resolve_backend(args.backend, "--backend")  # 'auto' may build the CPU module here (once)
+    check_backend_limits(method, backend)  # e.g. min_collisions beyond the offload backend's 8 bits
 
     from magicpig.engine import Engine, GenerationConfig
     from magicpig.models import load_model, prompt_ids, resolve
@@ -78,15 +84,17 @@ def run(args) -> int:
                               temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     model, tokenizer = load_model(args.model, device=args.device)
     ids = prompt_ids(tokenizer, text, chat=not args.no_chat_template)
-    engine = Engine(model, tokenizer, backend=args.backend, prefill_chunk=args.prefill_chunk,
-                    allow_long_context=args.allow_long_context)
+    engine = Engine(model, tokenizer, backend=backend, prefill_chunk=args.prefill_chunk,
+                    allow_long_context=args.allow_long_context, prefill_dtype=args.prefill_dtype)
     pre = engine.prefill(ids)
     res = engine.decode(pre, method, config)[0]
+    ran_on = effective_backend(method.name, backend)  # methods without an offload decoder run on reference
     record = {"answer": res.text, "cost": res.cost, "cost1": res.cost1, "total_cost": res.total_cost,
               "tokens_per_s": res.tokens_per_s, "prompt_tokens": res.prompt_tokens, "new_tokens": res.new_tokens,
               "stop_reason": res.stop_reason, "prefill_seconds": pre.seconds, "setup_seconds": res.setup_seconds,
               "decode_seconds": res.seconds,
-              "method": res.method, "params": method.params(), "backend": res.backend, "model": args.model,
+              "method": res.method, "params": method.params(), "backend": ran_on,
+              "backend_requested": backend, "prefill_dtype": engine.prefill_dtype, "model": args.model,
               "device": str(engine.device)}
     if args.json:
         print(json.dumps(record))
@@ -94,5 +102,6 @@ def run(args) -> int:
         print(res.text)
         print(f"-- {res.new_tokens} tokens in {res.seconds:.2f} s ({res.tokens_per_s:.2f} tokens/s), "
               f"prompt {res.prompt_tokens} tokens (prefill {pre.seconds:.2f} s), method {res.method} "
-              f"[{res.backend}], cost {res.cost:.4f} (+ search {res.cost1:.3f})", file=sys.stderr)
+              f"[{ran_on}, prefill {engine.prefill_dtype}], cost {res.cost:.4f} (+ search {res.cost1:.3f})",
+              file=sys.stderr)
     return 0

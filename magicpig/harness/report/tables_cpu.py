@@ -35,7 +35,7 @@ def cpu_rows(results: Path) -> pd.DataFrame | None:
 
 def batch_one(decode: pd.DataFrame) -> pd.DataFrame:
     """The measured batch-1 rows (not max-batch searches), one per (system, context): the last written."""
-    df = decode[(decode["batch"] == 1) & (decode["search"].fillna("").astype(str) == "")]
+    df = decode[(decode["batch"] == 1) & (decode["search"].astype(object).fillna("").astype(str) == "")]
     return df.drop_duplicates(["method", "backend", "context"], keep="last")
 
 
@@ -73,7 +73,8 @@ def cpu_baselines_section(results: Path) -> list[str]:
                       .itertuples(index=False)}) if "weights" in df else []
     return [f"### {TITLE}",
             "ms/token (and, in brackets, the step's bytes-limit: the bytes it must read at this machine's "
-            "streaming read; '(under load)' marks a row another process shared the CPU with). The ratios are "
+            "streaming read, then the row's share of it: ms/token over the bytes-limit, 1.0x = as fast as "
+            "reading its bytes allows; '(under load)' marks a row another process shared the CPU with). The ratios are "
             "llama.cpp's ms/token over MagicPIG's, from the same run. Weights as read: "
             + ("; ".join(weights) or "not recorded") + ".",
             table(header, rows)] + notes
@@ -86,6 +87,7 @@ def _true(value) -> bool:
 def _cell(r) -> str:
     if not _true(r["fits"]):
         return "not run"
+    ms = float(r["ms_per_token"])
     limit = pd.to_numeric(pd.Series([r.get("bytes_limit_ms")]), errors="coerce").iloc[0]
-    text = fmt(float(r["ms_per_token"]), digits=1) + ("" if pd.isna(limit) else f" ({limit:.1f})")
+    text = fmt(ms, digits=1) + ("" if pd.isna(limit) or not limit > 0 else f" ({limit:.1f}, {ms / limit:.1f}x)")
     return text + (" (under load)" if _true(r.get("under_load", False)) else "")

@@ -260,7 +260,7 @@ def test_threads_env(monkeypatch):
 
 def test_timings_reported():
     model = tiny_model("llama")
-    engine = Engine(model, None)
+    engine = Engine(model, None, backend="reference")  # the reference decode below: no CPU part
     pre = engine.prefill(random_prompt(200, seed=3))
     cfg = GenerationConfig(max_new_tokens=4, ignore_eos=True)
     off = Engine(model, None, backend="offload").decode(pre, METHOD, cfg)[0]

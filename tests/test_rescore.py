@@ -78,7 +78,10 @@ def test_rescore_after_a_scorer_change_updates_metrics_only(written, monkeypatch
         assert m["score"] == pytest.approx(100.0 / 3)
         scores = m["rescored"]["sample_scores"]
         assert scores == {f"{TASK}/384/0/{i}": (100.0 if i == 0 else 0.0) for i in range(3)}
-    # compare reads the re-scored per-sample scores, not the rows' stored ones
+    # the report's per-sample reader and compare read the re-scored scores, not the rows' stored ones
+    from magicpig.harness.report.collect import sample_scores
+
+    assert sample_scores(written / TASK / "384" / "dense" / "metrics.json") == scores
     c = compare(Side(written, "dense"), Side(written, "magicpig:K=4,L=20,local=8"))
     assert c.rows[0]["mean_a"] == pytest.approx(100.0 / 3) and c.rows[0]["difference"] == 0.0
 

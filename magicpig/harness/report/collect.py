@@ -94,7 +94,19 @@ def sample_scores(metrics_path: Path | str) -> dict[str, float]:
         score = row.get("score")
         if isinstance(score, (int, float)) and not isinstance(score, bool):
             out[str(row.get("id", i))] = float(score)
-    return out
+    rescored = _rescored_scores(Path(metrics_path))
+    return {i: rescored.get(i, s) for i, s in out.items()} if rescored else out
+
+
+def _rescored_scores(metrics_path: Path) -> dict[str, float]:
+    """The per-sample scores ``magicpig rescore`` stored in metrics.json (``rescored.sample_scores``), which
+    replace the rows' own; empty when there are none or the file cannot be read."""
+    m, problem = _read_metrics(metrics_path) if metrics_path.is_file() else ({}, "absent")
+    rescored = m.get("rescored") if not problem else None
+    got = rescored.get("sample_scores") if isinstance(rescored, dict) else None
+    if not isinstance(got, dict):
+        return {}
+    return {str(i): float(v) for i, v in got.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def run_samples(df: pd.DataFrame) -> dict[str, dict[str, float]]:

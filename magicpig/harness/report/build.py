@@ -12,6 +12,7 @@ from magicpig.harness.report import figures
 from magicpig.harness.report.claims import claims_section
 from magicpig.harness.report.collect import collect_metrics, load_reference, read_csv
 from magicpig.harness.report.coverage import coverage_section, load_run
+from magicpig.harness.report.disagreements_section import disagreements_section
 from magicpig.harness.report.html import write_html
 from magicpig.harness.report.job_times import job_time_section
 from magicpig.harness.report.markdown import fmt, table
@@ -48,6 +49,7 @@ def build_report(results: Path | str, out: Path | str, preset: str, preset_confi
     gpu_root = Path(gpu_results) if gpu_results is not None else results.parent / "gpu"
     body = skipped_section(acc, results / "ablations")
     body += claims_section(results, ref, gpu_root)
+    body += disagreements_section(acc, ref, out)
     body += ruler_section(acc, ref, out, figs)
     body += ruler_model_section(acc, ref, "ruler_table4", "RULER at 16K-256K on 512K-context models (paper Table 4)")
     body += ruler_model_section(acc, ref, "ruler_table5", "RULER on Llama-3.1-70B-Instruct (paper Table 5)")

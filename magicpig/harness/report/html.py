@@ -68,9 +68,38 @@ def _local_image(root: Path, src: str) -> Path | None:
     return path
 
 
+# a collapsed block of the Markdown: a paragraph that is exactly `<details><summary>TEXT</summary>` opens it, one
+# that is exactly `</details>` closes it. Raw HTML is off, so the parser emits both escaped; only these two whole
+# paragraphs become live tags (TEXT stays as the parser escaped it), anything else (a tag inside a table cell or
+# a sentence) stays text.
+_CLOSE = "<p>&lt;/details&gt;</p>"
+_BLOCK = re.compile(r"^<p>&lt;details&gt;&lt;summary&gt;(.*?)&lt;/summary&gt;</p>$|^<p>&lt;/details&gt;</p>$",
+                    re.M)
+
+
+def collapsible(body: str) -> str:
+    """``body`` (the parser's HTML) with the collapsed blocks of the Markdown as ``<details>`` elements (see
+    ``_BLOCK``); a closing paragraph without an open block stays text, a block left open is closed at the end."""
+    depth = 0
+
+    def repl(match: re.Match) -> str:
+        nonlocal depth
+        if match.group(0) == _CLOSE:
+            if not depth:
+                return match.group(0)
+            depth -= 1
+            return "</details>"
+        depth += 1
+        return f"<details><summary>{match.group(1)}</summary>"
+
+    out = _BLOCK.sub(repl, body)
+    return out + "</details>\n" * depth
+
+
 def render_html(markdown_text: str, folder: Path | str, title: str = "MagicPIG reproduction report") -> str:
-    """The HTML page of ``markdown_text`` (CommonMark + pipe tables), images under ``folder`` embedded."""
-    body = _inline_images(_parser().render(markdown_text), Path(folder))
+    """The HTML page of ``markdown_text`` (CommonMark + pipe tables), images under ``folder`` embedded, collapsed
+    blocks (``collapsible``) open and closed by their tags."""
+    body = collapsible(_inline_images(_parser().render(markdown_text), Path(folder)))
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}'
             f"</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}</body>\n</html>\n")
 

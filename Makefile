@@ -46,7 +46,13 @@ setup-llamacpp: setup
 test: setup
 	$(VENV)/bin/pytest -q
 
+# `magicpig doctor` first: the machine, CPU module, model and task data the preset needs, and what it will run and
+# skip; a preset that cannot run at all stops here with the doctor's reasons. The preset is the one CONFIG names
+# (CONFIG="preset=cpu-long ..."), else config/config.yaml's; DOCTOR_ARGS adds options (e.g. --no-build).
+REPRO_PRESET = $(patsubst preset=%,%,$(filter preset=%,$(CONFIG)))
 reproduce: setup
+	$(VENV)/bin/magicpig doctor $(if $(REPRO_PRESET),--preset $(REPRO_PRESET)) $(DOCTOR_ARGS) || { \
+	    echo "make reproduce: stopped, magicpig doctor says the preset cannot run (its summary above)" >&2; exit 1; }
 	$(VENV)/bin/snakemake --cores $(CORES) $(if $(CONFIG),--config $(CONFIG))
 
 # the run, then an HTML report beside REPORT.md (`snakemake --report`: REPORT.md rendered, every figure with its caption)

@@ -122,3 +122,42 @@ def test_a_config_that_is_not_a_mapping_is_refused_in_one_line(tmp_path, capsys)
     path.write_text("- just\n- a list\n")
     assert main(["doctor", "--config", str(path), "--no-build"]) == 2
     assert "holds a YAML list, not a mapping" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(__import__("shutil").which("make") is None, reason="needs make")
+def test_make_reproduce_runs_doctor_first_with_the_config_preset_and_stops_on_its_failure():
+    """`make -n reproduce` (nothing runs): the doctor line comes before snakemake, takes the preset CONFIG names
+    (or none: the config's own), and its non-zero exit ends the recipe with a message."""
+    import subprocess
+
+    root = CONFIG.parent.parent
+
+    def recipe(*args: str) -> str:
+        r = subprocess.run(["make", "-n", "reproduce", *args], cwd=root, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return r.stdout[r.stdout.index("magicpig doctor"):]
+
+    named = recipe("CONFIG=foo=1 preset=cpu-long")
+    assert "magicpig doctor --preset cpu-long" in named
+    assert named.index("magicpig doctor") < named.index("snakemake --cores")
+    assert "|| {" in named and "exit 1" in named.split("snakemake --cores")[0]
+    plain = recipe()
+    assert "magicpig doctor --preset" not in plain and "magicpig doctor" in plain
+
+
+@pytest.mark.skipif(__import__("shutil").which("make") is None, reason="needs make")
+def test_make_reproduce_doctor_step_stops_on_a_preset_that_cannot_run():
+    """The doctor step of the recipe, as `make -n` prints it, run for an unknown preset: exit 1, the doctor's
+    summary and the recipe's message, and the snakemake line never reached."""
+    import subprocess
+    import sys
+
+    root = CONFIG.parent.parent
+    r = subprocess.run(["make", "-n", "reproduce", "CONFIG=preset=nosuch", "DOCTOR_ARGS=--no-build",
+                        f"VENV={sys.prefix}"], cwd=root, capture_output=True, text=True, timeout=60)
+    text = r.stdout[r.stdout.index(f"{sys.prefix}/bin/magicpig doctor"):]
+    step = text[:text.index(f"{sys.prefix}/bin/snakemake")] + "echo SNAKEMAKE-REACHED"
+    done = subprocess.run(["bash", "-c", step], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert "preset nosuch cannot run" in done.stdout and "SNAKEMAKE-REACHED" not in done.stdout
+    assert "make reproduce: stopped" in done.stderr

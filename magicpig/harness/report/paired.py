@@ -76,15 +76,20 @@ def current_level(level: float | None = None) -> float:
 
 
 @contextmanager
-def recording_t_intervals():
-    """Within the block, each Student t interval over units appends (scale, n, sd, level) to the yielded list:
-    scale 'log' (``log_t_interval``: sd of the log ratios) or 'linear' (``mean_t_interval``)."""
+def collecting(var: ContextVar):
+    """Within the block, ``var`` holds a fresh list, yielded, that the code the block runs appends its records to."""
     out: list = []
-    token = _T_RECORD.set(out)
+    token = var.set(out)
     try:
         yield out
     finally:
-        _T_RECORD.reset(token)
+        var.reset(token)
+
+
+def recording_t_intervals():
+    """Within the block, each Student t interval over units appends (scale, n, sd, level) to the yielded list:
+    scale 'log' (``log_t_interval``: sd of the log ratios) or 'linear' (``mean_t_interval``)."""
+    return collecting(_T_RECORD)
 
 
 def _record(scale: str, n: int, sd: float, level: float) -> None:

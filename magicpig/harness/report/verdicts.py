@@ -6,7 +6,6 @@ A verdict is reproduced / not reproduced / not testable here (why). ``decide`` t
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ import pandas as pd
 
 from magicpig.harness.report.bootstrap import Interval
 from magicpig.harness.report.collect import canonical, collect_metrics
+from magicpig.harness.report.paired import collecting
 
 REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE = "reproduced", "not reproduced", "not testable here"
 
@@ -43,15 +43,9 @@ def testable(reason: str, mde: str = "") -> Verdict:
 _TESTS_MADE: ContextVar[list | None] = ContextVar("tests_made", default=None)
 
 
-@contextmanager
 def recording_tests():
     """Within the block, each ``decide`` call appends (n, min_n, status) to the yielded list."""
-    out: list = []
-    token = _TESTS_MADE.set(out)
-    try:
-        yield out
-    finally:
-        _TESTS_MADE.reset(token)
+    return collecting(_TESTS_MADE)
 
 
 def decide(iv: Interval, threshold: float, *, min_n: int, above: bool = True, strict: bool = False) -> Verdict:

@@ -117,15 +117,3 @@ def run_samples(df: pd.DataFrame) -> dict[str, dict[str, float]]:
         if scores:
             out.setdefault(r.task, {}).update(scores)
     return out
-
-
-def run_interval(row) -> tuple[float, float, float, int]:
-    """(mean, lo, hi, n) of one run (a ``collect_metrics`` row): the mean of its per-sample scores with a 95%
-    percentile bootstrap interval; without them the metrics' score, zero width."""
-    from magicpig.harness.report.bootstrap import mean_interval
-
-    scores = list(sample_scores(row.path).values())
-    if not scores:
-        return float(row.score), float(row.score), float(row.score), int(row.samples or 0)
-    iv = mean_interval(scores)
-    return iv.value, iv.lo, iv.hi, len(scores)

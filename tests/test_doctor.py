@@ -113,7 +113,8 @@ def test_job_time_from_the_last_run_s_benchmark_files(tmp_path, offline):
     _, findings, _ = doctor.diagnose(path, None, build=False, results=tmp_path / "results")
     (t,) = [f for f in findings if f.area == "time"]
     assert t.detail.startswith("2.00 h over 2 jobs") and "longest job 90 min" in t.detail
-    _, findings, _ = doctor.diagnose(path, None, build=False, results=tmp_path / "fresh")
+    _, findings, _ = doctor.diagnose(path, None, build=False, results=tmp_path / "fresh",
+                                     reference_root=tmp_path / "no-references")
     assert [f.detail for f in findings if f.area == "time"][0].startswith("no measured job times yet")
 
 

@@ -189,20 +189,40 @@ def gpu() -> Finding:
                                       f"{props.total_memory / 2**30:.0f} GiB, capability {props.major}.{props.minor}")
 
 
-def job_time(results: Path) -> Finding:
-    """The preset's job time as last measured on this machine (Snakemake's benchmark files under
-    ``results``), the best estimate of a full rerun; none on a fresh clone."""
+def job_time(results: Path, preset: str, preset_config: dict, reference_root: Path | None = None) -> Finding:
+    """The preset's job time: as last measured on this machine (Snakemake's benchmark files under
+    ``results``), the best estimate of a full rerun; on a fresh clone, the committed reference run's
+    (``reference_runs``), saying on which machine it was measured and whether its config equals this one."""
+    from magicpig.harness import reference_runs
     from magicpig.harness.report.job_times import read_job_times
 
     try:
         df = read_job_times(results)
     except (ValueError, OSError) as exc:
         return Finding("time", "job time", WARN, f"benchmark files under {results} unreadable: {exc}")
-    if df.empty:
-        return Finding("time", "job time", OK, f"no measured job times yet ({results / 'benchmarks'} is empty)")
-    return Finding("time", "job time", OK, f"{df['seconds'].sum() / 3600:.2f} h over {len(df)} jobs, measured by "
-                                           f"the last run into {results} (longest job {df['seconds'].max() / 60:.0f}"
-                                           " min); a rerun into it redoes only what is missing")
+    if not df.empty:
+        return Finding("time", "job time", OK, f"{df['seconds'].sum() / 3600:.2f} h over {len(df)} jobs, measured "
+                                               f"by the last run into {results} (longest job "
+                                               f"{df['seconds'].max() / 60:.0f} min); a rerun into it redoes only "
+                                               "what is missing")
+    root = reference_runs.ROOT if reference_root is None else reference_root
+    try:
+        folder = reference_runs.latest(preset, root)
+        ref = reference_runs.read(folder) if folder is not None else None
+    except (ValueError, OSError) as exc:
+        return Finding("time", "job time", WARN, f"no measured job times under {results}; the reference run is "
+                                                 f"unreadable: {exc}")
+    if ref is None:
+        return Finding("time", "job time", OK, f"no measured job times yet ({results / 'benchmarks'} is empty, "
+                                               f"no reference run of {preset} under {root})")
+    same = ref.config_sha256 == reference_runs.config_digest(preset_config)
+    cores = f"{ref.cores} cores" if ref.cores else "cores unknown"
+    return Finding("time", "job time", OK if same else WARN,
+                   f"about {ref.job_seconds / 3600:.2f} h over {ref.jobs} jobs: the reference run {ref.folder} "
+                   f"({ref.cpu_model}, {cores}, {ref.date}); "
+                   + ("its preset config equals this one" if same else
+                      "its preset config differs from this one, so the time is a rough guide")
+                   + "; a slower or busier machine takes longer")
 
 
 def preset_tasks(p: dict) -> dict[str, list[str]]:
@@ -250,10 +270,11 @@ def load_config(path: Path, preset: str | None, warn: Callable[[str], None]) -> 
     return p, name, []
 
 
-def diagnose(config_path: Path, preset: str | None, *, build: bool = True, results: Path | None = None
-             ) -> tuple[str, list[Finding], list[str]]:
+def diagnose(config_path: Path, preset: str | None, *, build: bool = True, results: Path | None = None,
+             reference_root: Path | None = None) -> tuple[str, list[Finding], list[str]]:
     """(preset name, every finding, the summary lines: what runs, what is skipped and why). ``results``: the
-    preset's results folder (default ``results/<preset>``), for its measured job times."""
+    preset's results folder (default ``results/<preset>``), for its measured job times; ``reference_root``: the
+    folder of reference runs (default ``figures/reference``), for an estimate where none are measured."""
     warnings: list[str] = []
     p, name, problems = load_config(config_path, preset, warnings.append)
     findings = machine() + cpu_module(build) + [gpu()]
@@ -262,7 +283,7 @@ def diagnose(config_path: Path, preset: str | None, *, build: bool = True, resul
         findings += [Finding("config", f"preset {name}", FAIL, line.lstrip("- ")) for line in problems]
         return name, findings, [f"preset {name} cannot run: its config has {len(problems)} problem(s)"]
     findings.append(model(p["model"]))
-    findings.append(job_time(results or Path("results") / name))
+    findings.append(job_time(results or Path("results") / name, name, p, reference_root))
     blocks = preset_tasks(p)
     from magicpig_tasks.registry import DATA_TASKS
 

@@ -39,6 +39,22 @@ def check_seed(value: int, field: str = "--seed") -> int:
     return value
 
 
+def check_kl_option(text: str, field: str = "--kl") -> tuple[int, int]:
+    """One ``K,L`` option value: magicpig.lsh's one (K, L) parser, then its limits, errors naming the option.
+    Each value holds one pair, so a list in one value is refused with a hint to repeat the option."""
+    from magicpig.lsh import check_kl, parse_kl
+
+    try:
+        K, L = parse_kl(text)
+    except ValueError as exc:
+        raise ValueError(f"{field}: {exc}; repeat {field} for more pairs") from None
+    try:
+        check_kl(K, L)
+    except ValueError as exc:
+        raise ValueError(f"{field}: {exc}") from None
+    return K, L
+
+
 def check_min(value, minimum: int, field: str):
     """An integer >= minimum."""
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:

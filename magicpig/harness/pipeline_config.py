@@ -376,6 +376,7 @@ def sweep_methods(sweeps: dict | None) -> list[str]:
     has its defaults filled in (``validate_pipeline_config``)."""
     if not sweeps or not sweeps["tasks"]:
         return []
+    from magicpig.lsh import parse_kl
     from magicpig.methods import canonical_spec
 
     specs = ["dense"]
@@ -386,8 +387,8 @@ def sweep_methods(sweeps: dict | None) -> list[str]:
         for L in centering["L"]:
             specs += [f"magicpig:K={centering['K']},L={L}", f"magicpig:K={centering['K']},L={L},centering=false"]
     for kl in sweeps["magicpig_kl"]:
-        K, L = kl.split(",")
-        specs.append(f"magicpig:K={int(K)},L={int(L)}")
+        K, L = parse_kl(kl)
+        specs.append(f"magicpig:K={K},L={L}")
     out, seen = [], set()
     for spec in specs:
         try:

@@ -7,18 +7,6 @@ from magicpig.backends import BENCH_BACKENDS
 from magicpig.harness.progress import heartbeat
 
 
-def _parse_kl(text: str) -> tuple[int, int]:
-    """``--kl K,L``: magicpig.lsh's one (K, L) parser, then its limits, errors naming the option."""
-    from magicpig.lsh import check_kl, parse_kl
-
-    try:
-        K, L = parse_kl(text)
-        check_kl(K, L)
-    except ValueError as exc:
-        raise ValueError(f"--kl: {exc}") from None
-    return K, L
-
-
 def _register_kernel(sub) -> None:
     p = sub.add_parser("kernel", help="CPU module: time per decode step, bandwidth, speedup vs exact attention")
     p.add_argument("--n", type=int, action="append", help="context length(s) (default 16384, 65536, 131072)")
@@ -36,9 +24,10 @@ def _register_kernel(sub) -> None:
 def _run_kernel(args) -> int:
     import torch
 
+    from magicpig.harness.argcheck import check_kl_option
     from magicpig.harness.bench import kernel as bench_kernel
 
-    kls = tuple(_parse_kl(x) for x in args.kl) if args.kl else bench_kernel.KLS
+    kls = tuple(check_kl_option(x) for x in args.kl) if args.kl else bench_kernel.KLS
     for n in args.n or ():
         if n < 1:
             raise ValueError(f"--n must be positive, got {n}")

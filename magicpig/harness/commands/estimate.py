@@ -48,21 +48,6 @@ def _floats(text: str, field: str) -> list[float]:
     return vals
 
 
-def parse_kl(items: list[str] | str) -> list[tuple[int, int]]:
-    """``--kl`` values, one (K, L) pair each (``10,150``; magicpig.lsh.parse_kl) -> [(10, 150), ...]."""
-    from magicpig.lsh import parse_kl as parse_pair
-
-    out = []
-    for item in [items] if isinstance(items, str) else items:
-        try:
-            out.append(parse_pair(item))
-        except ValueError as exc:
-            raise ValueError(f"--kl: {exc}; repeat --kl for more pairs") from None
-    if not out:
-        raise ValueError("--kl: expected at least one K,L pair, e.g. 10,150")
-    return out
-
-
 def _paper_kl() -> list[tuple[int, int]]:
     """The paper's RULER/LongBench (K, L) settings (config/paper_reference.yaml), the default of --kl."""
     from magicpig_tasks.paper import kl_settings
@@ -177,22 +162,23 @@ def run_experiment(args) -> int:
     from magicpig_tasks.experiments.capture import Capture
 
     names = EXPERIMENTS if args.experiment_name == "all" else (args.experiment_name,)
+    from magicpig.harness.argcheck import (check_fraction, check_kl_option, check_layer_spec, check_min,
+                                           check_seed, check_writable_dir)
+    from magicpig.lsh import check_kl
+
     # validate cheap arguments before loading the capture
     budgets = _floats(args.budgets, "--budgets") if hasattr(args, "budgets") else None
-    kl = (parse_kl(args.kl) if args.kl else _paper_kl()) if hasattr(args, "kl") else None
+    kl = ([check_kl_option(x) for x in args.kl] if args.kl else _paper_kl()) if hasattr(args, "kl") else None
     Ks = _ints(args.K, "--K") if hasattr(args, "K") else None
     Ls = _ints(args.L, "--L") if hasattr(args, "L") else None
-    from magicpig.harness.argcheck import check_fraction, check_layer_spec, check_min, check_seed, check_writable_dir
-    from magicpig.lsh import check_kl
 
     if args.max_queries is not None:
         check_min(args.max_queries, 1, "--max-queries")
-    pairs = [("--kl", K, L) for K, L in kl or []] + [("--K/--L", K, L) for K in Ks or [] for L in Ls or []]
-    for option, K, L in pairs:
+    for K, L in [(K, L) for K in Ks or [] for L in Ls or []]:
         try:
             check_kl(K, L)
         except ValueError as exc:
-            raise ValueError(f"{option}: {exc}") from None
+            raise ValueError(f"--K/--L: {exc}") from None
     check_layer_spec(args.layers)
     check_seed(args.seed)
     check_min(args.sinks, 0, "--sinks")

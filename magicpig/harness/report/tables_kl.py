@@ -17,6 +17,7 @@ import pandas as pd
 from magicpig.harness.report.collect import canonical, collect_metrics, load_reference
 from magicpig.harness.report.coverage_run import Run, not_run, partial
 from magicpig.harness.report.markdown import fmt, table
+from magicpig.lsh import parse_kl
 
 HEADING = "(K, L) ablation tables"
 TABLES = {
@@ -31,7 +32,7 @@ def setting_method(setting: str) -> str:
     """A paper table's setting ("full" or "K,L") as the canonical method spec our runs are keyed by."""
     if setting == "full":
         return "dense"
-    K, L = (int(x) for x in str(setting).split(","))
+    K, L = parse_kl(setting)
     return canonical(f"magicpig:K={K},L={L}")
 
 

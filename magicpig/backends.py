@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from dataclasses import dataclass
 
 BACKENDS: tuple[str, ...] = ("reference", "offload")
 AUTO_BACKEND = "auto"
@@ -26,6 +27,31 @@ DEFAULT_BACKEND = AUTO_BACKEND  # Engine, patch, magicpig eval / generate, EvalC
 # model's GGUF file (dense only) and the engine's
 BENCH_BACKENDS: tuple[str, ...] = ("stock", "llamacpp") + BACKENDS
 BASELINE_BACKENDS: tuple[str, ...] = ("stock", "llamacpp")  # other decoders, timed beside ours: dense only
+
+
+@dataclass(frozen=True)
+class SpecOnBackend:
+    """A method spec and the decoder ``bench decode`` times it on, written ``SPEC@BACKEND`` (``dense@stock``).
+    ``backend`` is one of BENCH_BACKENDS, or "" where the text names none (the caller's default applies).
+    The spec is kept as written; ``magicpig.methods.parse_method`` reads it."""
+
+    spec: str
+    backend: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.spec}@{self.backend}" if self.backend else self.spec
+
+
+def parse_spec_at_backend(text: str) -> SpecOnBackend:
+    """``SPEC[@BACKEND]`` -> SpecOnBackend, the one reader of that form (split at the last '@'). ValueError
+    naming BENCH_BACKENDS when the backend after '@' is not one of them."""
+    spec, at, backend = str(text).strip().rpartition("@")
+    if not at:
+        return SpecOnBackend(backend)
+    if backend not in BENCH_BACKENDS:
+        raise ValueError(f"backend after '@' must be one of {', '.join(BENCH_BACKENDS)}, got {backend!r} in "
+                         f"{text!r}")
+    return SpecOnBackend(spec, backend)
 
 
 def check_backend(backend: str, field: str = "backend") -> str:

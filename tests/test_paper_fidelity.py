@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from magicpig.backends import parse_spec_at_backend
 from magicpig.harness.pipeline_config import ruler_methods_by_length, validate_pipeline_config
+from magicpig.lsh import parse_kl
 from magicpig.methods import canonical_spec, parse_method
 from magicpig_tasks import paper
 
@@ -50,8 +52,8 @@ def setting_spec(setting: str) -> str:
     """A (K, L) table's setting ("full" or "K,L") as a method spec."""
     if setting == "full":
         return "dense"
-    K, L = str(setting).split(",")
-    return f"magicpig:K={int(K)},L={int(L)}"
+    K, L = parse_kl(setting)
+    return f"magicpig:K={K},L={L}"
 
 
 def rows(table: str, model: str) -> dict:
@@ -155,7 +157,7 @@ def test_table6_reasoning(table, preset, model):
 def test_table7_benchmarks_its_six_settings(table, preset, model):
     """Table 7's six (K, L) at its context, and no other MagicPIG setting (the old list had (8,90), not (11,300))."""
     db, section = presets()[preset]["decode_bench"], paper.table_section(table)
-    ours = {canonical_spec(m) for m in db["methods"] if parse_method(m.partition("@")[0]).name == "magicpig"}
+    ours = {canonical_spec(m) for m in db["methods"] if parse_method(parse_spec_at_backend(m).spec).name == "magicpig"}
     assert ours == canon(section["rows"])
     assert section["context"] in db["lengths"] and db["max_throughput"] and 1 in db["batches"]
     assert (db["steps"], db["warmup"]) == (128, 32)  # the paper's protocol (PAPER.md: 32 warm-up, 128 timed)
@@ -198,8 +200,8 @@ def scheduled(preset: str) -> tuple[set, set]:
             evals |= {(t, int(n), canonical_spec(m), opts["--samples"][0]) for t in opts["--task"]
                       for n in opts["--length"] for m in opts["--method"]}
         if "bench" in words and "decode" in words and "--model" in opts and not opts["--model"][0].startswith("shape:"):
-            decode |= {(int(n), canonical_spec(m.partition("@")[0])) for n in opts["--context"]
-                       for m in opts["--method"] if "@" not in m}
+            decode |= {(int(n), canonical_spec(m)) for n in opts["--context"]
+                       for m in opts["--method"] if not parse_spec_at_backend(m).backend}
     return evals, decode
 
 

@@ -236,8 +236,7 @@ def method_problems(path: str, specs: list[str], *, eval_specs: bool, eval_backe
     """Unparsable specs, duplicate / equivalent ones, specs beyond the limits of their backend (``eval_backend``
     for an eval list) and, for an eval list, folder names that two specs would share. ``eval_specs``: the
     list goes to ``magicpig eval``; otherwise to ``bench decode``, which also takes SPEC@BACKEND."""
-    from magicpig.backends import BASELINE_BACKENDS, BENCH_BACKENDS as DECODE_BACKENDS
-    from magicpig.backends import check_backend_limits, system_backend
+    from magicpig.backends import BASELINE_BACKENDS, check_backend_limits, parse_spec_at_backend, system_backend
     from magicpig.methods import canonical_spec  # equal for equivalent specs ('magicpig', 'magicpig:K=10,L=150')
     from magicpig.methods import parse_method
     from magicpig.methods.spec_names import check_dirnames
@@ -245,12 +244,13 @@ def method_problems(path: str, specs: list[str], *, eval_specs: bool, eval_backe
     out, seen = [], {}
     for i, raw in enumerate(specs):
         spec, backend = raw, ""
-        if not eval_specs and "@" in raw:
-            spec, _, backend = raw.rpartition("@")
-            if backend not in DECODE_BACKENDS:
-                out.append(f"{path}[{i}]: backend after '@' must be one of {', '.join(DECODE_BACKENDS)}, "
-                           f"got {backend!r} in {raw!r}")
+        if not eval_specs:
+            try:
+                given = parse_spec_at_backend(raw)
+            except ValueError as exc:
+                out.append(f"{path}[{i}]: {exc}")
                 continue
+            spec, backend = given.spec, given.backend
         try:
             key = (canonical_spec(spec), backend)  # one method on two decode backends: two measurements
             method = parse_method(spec)
@@ -435,6 +435,7 @@ def answer_budget(tasks: list[str]) -> int:
 
 def layer_problems(path: str, p: dict, layers: int | None, label: str) -> list[str]:
     """Methods whose explicit ``dense_layers`` name a layer the preset's model does not have."""
+    from magicpig.backends import parse_spec_at_backend
     from magicpig.methods import parse_method
 
     out = []
@@ -444,8 +445,8 @@ def layer_problems(path: str, p: dict, layers: int | None, label: str) -> list[s
     for where, specs in lists if layers else ():
         block = where.split(".")[0]
         for i, raw in enumerate(specs):
-            spec = raw.rpartition("@")[0] if block == "decode_bench" and "@" in raw else raw
             try:
+                spec = parse_spec_at_backend(raw).spec if block == "decode_bench" else raw
                 parse_method(spec).dense_layer_set(layers)
             except ValueError as exc:  # an unparsable spec is method_problems' to report
                 if "dense_layers" in str(exc):

@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from magicpig.backends import BASELINE_BACKENDS, BENCH_BACKENDS, system_backend
+from magicpig.backends import BASELINE_BACKENDS, BENCH_BACKENDS, SpecOnBackend, parse_spec_at_backend, system_backend
 from magicpig.harness.bench import llamacpp, memory
 from magicpig.harness.bench.prompts import essay_tokens, random_tokens, repeat_batch, tile_prefill
 from magicpig.harness.bench.table import Table, bytes_limit, is_under_load, summary
@@ -46,12 +46,12 @@ def parse_method_arg(item: str) -> tuple[str, str]:
     only."""
     from magicpig.methods import parse_method
 
-    spec, _, backend = item.rpartition("@") if "@" in item else (item, "", "")
-    method = parse_method(spec)
-    backend = backend or system_backend(method.name)
-    if backend not in BACKENDS:
-        raise ValueError(f"--method {item!r}: backend after '@' must be one of {', '.join(BACKENDS)}, "
-                         f"got {backend!r}")
+    try:
+        given = parse_spec_at_backend(item)
+    except ValueError as exc:
+        raise ValueError(f"--method: {exc}") from None
+    method = parse_method(given.spec)
+    backend = given.backend or system_backend(method.name)
     if backend in BASELINE_BACKENDS and method.name != "dense":
         raise ValueError(f"--method {item!r}: backend {backend!r} (stock transformers or llama.cpp) runs 'dense' only")
     return method.spec(), backend
@@ -493,7 +493,7 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
     contexts, batches = tuple(contexts), tuple(batches)
     _check(fill, steps, warmup, contexts, batches, tile_base, offload_dtype, max_batch, linear, forward, weights,
            llamacpp_kv)
-    methods = [parse_method_arg(m) if isinstance(m, str) else parse_method_arg(f"{m[0]}@{m[1]}") for m in methods]
+    methods = [parse_method_arg(m if isinstance(m, str) else str(SpecOnBackend(*m))) for m in methods]
     if not methods:
         raise ValueError("methods must not be empty")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -51,10 +51,10 @@ WEIGHT_STORAGE_BYTES = {"bfloat16": 2.0, "q8_0": 1.125}
 def method_family(method: str, backend: str | None = None) -> str | None:
     """``dense@stock`` (stock transformers SDPA + DynamicCache), ``dense`` (our dense decoder),
     ``magicpig`` (offload backend), or None for a method the model does not describe."""
-    spec = str(method).strip()
-    if "@" in spec:
-        spec, backend = spec.split("@", 1)
-    name, backend = spec.split(":", 1)[0].strip().lower(), str(backend or "").strip().lower()
+    from magicpig.backends import parse_spec_at_backend
+
+    given = parse_spec_at_backend(method)
+    name, backend = given.spec.split(":", 1)[0].strip().lower(), str(given.backend or backend or "").strip().lower()
     if backend == "llamacpp":
         return None  # another runtime's kernels: the bench row carries its own bytes-limit
     if name == "dense":
@@ -94,9 +94,10 @@ class SparseSetting:
 
 
 def sparse_setting(spec: str, layers: int, sampled_fraction: float | None = None, generated: int = 64) -> SparseSetting:
+    from magicpig.backends import parse_spec_at_backend
     from magicpig.methods import parse_method
 
-    m = parse_method(spec.split("@", 1)[0])
+    m = parse_method(parse_spec_at_backend(spec).spec)
     if m.name != "magicpig":
         raise ValueError(f"method: {spec!r} is not a magicpig spec")
     frac = sampled_fraction if sampled_fraction is not None and math.isfinite(sampled_fraction) else 0.02

@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 
 from magicpig.harness.report import build_report
-from magicpig.harness.report.bootstrap import Interval, mean_interval, stratified_interval
-from magicpig.harness.report.claims import (NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Context, Verdict, combine,
-                                            decide, evaluate)
+from magicpig.harness.report.claims import evaluate
+from magicpig.harness.report.claims_context import Context
 from magicpig.harness.report.collect import load_reference
+from magicpig.harness.stats.bootstrap import Interval, mean_interval, stratified_interval
+from magicpig.harness.stats.verdicts import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Verdict, combine, decide
 
 
 # ---- bootstrap ---------------------------------------------------------------------------------------------
@@ -288,7 +289,7 @@ def test_minimum_detectable_effect_of_thin_tasks_follows_the_formula(tmp_path):
 
 
 def test_minimum_detectable_effect_of_a_straddling_interval_is_2_8_standard_errors():
-    from magicpig.harness.report import detectable
+    from magicpig.harness.stats import detectable
     assert detectable.from_interval(-5.0, 5.0) == pytest.approx(5.0 / 1.959964 * (1.959964 + 0.841621), rel=1e-5)
     assert detectable.from_pairs([(10, float("nan"))]) == pytest.approx(2.8016 * math.sqrt(1000 / 10), rel=1e-4)
     assert detectable.from_units(1, float("nan")) == math.inf
@@ -308,7 +309,7 @@ def test_ruler_straddle_shows_the_mde_from_its_interval(tmp_path):
 def _holm_claims(monkeypatch, pvalues):
     """Claims of a stand-in test kind decided when its p-value is within 1 - the interval level in force."""
     from magicpig.harness.report import claims as C
-    from magicpig.harness.report.paired import current_level
+    from magicpig.harness.stats.paired import current_level
 
     def by_p(claim, ctx):  # an interval whose lower bound clears 0 exactly when p <= 1 - level
         v = decide(Interval(1.0, (1.0 - current_level()) - claim["p"] + 1e-12, 2.0, 10), 0.0, min_n=1)

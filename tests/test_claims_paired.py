@@ -1,4 +1,4 @@
-"""The claims table's intervals (magicpig.harness.report.paired) against reference implementations (scipy,
+"""The claims table's intervals (magicpig.harness.stats.paired) against reference implementations (scipy,
 statsmodels), a published worked example of Newcombe's paired interval, and their behaviour at the edges."""
 import math
 
@@ -7,10 +7,10 @@ import pytest
 from scipy import special, stats
 from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
 
-from magicpig.harness.report.bootstrap import mean_interval
-from magicpig.harness.report.paired import (TaskInterval, betainc, clopper_pearson, expanded_level, level_interval,
-                                            log_t_interval, mover, newcombe_paired, paper_interval, t_ppf,
-                                            task_average, task_difference, wilson)
+from magicpig.harness.stats.bootstrap import mean_interval
+from magicpig.harness.stats.paired import (TaskInterval, betainc, clopper_pearson, expanded_level, level_interval,
+                                           log_t_interval, mover, newcombe_paired, paper_interval, t_ppf,
+                                           task_average, task_difference, wilson)
 
 
 @pytest.mark.parametrize("a,b,x", [(0.5, 0.5, 0.1), (2.5, 3.5, 0.3), (1, 20, 0.05), (30, 2, 0.97), (0.5, 7, 0.8)])

@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from magicpig.harness.report.claims import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, claims_section, evaluate
+from magicpig.harness.report.claims import claims_section, evaluate
 from magicpig.harness.report.collect import load_reference
+from magicpig.harness.stats.verdicts import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED
 
 RULER13 = ["niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",
            "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe", "qa_1", "qa_2"]

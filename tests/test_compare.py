@@ -11,8 +11,8 @@ import pytest
 from magicpig.harness.cli import main
 from magicpig.harness.compare import Side, compare
 from magicpig.harness.provenance import prompt_hash
-from magicpig.harness.report.paired import task_difference
 from magicpig.harness.results_paths import method_dir
+from magicpig.harness.stats.paired import task_difference
 
 
 def write_run(out: Path, spec: str, scores: dict[str, float], *, task: str = "ruler/cwe", length: int = 4096,

@@ -1,4 +1,4 @@
-"""Coverage simulation of every interval procedure the claims table uses (magicpig.harness.report.paired).
+"""Coverage simulation of every interval procedure the claims table uses (magicpig.harness.stats.paired).
 
 Each procedure is run, as the claims call it, on synthetic data whose true value is known, at n = 10, 20, 40
 and 100, with ties and values at the bounds of the score range (0/100 scores with p near 0 and 1, graded
@@ -23,9 +23,9 @@ import pytest
 from scipy import stats
 from statsmodels.stats.proportion import proportion_confint
 
-from magicpig.harness.report.paired import (SCORE_RANGE, TaskInterval, clopper_pearson, graded_bounds,
-                                            log_t_interval, mean_t_interval, mover, newcombe_paired,
-                                            unit_mean_bounds)
+from magicpig.harness.stats.paired import (SCORE_RANGE, TaskInterval, clopper_pearson, graded_bounds,
+                                           log_t_interval, mean_t_interval, mover, newcombe_paired,
+                                           unit_mean_bounds)
 
 NOMINAL, REPS, ALLOWANCE = 0.95, 4000, 0.01
 NS = (10, 20, 40, 100)

@@ -69,6 +69,17 @@ def test_dependencies_run_one_way():
     assert not wrong, "\n".join(wrong)
 
 
+def test_statistics_import_no_report():
+    """magicpig.harness.stats holds the statistics the claims table and ``magicpig compare`` share: it imports
+    no project module outside itself (in particular nothing of the report), so both call the same pure code."""
+    graph = _graph()
+    stats = [name for name in graph if name == "magicpig.harness.stats" or name.startswith("magicpig.harness.stats.")]
+    assert "magicpig.harness.stats.verdicts" in stats
+    wrong = [f"{a} imports {b}" for a in stats for b in sorted(graph[a])
+             if not (b == "magicpig.harness.stats" or b.startswith("magicpig.harness.stats."))]
+    assert not wrong, "\n".join(wrong)
+
+
 def test_no_import_circle():
     graph = _graph()
     # A package's __init__ importing its own submodules is how packages are made, not a circle.

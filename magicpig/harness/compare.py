@@ -2,11 +2,11 @@
 
 Run A and run B are one method each in a results folder written by ``magicpig eval`` (two folders, or two
 methods of one folder). At every (task, length) both have, the samples are paired by id and the difference
-A - B of their mean scores gets the interval the claims table builds (``report.paired.task_difference``:
+A - B of their mean scores gets the interval the claims table builds (``stats.paired.task_difference``:
 Newcombe's paired interval for 0/100 scores, the hulled bootstrap for graded ones); tasks of one length are
-averaged with MOVER (``report.paired.task_average``). Each row states the n it rests on, the minimum
-detectable effect (``report.detectable.from_interval``) and, given a margin, a verdict made by the claims
-table's ``report.verdicts.decide``:
+averaged with MOVER (``stats.paired.task_average``). Each row states the n it rests on, the minimum
+detectable effect (``stats.detectable.from_interval``) and, given a margin, a verdict made by the claims
+table's ``stats.verdicts.decide``:
 
 * non-inferiority (default): A is non-inferior when the whole interval of A - B lies at or above -margin,
   inferior when it lies wholly below, otherwise inconclusive;
@@ -31,11 +31,11 @@ from pathlib import Path
 from magicpig.harness.disagreements import PairedUnit
 from magicpig.harness.predictions import read_rows
 from magicpig.harness.provenance import differences as provenance_differences
-from magicpig.harness.report.bootstrap import Interval
 from magicpig.harness.report.collect import canonical, collect_metrics
-from magicpig.harness.report.detectable import from_interval
-from magicpig.harness.report.paired import interval_level, task_average, task_difference
-from magicpig.harness.report.verdicts import NOT_REPRODUCED, REPRODUCED, decide
+from magicpig.harness.stats.bootstrap import Interval
+from magicpig.harness.stats.detectable import from_interval
+from magicpig.harness.stats.paired import interval_level, task_average, task_difference
+from magicpig.harness.stats.verdicts import NOT_REPRODUCED, REPRODUCED, decide
 
 # metrics.json fields two compared runs must share (the method and what it costs are what is compared)
 RUN_FIELDS = ("model", "setup", "metric", "task_settings")

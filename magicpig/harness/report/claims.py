@@ -15,13 +15,13 @@ from typing import Callable
 
 from magicpig.harness.report.claims_accuracy import near, superior
 from magicpig.harness.report.claims_centering import centering
-from magicpig.harness.report import detectable
-from magicpig.harness.report.bootstrap import LEVEL
+from magicpig.harness.report.claims_context import Context
 from magicpig.harness.report.claims_system import error_ratio, speedup, table9
 from magicpig.harness.report.markdown import table
-from magicpig.harness.report.paired import interval_level, recording_t_intervals
-from magicpig.harness.report.verdicts import (NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Context,  # noqa: F401
-                                              Verdict, combine, decide, recording_tests, testable)
+from magicpig.harness.stats import detectable
+from magicpig.harness.stats.bootstrap import LEVEL
+from magicpig.harness.stats.paired import interval_level, recording_t_intervals
+from magicpig.harness.stats.verdicts import NOT_TESTABLE, Verdict, recording_tests, testable
 
 
 @dataclass

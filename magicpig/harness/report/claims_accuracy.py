@@ -15,14 +15,14 @@ import pandas as pd
 
 import numpy as np
 
-from magicpig.harness.report import detectable
-from magicpig.harness.report.bootstrap import Interval
+from magicpig.harness.report.claims_context import Context, family, of_method
 from magicpig.harness.report.collect import canonical, run_samples
 from magicpig.harness.report.markdown import fmt
-from magicpig.harness.report.paired import (SCORE_RANGE, TaskInterval, level_interval, methods_used,
-                                            paper_interval, task_average, task_difference)
-from magicpig.harness.report.verdicts import (NOT_REPRODUCED, NOT_TESTABLE, Context, Verdict, combine, decide,
-                                              family, of_method, testable)
+from magicpig.harness.stats import detectable
+from magicpig.harness.stats.bootstrap import Interval
+from magicpig.harness.stats.paired import (SCORE_RANGE, TaskInterval, level_interval, methods_used,
+                                           paper_interval, task_average, task_difference)
+from magicpig.harness.stats.verdicts import NOT_REPRODUCED, NOT_TESTABLE, Verdict, combine, decide, testable
 
 FLOOR, CEILING = "floor", "ceiling"
 

@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import pandas as pd
 
-from magicpig.harness.report import canvas, detectable
-from magicpig.harness.report.bootstrap import Interval
+from magicpig.harness.report import canvas
 from magicpig.harness.report.claims_accuracy import levels_text, task_levels
+from magicpig.harness.report.claims_context import Context, empty_metrics, of_method
 from magicpig.harness.report.collect import collect_metrics
 from magicpig.harness.report.markdown import fmt
-from magicpig.harness.report.paired import clopper_pearson, current_level, mean_t_interval
-from magicpig.harness.report.verdicts import (NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Context, Verdict, combine, decide,
-                                              empty_metrics, of_method, testable)
+from magicpig.harness.stats import detectable
+from magicpig.harness.stats.bootstrap import Interval
+from magicpig.harness.stats.paired import clopper_pearson, current_level, mean_t_interval
+from magicpig.harness.stats.verdicts import (NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Verdict, combine, decide,
+                                             testable)
 
 
 def _where(df: pd.DataFrame, length_col: str) -> str:

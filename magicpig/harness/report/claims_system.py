@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 
 from magicpig.harness.report import canvas
+from magicpig.harness.report.claims_context import Context, family
 from magicpig.harness.report.markdown import fmt
-from magicpig.harness.report.paired import log_t_interval
-from magicpig.harness.report.verdicts import (NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Context, Verdict, combine,
-                                              decide, family, testable)
+from magicpig.harness.stats.paired import log_t_interval
+from magicpig.harness.stats.verdicts import (NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Verdict, combine, decide,
+                                             testable)
 
 ONE_PROMPT = "(one capture)"
 

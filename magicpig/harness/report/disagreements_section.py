@@ -28,7 +28,7 @@ from magicpig.harness.disagreements import PairedUnit, write
 from magicpig.harness.predictions import read_rows
 from magicpig.harness.report.collect import sample_scores
 from magicpig.harness.report.markdown import fmt, table
-from magicpig.harness.report.verdicts import family, of_method
+from magicpig.harness.report.claims_context import family, of_method
 
 ROWS_SHOWN = 10  # rows of one (pair, task, length) shown in the report; the CSV has them all
 CELL_CHARS = 120  # characters of an answer, question or gold answer shown in a cell

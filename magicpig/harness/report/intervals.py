@@ -10,8 +10,8 @@ import pandas as pd
 
 from magicpig.harness.report.collect import sample_scores
 from magicpig.harness.report.markdown import table
-from magicpig.harness.report.bootstrap import Interval
-from magicpig.harness.report.paired import TaskInterval, level_interval, task_average
+from magicpig.harness.stats.bootstrap import Interval
+from magicpig.harness.stats.paired import TaskInterval, level_interval, task_average
 
 # what the figures' whiskers are, said on each figure that draws them
 WHISKERS = "whiskers: 95% CI as in the tables (Clopper-Pearson for 0/100 scores, else bootstrap with an exact bound)"

@@ -1,21 +1,17 @@
-"""Verdicts of the claims table and what the claim tests read (``Context``).
+"""Verdict rules of the claims table and of ``magicpig compare``.
 
-A verdict is reproduced / not reproduced / not testable here (why). ``decide`` turns an interval into one;
-``combine`` merges the verdicts of several comparisons of one claim.
+A verdict is reproduced / not reproduced / not testable here (why). ``decide`` turns an interval and a margin
+into one; ``combine`` merges the verdicts of several comparisons of one claim.
 """
 from __future__ import annotations
 
 import math
 from contextvars import ContextVar
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable
 
-import pandas as pd
-
-from magicpig.harness.report.bootstrap import Interval
-from magicpig.harness.report.collect import canonical, collect_metrics
-from magicpig.harness.report.paired import collecting
+from magicpig.harness.stats.bootstrap import Interval
+from magicpig.harness.stats.paired import collecting
 
 REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE = "reproduced", "not reproduced", "not testable here"
 
@@ -95,41 +91,3 @@ def combine(verdicts: Iterable[Verdict]) -> Verdict:
         return Verdict(REPRODUCED)
     return testable("; ".join(dict.fromkeys(v.reason for v in open_ if v.reason)),
                     "; ".join(dict.fromkeys(v.mde for v in open_ if v.mde)))
-
-
-def empty_metrics() -> pd.DataFrame:
-    return collect_metrics(Path("/nonexistent-results-root"))
-
-
-class Context:
-    """What the tests read: the results root, the finished accuracy runs, the reference, ``min_samples``
-    (per task, per method, per length), ``floor_points`` and where the GPU check's results are.
-
-    ``gpu_results``: the folder of ``make gpu-check`` outputs (``results/gpu/<gpu-name>/decode.csv``); by
-    default ``gpu`` beside the preset's results folder (``results/<preset>/../gpu``)."""
-
-    def __init__(self, results: Path, ref: dict, gpu_results: Path | None = None):
-        self.results, self.ref = Path(results), ref
-        claims = ref.get("claims", {})
-        self.min_samples = int(claims.get("min_samples", 20))
-        self.floor_points = float(claims.get("floor_points", 5))
-        self.gpu_results = Path(gpu_results) if gpu_results is not None else self.results.parent / "gpu"
-        acc = self.results / "accuracy"
-        df = collect_metrics(acc) if acc.is_dir() else empty_metrics()
-        self.acc = df[df["status"] == "ok"]
-
-    def runs(self, benchmark: str, tasks: list[str] | None = None, root: pd.DataFrame | None = None):
-        df = self.acc if root is None else root
-        df = df[df["task"].fillna("").str.startswith(benchmark)]
-        return df[df["task"].isin(tasks)] if tasks else df
-
-
-def of_method(df: pd.DataFrame, spec: str) -> pd.DataFrame:
-    """The rows that ran ``spec``: as written (canonical) or as the task actually ran it (the effective
-    spec with task overrides, e.g. GSM8K's local=24), so a claim may name either."""
-    want = canonical(spec)
-    return df[(df["method"] == want) | (df["method_effective"] == want)]
-
-
-def family(method: str) -> str:
-    return method.partition(":")[0]

@@ -44,7 +44,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from magicpig.harness.report.bootstrap import LEVEL, RESAMPLES, SEED, Interval
+from magicpig.harness.stats.bootstrap import LEVEL, RESAMPLES, SEED, Interval
 
 SCORE_RANGE = 100.0
 FEW = 10  # below this many non-zero differences (or samples off the most frequent score) the exact bound joins

@@ -23,7 +23,7 @@ import math
 from statistics import NormalDist
 from typing import Sequence
 
-from magicpig.harness.report.paired import SCORE_RANGE, current_level, t_ppf
+from magicpig.harness.stats.paired import SCORE_RANGE, current_level, t_ppf
 
 POWER = 0.80
 ASSUMED_DISCORDANCE = 0.1  # share of 0/100 pairs on which two methods disagree, assumed where a run shows none

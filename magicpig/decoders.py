@@ -49,7 +49,8 @@ from magicpig.methods.base import AttentionMethod, default_scale, masked_keys
 from magicpig.methods.exact import Dense
 from magicpig.methods.magicpig import split_static_offloaded
 
-OFFLOAD_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+OFFLOAD_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # the CPU module's key/value storages
+OFFLOAD_DTYPE_CHOICES = ("auto",) + tuple(OFFLOAD_DTYPES)  # auto: the model's dtype when bfloat16, else float32
 TIMING_KEYS = ("hash", "cpu_attend", "cpu_retrieve", "cpu_wait", "transfer", "exact")
 DECODER_KINDS = ("reference", "exact", "offload")
 _NEG_INF = float("-inf")
@@ -138,7 +139,7 @@ def offload_dtype_of(value: Any) -> torch.dtype | None:
         return OFFLOAD_DTYPES[value]
     if isinstance(value, torch.dtype) and value in OFFLOAD_DTYPES.values():
         return value
-    raise ValueError(f"offload_dtype must be one of auto, {', '.join(OFFLOAD_DTYPES)} (how the offloaded "
+    raise ValueError(f"offload_dtype must be one of {', '.join(OFFLOAD_DTYPE_CHOICES)} (how the offloaded "
                      f"keys/values are stored in CPU memory), got {value!r}")
 
 

@@ -51,7 +51,7 @@ from magicpig.decode_forward import DecodeForward, unsupported_reason
 from magicpig.decode_linear import decode_linears, resolve_linear_impl
 from magicpig.methods import AttentionMethod, KeyLayout, parse_method
 from magicpig.models import max_context
-from magicpig.options import DecodeOptions
+from magicpig.options import SETUPS, DecodeOptions
 from magicpig.prefill_dtype import prefill_autocast, resolve_prefill_dtype
 
 
@@ -538,8 +538,8 @@ class Engine:
         """Evaluation setups. ``A`` (default, the paper's): prefill context + question
         exactly, then decode. ``B``: prefill the context, feed the question one decode step at a time
         with the method, then decode. context_ids / question_ids: one prompt or a batch (same rows)."""
-        if setup not in ("A", "B"):
-            raise ValueError(f"setup must be 'A' or 'B', got {setup!r}")
+        if setup not in SETUPS:
+            raise ValueError(f"setup must be one of {', '.join(SETUPS)}, got {setup!r}")
         method = self.check_method(method)
         ctx, qs = _rows(context_ids, "context_ids"), _rows(question_ids, "question_ids")
         if len(qs) == 1 and len(ctx) > 1:

@@ -11,6 +11,10 @@ from typing import Any
 
 from magicpig.backends import DEFAULT_BACKEND, resolve_backend
 
+# how ``Engine.answer`` feeds a question: A prefills context + question (the paper's), B prefills the
+# context and decodes the question one token at a time with the method
+SETUPS: tuple[str, ...] = ("A", "B")
+
 
 @dataclass(frozen=True)
 class DecodeOptions:

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 ATTN_NAME = "estimation_record"
+KV_DTYPES = ("float16", "float32", "bfloat16")  # what capture_for_model stores queries/keys/values in
 # 2: safetensors, tensors + a JSON header (1 was a pickle, which loading could make run code: refused)
 FORMAT_VERSION = 2
 HEADER_KEY = "magicpig_capture"  # the safetensors metadata entry that holds the JSON header
@@ -315,7 +316,7 @@ def capture_for_model(model: str, context: int, *, layers: str | None = None, de
                       kv_dtype: torch.dtype = torch.float16, device: str | None = None,
                       progress=None) -> Capture:
     """Load ``model`` (see magicpig.models.resolve), build a haystack prompt of ``context`` tokens (its text
-    starting ``haystack_offset`` tokens into the essays) and capture."""
+    starting ``haystack_offset`` tokens into the essays) and capture. ``kv_dtype``: one of KV_DTYPES."""
     from magicpig.models import load_model, max_context
 
     from magicpig_tasks.experiments.haystack import build_prompt
@@ -323,6 +324,8 @@ def capture_for_model(model: str, context: int, *, layers: str | None = None, de
     say = progress or (lambda msg: None)
     if not isinstance(context, int) or context < 64:
         raise ValueError(f"context must be an integer >= 64, got {context!r}")
+    if str(kv_dtype).removeprefix("torch.") not in KV_DTYPES:
+        raise ValueError(f"kv_dtype must be one of {', '.join(KV_DTYPES)}, got {kv_dtype!r}")
     say(f"loading {model}")
     net, tok = load_model(model, device=device)
     limit = max_context(net.config)

@@ -8,13 +8,16 @@ from magicpig.harness.progress import heartbeat
 
 
 def _register_kernel(sub) -> None:
+    from magicpig.decoders import OFFLOAD_DTYPES  # the runtime's own names (import magicpig loads torch anyway)
+    from magicpig.harness.bench.kernel import DISTS
+
     p = sub.add_parser("kernel", help="CPU module: time per decode step, bandwidth, speedup vs exact attention")
     p.add_argument("--n", type=int, action="append", help="context length(s) (default 16384, 65536, 131072)")
     p.add_argument("--head-dim", type=int, action="append", help="head dim(s) (default 64, 128)")
     p.add_argument("--kl", action="append", help="a (K, L) pair written K,L; repeat for more (default 10,150 9,120 8,75)")
-    p.add_argument("--dist", action="append", choices=["offset", "random"],
-                   help="key distribution(s) (default both)")
-    p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    p.add_argument("--dist", action="append", choices=DISTS, help="key distribution(s) (default all)")
+    p.add_argument("--dtype", choices=tuple(OFFLOAD_DTYPES), default="bfloat16",
+                   help="the CPU module's key/value storage (default bfloat16)")
     p.add_argument("--reps", type=int, default=20, help="timed repetitions per step measurement")
     p.add_argument("--no-reference", action="store_true", help="skip timing the torch reference (slow)")
     p.add_argument("--csv", help="output CSV (default results/bench/kernel_<time>.csv)")
@@ -44,6 +47,13 @@ def _run_kernel(args) -> int:
 
 
 def _register_decode(sub) -> None:
+    from magicpig.decode_forward import FORWARD_IMPLS  # the choices are the runtime's own names
+    from magicpig.decode_linear import LINEAR_IMPLS
+    from magicpig.decode_weights import WEIGHT_FORMATS
+    from magicpig.decoders import OFFLOAD_DTYPE_CHOICES
+    from magicpig.harness.bench.decode import DTYPES, FILLS
+    from magicpig.harness.bench.llamacpp import KV_TYPES
+
     p = sub.add_parser("decode", help="model decode throughput: batch x context x method, stock transformers "
                                       "as the baseline (the paper's protocol: 32 warm-up, 128 timed steps)")
     p.add_argument("--model", default="smollm2",
@@ -58,28 +68,28 @@ def _register_decode(sub) -> None:
                         "repeatable; default dense@stock, dense, magicpig:K=10,L=150@offload")
     p.add_argument("--steps", type=int, default=128, help="timed decode steps (default 128, the paper's)")
     p.add_argument("--warmup", type=int, default=32, help="untimed decode steps first (default 32, the paper's)")
-    p.add_argument("--fill", choices=["exact", "tile"], default="exact",
+    p.add_argument("--fill", choices=FILLS, default="exact",
                    help="prefill every context exactly, or prefill --tile-base tokens and tile the cache")
     p.add_argument("--tile-base", type=int, default=8192)
     p.add_argument("--prefill-chunk", type=int, default=2048, help="prompt tokens per prefill forward")
     p.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available)")
-    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto",
+    p.add_argument("--dtype", choices=DTYPES, default="auto",
                    help="model dtype (auto: float32 on the CPU and for GGUF files, bfloat16 on CUDA)")
-    p.add_argument("--offload-dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+    p.add_argument("--offload-dtype", choices=OFFLOAD_DTYPE_CHOICES, default="auto",
                    help="storage of the offloaded keys/values in CPU memory (auto: the model's dtype when it is "
                         "bfloat16, float32 otherwise)")
-    p.add_argument("--linear", choices=["auto", "magicpig", "torch"], default="auto",
+    p.add_argument("--linear", choices=LINEAR_IMPLS, default="auto",
                    help="who computes the decode step's linear layers for the engine's backends (auto: the CPU "
                         "module's kernel 4 on a CPU model; stock rows always use torch)")
-    p.add_argument("--forward", choices=["auto", "magicpig", "transformers"], default="auto",
+    p.add_argument("--forward", choices=FORWARD_IMPLS, default="auto",
                    help="who runs the decode step's layer loop for the engine's backends (auto: magicpig's loop for "
                         "a float32 Llama / Mistral / Qwen2 CPU model with kernel-4 linears; stock rows always run "
                         "transformers')")
-    p.add_argument("--weights", choices=["model", "bfloat16", "q8_0"], default="q8_0",
+    p.add_argument("--weights", choices=WEIGHT_FORMATS, default="q8_0",
                    help="how kernel 4 stores the linear weights in the engine's rows: the model's own tensors, a "
                         "bfloat16 copy, or Q8_0 blocks (int8 + a float32 scale per 32; the default: "
                         "docs/benchmarking.md gives its speed and accuracy against the model's weights)")
-    p.add_argument("--llamacpp-kv", choices=["f16", "q8_0"], default="f16",
+    p.add_argument("--llamacpp-kv", choices=tuple(KV_TYPES), default="f16",
                    help="llama.cpp's KV cache type in dense@llamacpp rows (default f16)")
     p.add_argument("--diagnostics", action="store_true",
                    help="also record the load averages, the hypervisor's steal, this process's kernel-time share, "

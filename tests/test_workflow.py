@@ -407,8 +407,10 @@ def test_slurm_profile_submits_ready_gpu_jobs_together_and_each_uses_its_cpus(tm
     ruler = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["presets"]["paper"]["ruler"]
     assert len(ruler["tasks"]) >= 8
     targets = [f"results/paper/accuracy/ruler/{t}/{ruler['lengths'][0]}/dense/metrics.json" for t in ruler["tasks"][:8]]
-    main = subprocess.Popen([SNAKEMAKE, *targets, "--profile", "profiles/slurm", "--config", "preset=paper"], cwd=work,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # the first status check a second after the submissions, not the plugin's default 40 s
+    main = subprocess.Popen([SNAKEMAKE, *targets, "--profile", "profiles/slurm", "--config", "preset=paper",
+                             "--slurm-init-seconds-before-status-checks", "1"],
+                            cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 240
         while len(_records(state / "submitted.jsonl")) < 8 and main.poll() is None and time.monotonic() < deadline:
@@ -416,8 +418,15 @@ def test_slurm_profile_submits_ready_gpu_jobs_together_and_each_uses_its_cpus(tm
         jobs = _records(state / "submitted.jsonl")
         # a job of the 8 in the queue before any other is submitted: they went together
         assert len(jobs) == 8, (main.poll(), jobs)
-        # the wait for the (never ending) jobs, once all are queued, may not submit anything else
-        time.sleep(3)
+        # the wait for the (never ending) jobs, once all are queued, may not submit anything else: looked at after two
+        # status checks that saw all 8 (squeue answers RUNNING), so the answer of the first has been acted on
+        def checks_after_all_8() -> int:
+            return sum(r["submitted"] >= 8 for r in _records(state / "squeue.jsonl"))
+
+        deadline = time.monotonic() + 240
+        while checks_after_all_8() < 2 and main.poll() is None and time.monotonic() < deadline:
+            time.sleep(1)
+        assert checks_after_all_8() >= 2, main.poll()
         assert len(_records(state / "submitted.jsonl")) == 8
     finally:
         main.send_signal(signal.SIGINT)  # it cancels its jobs (the stand-in scancel), then ends

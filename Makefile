@@ -68,18 +68,18 @@ clean-results:
 	rm -rf results figures/generated
 
 # The library's tests under the oldest and the newest transformers that pyproject.toml allows, each in a
-# throwaway virtualenv (bench/check_transformers.sh; minutes, so not part of `make test`).
+# throwaway virtualenv (scripts/check_transformers.sh; minutes, so not part of `make test`).
 check-transformers:
-	bash bench/check_transformers.sh
+	bash scripts/check_transformers.sh
 
 # One CUDA GPU, no network, under 8 minutes: CUDA tests + the throughput experiment on a shape-only
-# Llama-3.1-8B (bench/gpu_check.sh). Installs nothing; PYTHON=... picks the interpreter (default
+# Llama-3.1-8B (scripts/gpu_check.sh). Installs nothing; PYTHON=... picks the interpreter (default
 # .venv/bin/python, else python3); DRY=1 rehearses on the CPU in seconds.
 gpu-check:
-	PYTHON="$(if $(filter command line environment,$(origin PYTHON)),$(PYTHON))" bash bench/gpu_check.sh $(if $(filter 1,$(DRY)),--dry)
+	PYTHON="$(if $(filter command line environment,$(origin PYTHON)),$(PYTHON))" bash scripts/gpu_check.sh $(if $(filter 1,$(DRY)),--dry)
 
 # The smoke preset through `snakemake --profile profiles/slurm` on a real SLURM cluster: the one sinfo finds, else
 # (as root) a one-node cluster started from Debian's packages and stopped afterwards; one job cancelled and
-# resumed; REPORT.md's accuracy rows checked against a local run (bench/slurm_check.sh; results/slurm-check/).
+# resumed; REPORT.md's accuracy rows checked against a local run (scripts/slurm_check.sh; results/slurm-check/).
 slurm-check: setup
-	bash bench/slurm_check.sh
+	bash scripts/slurm_check.sh

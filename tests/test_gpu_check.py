@@ -1,4 +1,4 @@
-"""bench/gpu_check.sh, rehearsed on the CPU (its dry mode), so it works the first time it meets a GPU."""
+"""scripts/gpu_check.sh, rehearsed on the CPU (its dry mode), so it works the first time it meets a GPU."""
 import json
 import os
 import subprocess
@@ -11,7 +11,7 @@ import torch
 from magicpig.harness.csv_rows import load_rows
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "bench" / "gpu_check.sh"
+SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 
 
 def _run(*args, env=None, timeout=600):

@@ -1,10 +1,10 @@
-"""bench/slurm_check.py's readers of a run (`make slurm-check` itself needs a cluster: CI runs it)."""
+"""scripts/slurm_check.py's readers of a run (`make slurm-check` itself needs a cluster: CI runs it)."""
 import importlib.util
 import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("slurm_check", ROOT / "bench" / "slurm_check.py")
+_spec = importlib.util.spec_from_file_location("slurm_check", ROOT / "scripts" / "slurm_check.py")
 slurm_check = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(slurm_check)
 

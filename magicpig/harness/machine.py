@@ -1,7 +1,7 @@
 """The one description of the machine and software a result was made with.
 
 Every writer of results (``magicpig eval``'s metrics.json, ``bench decode`` / ``bench kernel`` rows and
-headers, ``bench/gpu_check.sh``'s machine.json, attention captures) records ``machine_record()``, so the
+headers, ``scripts/gpu_check.sh``'s machine.json, attention captures) records ``machine_record()``, so the
 same fact has the same key everywhere:
 
     cpu_model, cpu_cores_logical, cpu_cores_physical, host_memory_gb, isa, threads, device,

@@ -1,4 +1,4 @@
-"""The checks of bench/slurm_check.sh (`make slurm-check`), on a pipeline run through the SLURM profile.
+"""The checks of scripts/slurm_check.sh (`make slurm-check`), on a pipeline run through the SLURM profile.
 
     slurm_check.py cancel RUN_DIR OUT.json     scancel one `magicpig eval` job of the run in RUN_DIR once it has
                                                saved a row of one method and not yet of another; the job, its

@@ -7,7 +7,7 @@ difference against float32 (the same input for all: the prefill's token), both o
 standard deviation; and how many of the greedy tokens equal float32's before the first that differs. The
 needle answers come from ``magicpig eval --decode-weights``.
 
-    python bench/weights_accuracy.py --model smollm2 --context 4096 --steps 64 --method dense
+    python scripts/weights_accuracy.py --model smollm2 --context 4096 --steps 64 --method dense
 """
 from __future__ import annotations
 

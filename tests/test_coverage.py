@@ -14,6 +14,7 @@ from magicpig.harness.report.coverage import NOT_RUN, PARTIAL, REPRODUCED, ancho
 from magicpig.harness.report import figures, paper_items
 from magicpig.harness.report.coverage_run import Run
 from magicpig.harness.report.tables_system import TABLE8_TOLERANCE, kl_throughput, table8_cells
+from magicpig.harness.result_files import ERROR_SUMMARY_CSV
 
 PAPER_ITEMS = [f"Table {i}" for i in range(1, 14)] + [f"Figure {i}" for i in range(1, 12)]
 CPU_CONFIG = {"model": "smollm2", "ruler": {"tasks": ["cwe"], "lengths": [1024], "samples": 1, "methods": ["dense"]},
@@ -194,7 +195,7 @@ def test_attention_level_items_say_the_length_their_captures_ran_at(tmp_path):
     captures = root / "estimation" / "captures"
     captures.mkdir()
     (captures / "capture_16384_p0.safetensors").write_bytes(b"")
-    check = paper_items.estimation("error_summary.csv")
+    check = paper_items.estimation(ERROR_SUMMARY_CSV)
     run16 = Run("t", {"model": "meta-llama/Llama-3.1-8B-Instruct"}, root)
     status = check(run16)
     assert "16384" not in status.split("from")[0] and status.startswith("partial: from 1 capture"), status

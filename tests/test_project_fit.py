@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from magicpig.harness.commands import project
+from magicpig.harness.result_files import PROJECT_FILES
 from magicpig.harness.projection import (HARDWARE, Fit, SparseSetting, dtype_bytes, fit, h200_rows, leave_one_out,
                                          method_family, nnls, step_work, trust_problems)
 from magicpig.shapes import load_shapes, model_shape
@@ -140,7 +141,7 @@ def run_project(tmp_path, *extra, decode=DECODE):
     out = tmp_path / "out"
     args = ["project", "--kernel-csv", str(KERNEL), "--decode-csv", str(decode), "--out-dir", str(out), *extra]
     assert main(args) == 0
-    return {k: pd.read_csv(out / name) for k, name in project.OUT_FILES.items()}
+    return {k: pd.read_csv(out / f.name) for k, f in PROJECT_FILES.items()}
 
 
 def test_fixture_fit_within_target_and_loaded_rows_flagged(tmp_path, capsys):
@@ -306,7 +307,7 @@ def test_every_output_is_written_without_usable_decode_rows(tmp_path, capsys):
     header_only = tmp_path / "empty.csv"
     header_only.write_text(DECODE.read_text().splitlines()[0] + "\n")
     res = run_project(tmp_path / "b", decode=header_only)
-    assert set(res) == set(project.OUT_FILES) and res["predicted"].empty
+    assert set(res) == set(PROJECT_FILES) and res["predicted"].empty
 
 
 @pytest.mark.parametrize("row,loaded", [

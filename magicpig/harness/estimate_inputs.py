@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-OUT_FILES = ("inputs_similarity.csv", "inputs_matrix.csv")
+from magicpig.harness.result_files import INPUTS_MATRIX_CSV, INPUTS_SIMILARITY_CSV
 
 
 def add_parser(esub) -> None:
@@ -57,8 +57,9 @@ def run_inputs(args) -> int:
     meta = {"model": args.model, "seed": args.seed, "length": args.length}
     sim = I.similarity(vectors)
     sim["dense_in_magicpig"] = sim["layer"].isin(dense)
-    sim.assign(**meta).to_csv(out_dir / OUT_FILES[0], index=False)
-    I.matrix(vectors, matrix_layer(num_layers, dense)).assign(**meta).to_csv(out_dir / OUT_FILES[1], index=False)
+    sim.assign(**meta).to_csv(out_dir / INPUTS_SIMILARITY_CSV.name, index=False)
+    matrix = I.matrix(vectors, matrix_layer(num_layers, dense))
+    matrix.assign(**meta).to_csv(out_dir / INPUTS_MATRIX_CSV.name, index=False)
     sparse = sim[~sim["dense_in_magicpig"]]
     print(json.dumps({q: {"mean_cos": round(float(g["mean_cos"].mean()), 4), "inputs": int(g["inputs"].iloc[0])}
                       for q, g in sparse.groupby("quantity")}, indent=2))

@@ -59,6 +59,7 @@ from magicpig.harness.machine import machine_record
 from magicpig.harness.predictions import Predictions
 from magicpig.harness.progress import heartbeat, progress
 from magicpig.harness.provenance import sample_provenance, unit_provenance
+from magicpig.harness.result_files import METRICS, PREDICTIONS, SETTINGS
 from magicpig.harness.results_paths import method_dir, unit_dir
 from magicpig.methods.spec_names import check_dirnames, split_methods
 from magicpig.pidlock import LockHeld, PidLock
@@ -67,7 +68,6 @@ from magicpig.prefill_dtype import DEFAULT_PREFILL_DTYPE, resolve_prefill_dtype
 SETUPS = ("A", "B")
 MAX_LENGTH = 1 << 20  # tokens: beyond any model's context; a bigger value is a typo, refused before any work
 MAX_SAMPLES = 10_000  # per (task, length): beyond any benchmark's size (10M RULER samples took ~21 h to build)
-SETTINGS_FILE = "settings.json"
 LOCK_FILE = "eval.lock"
 # EvalConfig fields that do not change a prediction row (or enter run_settings in another form)
 _NOT_RESULT_FIELDS = {"model", "methods", "tasks", "lengths", "samples", "out", "device", "data",
@@ -300,12 +300,12 @@ def _check_settings(cfg: EvalConfig, units: list[_Unit], log: Callable[[str], No
     to_write: list[tuple[Path, dict]] = []
     for unit in units:
         for _, _, _, folder, settings in unit.methods:
-            stored, corrupt = _read_settings(folder / SETTINGS_FILE)
+            stored, corrupt = _read_settings(folder / SETTINGS.name)
             if stored == settings:
                 continue
-            rows = Predictions(folder / "predictions.jsonl", warn=lambda msg: log(f"warning: {msg}")).rows
+            rows = Predictions(folder / PREDICTIONS.name, warn=lambda msg: log(f"warning: {msg}")).rows
             if rows and corrupt and not cfg.overwrite:
-                raise ValueError(f"out: {folder / SETTINGS_FILE} is corrupt ({corrupt}); the {len(rows)} prediction "
+                raise ValueError(f"out: {folder / SETTINGS.name} is corrupt ({corrupt}); the {len(rows)} prediction "
                                  "row(s) beside it are intact, but the settings that made them cannot be checked. "
                                  "Restore that file (from a backup, or from the run that wrote it), or run into "
                                  "another --out to leave the rows untouched")
@@ -320,10 +320,10 @@ def _check_settings(cfg: EvalConfig, units: list[_Unit], log: Callable[[str], No
                          "Use another --out, or --overwrite to discard them and run again")
     for folder, diffs in conflicts:
         log(f"overwriting {folder}: {'; '.join(diffs)}")
-        for name in ("predictions.jsonl", "metrics.json"):
+        for name in (PREDICTIONS.name, METRICS.name):
             (folder / name).unlink(missing_ok=True)
     for folder, settings in to_write:
-        _write_json(folder / SETTINGS_FILE, settings)
+        _write_json(folder / SETTINGS.name, settings)
 
 
 def run_eval(cfg: EvalConfig, *, model=None, tokenizer=None, engine_factory: Callable | None = None,
@@ -395,10 +395,10 @@ def _run_units(cfg, units, model, tokenizer, engine_factory, log, built) -> list
             for spec, method, applied, folder in methods:
                 m = _metrics_skeleton(cfg, task, length, spec, method, applied)
                 m.update(status="skipped", reason=str(exc), score=None)
-                _write_json(folder / "metrics.json", m)
+                _write_json(folder / METRICS.name, m)
                 all_metrics.append(m)
             continue
-        preds = {spec: Predictions(folder / "predictions.jsonl", warn=lambda msg: log(f"warning: {msg}"))
+        preds = {spec: Predictions(folder / PREDICTIONS.name, warn=lambda msg: log(f"warning: {msg}"))
                  for spec, _, _, folder in methods}
         built.append((samples, preds))
         todo = [s for s in samples if any(s.id not in preds[spec] for spec, *_ in methods)]
@@ -426,7 +426,7 @@ def _run_units(cfg, units, model, tokenizer, engine_factory, log, built) -> list
             getattr(bar, "close", lambda: None)()
         for spec, method, applied, folder in methods:
             m = _metrics(cfg, task, length, spec, method, applied, samples, preds[spec])
-            _write_json(folder / "metrics.json", m)
+            _write_json(folder / METRICS.name, m)
             all_metrics.append(m)
     return all_metrics
 
@@ -508,7 +508,7 @@ def _write_json(path: Path, obj: dict) -> None:
 
 def collect_metrics(out: str | Path) -> list[dict]:
     """Every metrics.json under ``out`` (sorted by task, length, method), for tables and reports."""
-    rows = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(out).rglob("metrics.json"))]
+    rows = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(out).rglob(METRICS.name))]
     return sorted(rows, key=lambda m: (m.get("task", ""), m.get("length", 0), m.get("method", "")))
 
 

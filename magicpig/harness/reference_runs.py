@@ -29,14 +29,16 @@ from pathlib import Path
 
 import pandas as pd
 
+from magicpig.harness.result_files import (REFERENCE_JOB_TIMES_CSV, REFERENCE_MACHINE_JSON, REFERENCE_RUN_JSON,
+                                           REPORT_HTML, REPORT_MD)
 from magicpig.names import check_name
 
 ROOT = Path("figures/reference")
-REPORT_FILES = ("REPORT.md", "REPORT.html")
+REPORT_FILES = (REPORT_MD.name, REPORT_HTML.name)
 FIGURE_SUFFIXES = (".png", ".svg")
-JOB_TIMES = "job_times.csv"
-MACHINE = "machine.json"
-RUN = "run.json"
+JOB_TIMES = REFERENCE_JOB_TIMES_CSV.name
+MACHINE = REFERENCE_MACHINE_JSON.name
+RUN = REFERENCE_RUN_JSON.name
 MAX_READ_BYTES = 4 * 2**20  # job_times.csv / run.json / machine.json of a run are a few kB
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 

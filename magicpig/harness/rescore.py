@@ -24,6 +24,7 @@ from typing import Callable
 
 from magicpig.atomic_io import write_text_atomic
 from magicpig.harness.predictions import read_rows
+from magicpig.harness.result_files import METRICS, PREDICTIONS
 from magicpig.pidlock import LockHeld, PidLock
 
 LOCK_FILE = "eval.lock"  # the runner's (task, length) lock (magicpig.harness.evaluate.LOCK_FILE)
@@ -78,7 +79,7 @@ def rescore_file(metrics_path: Path, metric: str | None = None,
     metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
     if not isinstance(metrics, dict):
         raise ValueError(f"{metrics_path}: not a JSON object")
-    preds = metrics_path.with_name("predictions.jsonl")
+    preds = metrics_path.with_name(PREDICTIONS.name)
     if metrics.get("status") == "skipped" or not preds.is_file():
         return None
     task = _task(metrics, metrics_path)
@@ -116,7 +117,7 @@ def rescore(root: Path, metric: str | None = None, tasks: list[str] | None = Non
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"results folder {root} does not exist")
-    paths = sorted(root.rglob("metrics.json"))
+    paths = sorted(root.rglob(METRICS.name))
     if not paths:
         raise ValueError(f"no metrics.json under {root}")
     out = []

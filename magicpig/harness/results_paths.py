@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from magicpig.harness.result_files import METRICS
 from magicpig.methods.spec_names import method_dirname
-
-METRICS_FILE = "metrics.json"
 
 
 def unit_dir(out: str | Path, task: str, length: int | str) -> Path:
@@ -29,4 +28,4 @@ def method_dir(out: str | Path, task: str, length: int | str, spec: str) -> Path
 
 def metrics_file(out: str | Path, task: str, length: int | str, spec: str) -> Path:
     """The metrics.json of method ``spec`` at one (task, length)."""
-    return method_dir(out, task, length, spec) / METRICS_FILE
+    return method_dir(out, task, length, spec) / METRICS.name

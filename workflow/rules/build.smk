@@ -1,7 +1,7 @@
 # Build the C++/OpenMP CPU module for this machine and self-check it against the torch reference.
 rule build_cpu_module:
     output:
-        f"{RES}/build/cpu_module.txt",
+        f"{RES}/build/{CPU_MODULE_TXT.name}",
     log:
         f"{RES}/logs/build_cpu_module.log",
     benchmark:

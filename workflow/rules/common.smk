@@ -10,6 +10,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+# the result files the rules name as their outputs (magicpig.harness.result_files: each file's name, its rule
+# and its readers); the Snakefile put the repository on sys.path
+from magicpig.harness.result_files import (CAPTURE, CPU_MODULE_TXT, DECODE_CSV, EXPERIMENT_FILES, INPUTS_FILES,
+                                           KERNEL_CSV, PROJECT_FILES, REPORT_HTML, REPORT_MD, TUNE_KL_CANDIDATES_CSV,
+                                           TUNE_KL_JSON, tune_kl_target)
+
 
 # ---- software and resources ------------------------------------------------------------------------------
 
@@ -229,21 +235,14 @@ def out_dir(wildcards, output):
 
 def experiment_files():
     """The CSVs of `magicpig estimate all`: <name>.csv and <name>_summary.csv per experiment, the TopK vs
-    oracle tables of the error experiment (per layer and per head) and the per-key cosine histograms of the geometry experiment
-    (magicpig.harness.commands.estimate)."""
-    from magicpig.harness.commands.estimate import EXPERIMENTS
-
-    stems = [name.replace("-", "_") for name in EXPERIMENTS]
-    return [f"{s}{suffix}.csv" for s in stems for suffix in ("", "_summary")] + ["error_topk_vs_oracle.csv",
-                                                                                   "error_topk_vs_oracle_heads.csv",
-                                                                                   "geometry_hist.csv"]
+    oracle tables of the error experiment (per layer and per head) and the per-key cosine histograms of the
+    geometry experiment (result_files.EXPERIMENT_FILES)."""
+    return [f.name for f in EXPERIMENT_FILES]
 
 
 def inputs_files():
-    """The CSVs of `magicpig estimate inputs` (magicpig.harness.estimate_inputs.OUT_FILES)."""
-    from magicpig.harness.estimate_inputs import OUT_FILES
-
-    return list(OUT_FILES)
+    """The CSVs of `magicpig estimate inputs` (result_files.INPUTS_FILES)."""
+    return [f.name for f in INPUTS_FILES]
 
 
 def capture_args(preset, length, seed, prompt=0):
@@ -262,16 +261,16 @@ def inputs_args(preset, estimation, seed):
                                   f"--sentences {int(estimation['sentences'])}", device_args(preset)]))
 
 
-def tune_kl_tag(target_cost):
-    """The file tag of `magicpig tune-kl --target-cost X` (tune_kl_<tag>.json): X as Python's ``:g`` writes it."""
-    return f"{float(target_cost):g}"
+def tune_kl_files(target_cost):
+    """What `magicpig tune-kl --target-cost X` writes: its JSON result and the candidates it weighed
+    (result_files.TUNE_KL_JSON, TUNE_KL_CANDIDATES_CSV), named by X (result_files.tune_kl_target)."""
+    target = tune_kl_target(target_cost)
+    return [f.format(target=target) for f in (TUNE_KL_JSON, TUNE_KL_CANDIDATES_CSV)]
 
 
 def project_files():
-    """The CSVs `magicpig project --out-dir` writes (its OUT_FILES)."""
-    from magicpig.harness.commands.project import OUT_FILES
-
-    return list(OUT_FILES.values())
+    """The CSVs `magicpig project --out-dir` writes (result_files.PROJECT_FILES)."""
+    return [f.name for f in PROJECT_FILES.values()]
 
 
 def kernel_args(kb):

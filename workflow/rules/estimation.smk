@@ -5,20 +5,18 @@
 E = P["estimation"]
 ESTIMATION_DIR = f"{RES}/estimation"
 PROMPTS = list(range(int(E["prompts"])))
-CAPTURES = [f"{ESTIMATION_DIR}/captures/capture_{E['length']}_p{i}.safetensors" for i in PROMPTS]
-TUNE_KL = f"{ESTIMATION_DIR}/tune_kl_{tune_kl_tag(E['target_cost'])}"
-INPUTS_FILES = [f"{ESTIMATION_DIR}/{name}" for name in inputs_files()]
+CAPTURE_PATTERN = f"{ESTIMATION_DIR}/{CAPTURE.format(length=E['length'], prompt='{prompt}')}"
+CAPTURES = [CAPTURE_PATTERN.format(prompt=i) for i in PROMPTS]
+TUNE_KL_FILES = [f"{ESTIMATION_DIR}/{name}" for name in tune_kl_files(E["target_cost"])]
+ESTIMATION_INPUTS = [f"{ESTIMATION_DIR}/{name}" for name in inputs_files()]
 # what the report reads: the experiments' CSVs, the short-input tables and tune-kl's result (its JSON and the
 # candidates it weighed)
-ESTIMATION_FILES = [f"{ESTIMATION_DIR}/{name}" for name in experiment_files()] + INPUTS_FILES + [
-    f"{TUNE_KL}.json",
-    f"{TUNE_KL}_candidates.csv",
-]
+ESTIMATION_FILES = [f"{ESTIMATION_DIR}/{name}" for name in experiment_files()] + ESTIMATION_INPUTS + TUNE_KL_FILES
 
 
 rule estimation_capture:
     output:
-        f"{ESTIMATION_DIR}/captures/capture_{E['length']}_p{{prompt}}.safetensors",
+        CAPTURE_PATTERN,
     log:
         f"{RES}/logs/estimation_capture_p{{prompt}}.log",
     benchmark:
@@ -41,7 +39,7 @@ rule estimation_capture:
 
 rule estimation_inputs:
     output:
-        INPUTS_FILES,
+        ESTIMATION_INPUTS,
     log:
         f"{RES}/logs/estimation_inputs.log",
     benchmark:
@@ -92,8 +90,8 @@ rule tune_kl:
     input:
         CAPTURES[0],
     output:
-        json=f"{TUNE_KL}.json",
-        candidates=f"{TUNE_KL}_candidates.csv",
+        json=TUNE_KL_FILES[0],
+        candidates=TUNE_KL_FILES[1],
     log:
         f"{RES}/logs/tune_kl.log",
     benchmark:

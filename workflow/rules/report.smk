@@ -14,8 +14,8 @@ rule report:
         reference="config/paper_reference.yaml",
         script="workflow/scripts/report.py",
     output:
-        report=f"{FIG}/REPORT.md",
-        html=report(f"{FIG}/REPORT.html", caption="../report/report_md.rst", category="Report"),
+        report=f"{FIG}/{REPORT_MD.name}",
+        html=report(f"{FIG}/{REPORT_HTML.name}", caption="../report/report_md.rst", category="Report"),
         figures=[report(f"{FIG}/{name}", caption=figure_caption(name), category="Figures")
                  for name in report_figures()],
     log:

@@ -2,9 +2,9 @@
 # then the bandwidth model fitted to both and projected to the paper's hardware.
 THROUGHPUT = f"{RES}/throughput"
 THROUGHPUT_FILES = (
-    [f"{THROUGHPUT}/kernel.csv", f"{THROUGHPUT}/decode.csv"]
+    [f"{THROUGHPUT}/{KERNEL_CSV.name}", f"{THROUGHPUT}/{DECODE_CSV.name}"]
     + [f"{THROUGHPUT}/{name}" for name in project_files()]
-    + [f"{THROUGHPUT}/shapes/{name}/decode.csv" for name in decode_shapes(P)]
+    + [f"{THROUGHPUT}/shapes/{name}/{DECODE_CSV.name}" for name in decode_shapes(P)]
 )
 
 
@@ -13,7 +13,7 @@ rule bench_kernel:
     input:
         rules.build_cpu_module.output,
     output:
-        f"{THROUGHPUT}/kernel.csv",
+        f"{THROUGHPUT}/{KERNEL_CSV.name}",
     log:
         f"{RES}/logs/bench_kernel.log",
     benchmark:
@@ -35,7 +35,7 @@ rule bench_decode:
     input:
         rules.build_cpu_module.output,
     output:
-        f"{THROUGHPUT}/decode.csv",
+        f"{THROUGHPUT}/{DECODE_CSV.name}",
     log:
         f"{RES}/logs/bench_decode.log",
     benchmark:
@@ -61,7 +61,7 @@ rule bench_decode_shape:
     input:
         rules.build_cpu_module.output,
     output:
-        f"{THROUGHPUT}/shapes/{{shape}}/decode.csv",
+        f"{THROUGHPUT}/shapes/{{shape}}/{DECODE_CSV.name}",
     log:
         f"{RES}/logs/bench_decode_{{shape}}.log",
     benchmark:
@@ -84,8 +84,8 @@ rule bench_decode_shape:
 
 rule project_hardware:
     input:
-        kernel=f"{THROUGHPUT}/kernel.csv",
-        decode=f"{THROUGHPUT}/decode.csv",
+        kernel=f"{THROUGHPUT}/{KERNEL_CSV.name}",
+        decode=f"{THROUGHPUT}/{DECODE_CSV.name}",
         reference="config/paper_reference.yaml",
     output:
         [f"{THROUGHPUT}/{name}" for name in project_files()],

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from magicpig.harness.progress import heartbeat
+from magicpig.harness.result_files import ERROR_TOPK_VS_ORACLE_CSV, ERROR_TOPK_VS_ORACLE_HEADS_CSV, GEOMETRY_HIST_CSV
 
 # queries of the error, kl-grid and centering experiments (the costly ones), spread over the captures: 8 of one
 # capture, 4 of each of two, 2 (at least) of each of more
@@ -258,10 +259,11 @@ def _experiment_tables(cap, names, args, *, budgets, kl, Ks, Ls, heavy_queries: 
         stem = name.replace("-", "_")
         out[stem] = df
         if name == "error":
-            out["error_topk_vs_oracle"] = E.topk_vs_oracle(df)
+            out[ERROR_TOPK_VS_ORACLE_CSV.stem] = E.topk_vs_oracle(df)
             if spread_df is None:  # `estimate error` alone; `estimate all` reuses its spread table
                 spread_df = E.spread(cap, top_frac=args.top_frac, sink_tokens=args.sink_tokens, **kw)
-            out["error_topk_vs_oracle_heads"] = E.topk_vs_oracle_heads(df, spread_df)  # which heads are long-tailed
+            # spread_df: which heads are long-tailed
+            out[ERROR_TOPK_VS_ORACLE_HEADS_CSV.stem] = E.topk_vs_oracle_heads(df, spread_df)
         if name == "geometry":  # the per-key distributions of Fig. 5
-            out["geometry_hist"] = E.geometry_hist(cap, sinks=args.sinks, local=args.local, **kw)
+            out[GEOMETRY_HIST_CSV.stem] = E.geometry_hist(cap, sinks=args.sinks, local=args.local, **kw)
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from magicpig.backends import BACKEND_CHOICES, DEFAULT_BACKEND
+from magicpig.harness.result_files import LAST_RUN
 from magicpig.prefill_dtype import DEFAULT_PREFILL_DTYPE, PREFILL_DTYPES
 
 
@@ -131,5 +132,5 @@ def run(args) -> int:
             print(f"{m['task']} @ {m['length']} / {m['method']}: {m['status']}"
                   + (f" ({m['reason']})" if m.get("reason") else ""))
     # parallel jobs may share --out: whole files only
-    write_text_atomic(Path(args.out) / "last_run.json", json.dumps(results, indent=2, default=str) + "\n")
+    write_text_atomic(Path(args.out) / LAST_RUN.name, json.dumps(results, indent=2, default=str) + "\n")
     return 0

@@ -17,10 +17,10 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from magicpig.harness.result_files import PROJECT_FILES
+
 ORIGINAL_KERNEL_EFFICIENCY = 0.08  # the original MagicPIG CPU kernels: ~8% of streaming bandwidth
 ORIGINAL = "the original kernels' reported efficiency"
-OUT_FILES = {"fit": "fit.csv", "predicted": "decode_predicted.csv", "paper": "projection_paper_hardware.csv",
-             "latency": "projection_paper_latency.csv", "h200": "projection_h200.csv"}
 
 
 def register(sub) -> None:
@@ -41,7 +41,7 @@ def register(sub) -> None:
     p.add_argument("--gpu-efficiency", type=float,
                    help="achieved / peak GPU-memory bandwidth on the GPU servers (an assumption, default 0.8)")
     p.add_argument("--sampled-fraction", type=float, default=0.02, help="MagicPIG sampled fraction (default 0.02)")
-    p.add_argument("--out-dir", help="write " + ", ".join(OUT_FILES.values()) + " here")
+    p.add_argument("--out-dir", help="write " + ", ".join(f.name for f in PROJECT_FILES.values()) + " here")
     p.add_argument("--csv", help="write the paper-hardware projection rows to this CSV")
     p.set_defaults(func=run)
 
@@ -334,7 +334,7 @@ def run(args) -> int:
     if args.out_dir:
         Path(args.out_dir).mkdir(parents=True, exist_ok=True)
         for key, df in frames.items():
-            df.to_csv(Path(args.out_dir) / OUT_FILES[key], index=False)
+            df.to_csv(Path(args.out_dir) / PROJECT_FILES[key].name, index=False)
     if args.csv:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
         frames["paper"].to_csv(args.csv, index=False)

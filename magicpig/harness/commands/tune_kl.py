@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from magicpig.harness.progress import heartbeat
+from magicpig.harness.result_files import TUNE_KL_CANDIDATES_CSV, TUNE_KL_JSON, tune_kl_target
 
 
 def register(sub) -> None:
@@ -88,9 +89,10 @@ def run(args) -> int:
     out.update({"model": args.model, "capture": str(path), "n_prompt": cap.n_prompt,
                 "no_worse_than_baseline": res.relative_error <= res.baseline["relative_error"],
                 "no_worse_than_matched_baseline": res.relative_error <= res.matched_baseline["relative_error"]})
-    tag = f"{args.target_cost:g}"
-    (out_dir / f"tune_kl_{tag}.json").write_text(json.dumps(out, indent=2))
-    candidates_frame(res).assign(model=args.model).to_csv(out_dir / f"tune_kl_{tag}_candidates.csv", index=False)
+    tag = tune_kl_target(args.target_cost)
+    (out_dir / TUNE_KL_JSON.format(target=tag)).write_text(json.dumps(out, indent=2))
+    candidates_frame(res).assign(model=args.model).to_csv(out_dir / TUNE_KL_CANDIDATES_CSV.format(target=tag),
+                                                          index=False)
     if args.json:
         print(json.dumps(out, indent=2))
     else:

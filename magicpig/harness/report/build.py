@@ -24,6 +24,14 @@ from magicpig.harness.report.tables_cpu import cpu_baselines_section
 from magicpig.harness.report.tables_kl import kl_tables_section
 from magicpig.harness.report.tables_system import (DECODE_COLUMNS, gpu_section, shapes_section, table7_section,
                                                    table8_section)
+from magicpig.harness.result_files import (ATTENTION_SPREAD_PNG, CENTERING_PNG, CENTERING_SUMMARY_CSV,
+                                           CPU_BASELINES_PNG, DECODE_CSV, DECODE_PREDICTED_CSV, ERROR_SUMMARY_CSV,
+                                           ERROR_TOPK_VS_ORACLE_CSV, ERROR_VS_BUDGET_PNG, FIT_CSV, GEOMETRY_PNG,
+                                           GEOMETRY_SUMMARY_CSV, KERNEL_CSV, KL_GRID_PNG, KL_GRID_SUMMARY_CSV,
+                                           PROJECTION_H200_CSV, PROJECTION_PAPER_HARDWARE_CSV,
+                                           PROJECTION_PAPER_LATENCY_CSV, REPORT_MD, RULER_PER_TASK_PNG,
+                                           RULER_VS_COST_PNG, SPEEDUP_PAPER_HARDWARE_PNG, SPREAD_SUMMARY_CSV,
+                                           THROUGHPUT_BATCH_PNG, THROUGHPUT_CONTEXT_PNG, TUNE_KL_JSON)
 
 
 def build_report(results: Path | str, out: Path | str, preset: str, preset_config: dict | None = None,
@@ -63,7 +71,7 @@ def build_report(results: Path | str, out: Path | str, preset: str, preset_confi
     body += table7_section(results, ref) + table8_section(ref, run.config.get("model")) + shapes_section(results)
     body += gpu_section(gpu_root)
     parts += coverage_section(run, body) + body + job_time_section(results)
-    path = out / "REPORT.md"
+    path = out / REPORT_MD.name
     path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
     write_html(path)
     return path
@@ -86,7 +94,7 @@ def skipped_section(acc: pd.DataFrame, ablations: Path) -> list[str]:
     return ["## Skipped or incomplete", "These results are missing from the tables below:\n" + "\n".join(lines)]
 
 
-RULER_FIGURES = ("ruler_per_task.png", "ruler_vs_cost.png")
+RULER_FIGURES = (RULER_PER_TASK_PNG.name, RULER_VS_COST_PNG.name)
 
 
 def ruler_section(acc: pd.DataFrame, ref: dict, out: Path, figs: dict | None = None) -> list[str]:
@@ -132,7 +140,7 @@ def longbench_section(acc: pd.DataFrame, ref: dict) -> list[str]:
 def ablation_section(root: Path, ref: dict, out: Path, figs: dict | None = None) -> list[str]:
     parts = ["## Ablations"]
     if not root.is_dir():
-        return parts + ["No ablation results in this run."] + figures.embed_all(figs, ("centering.png",))
+        return parts + ["No ablation results in this run."] + figures.embed_all(figs, (CENTERING_PNG.name,))
     for name, title in [("centering", "Centering on / off (paper Figure 9a: without centering NIAH ≈ 0, "
                                       "FWE ≈ 65, under 0.1% of keys sampled)"),
                         ("kl_grid", "(K, L) grid: score and measured cost beside the paper's Table 9 fraction")]:
@@ -140,7 +148,7 @@ def ablation_section(root: Path, ref: dict, out: Path, figs: dict | None = None)
         parts.append(f"### {title}")
         if df.empty:
             parts.append("Not run.")
-            parts += figures.embed_all(figs, ("centering.png",)) if name == "centering" else []
+            parts += figures.embed_all(figs, (CENTERING_PNG.name,)) if name == "centering" else []
             continue
         ok = df[df["status"] == "ok"]
         piv = ok.pivot_table(index="method", columns="task", values="score", aggfunc="mean")
@@ -153,7 +161,7 @@ def ablation_section(root: Path, ref: dict, out: Path, figs: dict | None = None)
         parts.append(table(header, rows))
         parts += intervals(df, "ruler/")
         if name == "centering":
-            parts += figures.embed_all(figs, ("centering.png",))
+            parts += figures.embed_all(figs, (CENTERING_PNG.name,))
         parts += skipped_notes(df)
     setups = sorted(p for p in root.glob("setup_*") if p.is_dir())
     parts.append("### Evaluation setup A (question prefilled) vs B (question decoded sparsely)")
@@ -193,36 +201,36 @@ def table9(ref: dict, method: str) -> float | None:
 
 META_COLUMNS = {"model", "n_prompt", "capture", "seed", "load_avg", "prompts"}
 ESTIMATION_TITLES = {
-    "spread_summary.csv": "Attention spread (Figure 2b): mass in the top 20% of keys, with and without the sink",
-    "error_summary.csv": "Relative output error vs budget: TopK, oracle sampling, MagicPIG (Figures 3, 4, 6a/b)",
-    "error_topk_vs_oracle.csv": "TopK vs oracle sampling at equal distinct keys (paper: TopK up to 4x worse)",
-    "kl_grid_summary.csv": "Sampled fraction on real keys for the (K, L) grid, beside the formula and Table 9",
-    "centering_summary.csv": "Centering ablation (Figure 9a: under 0.1% sampled without centering)",
-    "geometry_summary.csv": "Geometry (Figure 5): cosines of queries and keys to the sink key and the key mean",
+    SPREAD_SUMMARY_CSV: "Attention spread (Figure 2b): mass in the top 20% of keys, with and without the sink",
+    ERROR_SUMMARY_CSV: "Relative output error vs budget: TopK, oracle sampling, MagicPIG (Figures 3, 4, 6a/b)",
+    ERROR_TOPK_VS_ORACLE_CSV: "TopK vs oracle sampling at equal distinct keys (paper: TopK up to 4x worse)",
+    KL_GRID_SUMMARY_CSV: "Sampled fraction on real keys for the (K, L) grid, beside the formula and Table 9",
+    CENTERING_SUMMARY_CSV: "Centering ablation (Figure 9a: under 0.1% sampled without centering)",
+    GEOMETRY_SUMMARY_CSV: "Geometry (Figure 5): cosines of queries and keys to the sink key and the key mean",
 }
 THROUGHPUT_TITLES = {
-    "kernel.csv": ("CPU kernel, measured on this machine (one decode step of one layer)",
-                   ["n", "head_dim", "K", "L", "dist", "dtype", "threads", "isa", "sampled_fraction", "ms_per_step",
-                    "gb_per_s", "read_gb_per_s", "bandwidth_ratio", "gather_gb_per_s", "step_vs_gather",
-                    "speedup_vs_dense", "speedup_vs_roofline", "speedup_vs_reference"]),
-    "decode.csv": ("End-to-end decoding, measured on this machine", DECODE_COLUMNS),
-    "fit.csv": ("Bandwidth model fitted to this machine (`magicpig project`: least squares on the unflagged rows)",
-                ["parameter", "value", "source"]),
-    "decode_predicted.csv": ("Bandwidth model vs measurement per decode row (error = predicted / measured - 1; "
-                             "loo = fitted without that row; rows under load are flagged and not fitted)",
-                             ["context", "batch", "method", "backend", "fits", "under_load", "ms_per_token",
-                              "predicted_ms_per_token", "prediction_error", "loo_error", "model_role"]),
-    "projection_paper_hardware.csv": ("PROJECTED (bandwidth model, not measured) throughput on the paper's hardware",
-                                      ["cpu_kernel", "hardware", "model", "context", "baseline", "full_batch",
-                                       "full_tokens_per_s", "magicpig_batch", "magicpig_tokens_per_s",
-                                       "magicpig_ms_per_step", "speedup", "paper_speedup"]),
-    "projection_paper_latency.csv": ("PROJECTION (bandwidth model, not measured): the paper's latency (simulated "
-                                     "RTX 4090, with its baseline at batch 1) and L20 throughput points",
-                                     ["hardware", "what", "batch", "projected", "paper"]),
-    "projection_h200.csv": ("PROJECTION (bandwidth model, not measured): llama-3.1-8b on one H200, dense GPU-only "
-                            "vs MagicPIG (10,150); host bandwidth and memory assumed",
-                            ["context", "which", "method", "batch", "ms_per_token", "tokens_per_s", "gpu_ms",
-                             "cpu_ms", "cpu_read_gbps_assumed", "host_mem_gb_assumed"]),
+    KERNEL_CSV: ("CPU kernel, measured on this machine (one decode step of one layer)",
+                 ["n", "head_dim", "K", "L", "dist", "dtype", "threads", "isa", "sampled_fraction", "ms_per_step",
+                  "gb_per_s", "read_gb_per_s", "bandwidth_ratio", "gather_gb_per_s", "step_vs_gather",
+                  "speedup_vs_dense", "speedup_vs_roofline", "speedup_vs_reference"]),
+    DECODE_CSV: ("End-to-end decoding, measured on this machine", DECODE_COLUMNS),
+    FIT_CSV: ("Bandwidth model fitted to this machine (`magicpig project`: least squares on the unflagged rows)",
+              ["parameter", "value", "source"]),
+    DECODE_PREDICTED_CSV: ("Bandwidth model vs measurement per decode row (error = predicted / measured - 1; "
+                           "loo = fitted without that row; rows under load are flagged and not fitted)",
+                           ["context", "batch", "method", "backend", "fits", "under_load", "ms_per_token",
+                            "predicted_ms_per_token", "prediction_error", "loo_error", "model_role"]),
+    PROJECTION_PAPER_HARDWARE_CSV: ("PROJECTED (bandwidth model, not measured) throughput on the paper's hardware",
+                                    ["cpu_kernel", "hardware", "model", "context", "baseline", "full_batch",
+                                     "full_tokens_per_s", "magicpig_batch", "magicpig_tokens_per_s",
+                                     "magicpig_ms_per_step", "speedup", "paper_speedup"]),
+    PROJECTION_PAPER_LATENCY_CSV: ("PROJECTION (bandwidth model, not measured): the paper's latency (simulated "
+                                   "RTX 4090, with its baseline at batch 1) and L20 throughput points",
+                                   ["hardware", "what", "batch", "projected", "paper"]),
+    PROJECTION_H200_CSV: ("PROJECTION (bandwidth model, not measured): llama-3.1-8b on one H200, dense GPU-only "
+                          "vs MagicPIG (10,150); host bandwidth and memory assumed",
+                          ["context", "which", "method", "batch", "ms_per_token", "tokens_per_s", "gpu_ms",
+                           "cpu_ms", "cpu_read_gbps_assumed", "host_mem_gb_assumed"]),
 }
 
 
@@ -232,15 +240,15 @@ def _csv_table(df: pd.DataFrame, columns: list[str] | None = None, limit: int = 
 
 
 # the figure drawn from each estimation CSV, shown under its table
-ESTIMATION_FIGURES = {"spread_summary.csv": "attention_spread.png", "error_topk_vs_oracle.csv": "error_vs_budget.png",
-                      "kl_grid_summary.csv": "kl_grid.png", "geometry_summary.csv": "geometry.png"}
-THROUGHPUT_FIGURES = ("throughput_batch.png", "throughput_context.png", "speedup_paper_hardware.png",
-                      "cpu_baselines.png")
+ESTIMATION_FIGURES = {SPREAD_SUMMARY_CSV: ATTENTION_SPREAD_PNG.name, ERROR_TOPK_VS_ORACLE_CSV: ERROR_VS_BUDGET_PNG.name,
+                      KL_GRID_SUMMARY_CSV: KL_GRID_PNG.name, GEOMETRY_SUMMARY_CSV: GEOMETRY_PNG.name}
+THROUGHPUT_FIGURES = (THROUGHPUT_BATCH_PNG.name, THROUGHPUT_CONTEXT_PNG.name, SPEEDUP_PAPER_HARDWARE_PNG.name,
+                      CPU_BASELINES_PNG.name)
 
 
 def tune_kl_files(est: Path) -> list[Path]:
-    """The tune-kl results, one per target cost: ``tune_kl_<target>.json`` (written by ``magicpig tune-kl``)."""
-    return sorted(est.glob("tune_kl_*.json")) if est.is_dir() else []
+    """The tune-kl results, one per target cost (TUNE_KL_JSON, written by ``magicpig tune-kl``)."""
+    return sorted(est.glob(TUNE_KL_JSON.glob)) if est.is_dir() else []
 
 
 def tune_kl_section(path: Path) -> list[str]:
@@ -262,29 +270,27 @@ def csv_sections(results: Path, out: Path, ref: dict, figs: dict | None = None) 
     """Estimation and throughput results, as tables with their figures (``figs``: name -> FigureResult
     from ``figures.write_all``; every figure is embedded, those without data say so)."""
     parts = ["## Attention-level experiments"]
-    est = results / "estimation"
     shown, embedded = False, set()
-    for name, title in ESTIMATION_TITLES.items():
-        df = read_csv(est / name)
+    for file, title in ESTIMATION_TITLES.items():
+        df = read_csv(file.under(results))
         if df is None:
             continue
         shown = True
         parts += [f"### {title}", _csv_table(df)]
-        fig = ESTIMATION_FIGURES.get(name)
+        fig = ESTIMATION_FIGURES.get(file)
         if fig:
             parts += figures.embed_all(figs, [fig])
             embedded.add(fig)
-    for path in tune_kl_files(est):
+    for path in tune_kl_files(results / TUNE_KL_JSON.folder):
         shown = True
         parts += tune_kl_section(path)
     if not shown:
         parts.append("Not run.")
     parts += figures.embed_all(figs, [f for f in ESTIMATION_FIGURES.values() if f not in embedded])
     parts.append("## Throughput and latency")
-    thr = results / "throughput"
     shown = False
-    for name, (title, cols) in THROUGHPUT_TITLES.items():
-        df = read_csv(thr / name)
+    for file, (title, cols) in THROUGHPUT_TITLES.items():
+        df = read_csv(file.under(results))
         if df is None:
             continue
         shown = True

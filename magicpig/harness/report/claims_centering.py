@@ -22,6 +22,7 @@ from magicpig.harness.report.claims_accuracy import levels_text, task_levels
 from magicpig.harness.report.claims_context import Context, empty_metrics, of_method
 from magicpig.harness.report.collect import collect_metrics
 from magicpig.harness.report.markdown import fmt
+from magicpig.harness.result_files import CENTERING_CSV, CENTERING_SUMMARY_CSV
 from magicpig.harness.stats import detectable
 from magicpig.harness.stats.bootstrap import Interval
 from magicpig.harness.stats.paired import clopper_pearson, current_level, mean_t_interval
@@ -40,8 +41,7 @@ def _where(df: pd.DataFrame, length_col: str) -> str:
 
 def fraction_units(ctx: Context, method) -> tuple[pd.Series | None, str]:
     """(one uncentered sampled fraction per unit, what the units are and where they ran)."""
-    est = ctx.results / "estimation"
-    rows = canvas.read(est / "centering.csv")
+    rows = canvas.read(CENTERING_CSV.under(ctx.results))
     if rows is not None and {"K", "L", "centering", "cost2"} <= set(rows.columns):
         sel = canvas.sparse_layers(rows)
         sel = sel[(sel["K"] == method.K) & (sel["L"] == method.L) & ~canvas.truthy(sel["centering"])]
@@ -50,7 +50,7 @@ def fraction_units(ctx: Context, method) -> tuple[pd.Series | None, str]:
             per_prompt = sel.groupby(prompt)["cost2"].mean()
             return per_prompt, (f"attention-level, per captured prompt the mean over the sparse layers; "
                                 f"{_where(sel, 'n_prompt')}")
-    summ = canvas.read(est / "centering_summary.csv")
+    summ = canvas.read(CENTERING_SUMMARY_CSV.under(ctx.results))
     if summ is not None:
         sel = summ[(summ["K"] == method.K) & (summ["L"] == method.L) & ~canvas.truthy(summ["centering"])]
         if len(sel):
@@ -67,7 +67,7 @@ def fraction_part(claim: dict, ctx: Context, runs: pd.DataFrame, method) -> tupl
         values, src = runs["cost"].astype(float).reset_index(drop=True), \
             f"decoding runs, one value per run; {_where(runs, 'length')}"
     if values is None:
-        return "", testable("missing data: no uncentered sampled fraction (estimation/centering.csv)",
+        return "", testable(f"missing data: no uncentered sampled fraction ({CENTERING_CSV.rel})",
                             f"none at n=0 prompts; with {min_units}+ prompts it follows the spread between them")
     iv = mean_t_interval(values.to_numpy(), floor=0.0, ceil=1.0)
     level = current_level()

@@ -11,6 +11,8 @@ import pandas as pd
 from magicpig.harness.report import canvas
 from magicpig.harness.report.claims_context import Context, family
 from magicpig.harness.report.markdown import fmt
+from magicpig.harness.result_files import (DECODE_CSV, ERROR_TOPK_VS_ORACLE_CSV, ERROR_TOPK_VS_ORACLE_HEADS_CSV,
+                                           KL_GRID_SUMMARY_CSV, PROJECTION_PAPER_HARDWARE_CSV, SPREAD_CSV)
 from magicpig.harness.stats.paired import log_t_interval
 from magicpig.harness.stats.verdicts import (NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Verdict, combine, decide,
                                              testable)
@@ -47,13 +49,12 @@ def _decide_over_prompts(per_prompt: pd.Series, claim: dict, unit: str) -> tuple
 def error_ratio(claim: dict, ctx: Context) -> tuple[str, Verdict]:
     """Per prompt: the geometric-mean TopK/oracle error ratio over the long-tailed heads of the sparse layers
     (``error_topk_vs_oracle_heads.csv``; without it, over long-tailed layers); interval over prompts above 1."""
-    est = ctx.results / "estimation"
-    heads = canvas.read(est / "error_topk_vs_oracle_heads.csv")
+    heads = canvas.read(ERROR_TOPK_VS_ORACLE_HEADS_CSV.under(ctx.results))
     if heads is not None:
         return _error_ratio_heads(claim, heads)
-    tv, sp = canvas.read(est / "error_topk_vs_oracle.csv"), canvas.read(est / "spread.csv")
+    tv, sp = canvas.read(ERROR_TOPK_VS_ORACLE_CSV.under(ctx.results)), canvas.read(SPREAD_CSV.under(ctx.results))
     if tv is None or sp is None:
-        miss = [n for n, d in (("error_topk_vs_oracle.csv", tv), ("spread.csv", sp)) if d is None]
+        miss = [f.name for f, d in ((ERROR_TOPK_VS_ORACLE_CSV, tv), (SPREAD_CSV, sp)) if d is None]
         return "—", testable("missing data: estimation/" + ", estimation/".join(miss))
     bound = float(claim["long_tail_top_mass_below"])
     sp = sp[~canvas.truthy(sp["dense_in_magicpig"])] if "dense_in_magicpig" in sp else sp
@@ -95,10 +96,10 @@ def _error_ratio_heads(claim: dict, heads: pd.DataFrame) -> tuple[str, Verdict]:
 
 def table9(claim: dict, ctx: Context) -> tuple[str, Verdict]:
     """Share of Table 9 cells whose measured fraction is within ``within_factor`` of the paper's."""
-    df = canvas.read(ctx.results / "estimation" / "kl_grid_summary.csv")
+    df = canvas.read(KL_GRID_SUMMARY_CSV.under(ctx.results))
     t9 = ctx.ref.get("sampled_fraction_table9", {})
     if df is None:
-        return "—", testable("missing data: estimation/kl_grid_summary.csv")
+        return "—", testable(f"missing data: {KL_GRID_SUMMARY_CSV.rel}")
     f = float(claim["within_factor"])
     cells = []
     for r in df.itertuples():
@@ -147,7 +148,7 @@ def paper_ratios(ref: dict) -> list[dict]:
 def gpu_rows(ctx: Context) -> tuple[pd.DataFrame, list[str]]:
     """Every measured GPU decode row: the pipeline's throughput/decode.csv and each ``make gpu-check`` folder's
     decode.csv under ``ctx.gpu_results``, with the files read."""
-    files = [ctx.results / "throughput" / "decode.csv"] + sorted(Path(ctx.gpu_results).glob("*/decode.csv"))
+    files = [DECODE_CSV.under(ctx.results)] + sorted(Path(ctx.gpu_results).glob(f"*/{DECODE_CSV.name}"))
     frames, read = [], []
     for f in files:
         df = canvas.read(f)
@@ -221,9 +222,9 @@ def speedup(claim: dict, ctx: Context) -> tuple[str, Verdict]:
     GPU-only full attention for that model and context: reproduced when the interval lies at or above
     max(1, paper ratio / ``tolerance``) (above 1 strictly: the paper's "significantly improves"), not
     reproduced when it lies below. Projections are quoted beside the paper's ratios and never decide."""
-    quoted = _projection_quote(ctx.results / "throughput", ctx.ref)
+    quoted = _projection_quote(ctx.results, ctx.ref)
     rows, read = gpu_rows(ctx)
-    where = f"GPU results read: throughput/decode.csv, {ctx.gpu_results}/*/decode.csv"
+    where = f"GPU results read: {DECODE_CSV.rel}, {ctx.gpu_results}/*/{DECODE_CSV.name}"
     if rows.empty:
         return quoted or "—", testable(f"no GPU: no measured GPU rows ({where})")
     tol, min_runs = float(claim.get("tolerance", 2.0)), int(claim.get("min_runs", 3))
@@ -275,10 +276,10 @@ INTERVAL = ("a run: one bench process, or one repeat's file, holding both method
             "the geometric-mean ratio's")
 
 
-def _projection_quote(thr: Path, ref: dict) -> str:
+def _projection_quote(results: Path, ref: dict) -> str:
     """The projected speedups per CPU kernel efficiency, each over its baseline beside the paper's ratio, with
     where that efficiency comes from and why (``cpu_efficiency_basis``: e.g. the decode-row fit refused)."""
-    proj = canvas.read(thr / "projection_paper_hardware.csv")
+    proj = canvas.read(PROJECTION_PAPER_HARDWARE_CSV.under(results))
     if proj is None or "speedup" not in proj:
         return ""
     labels = {k: v.get("label", k) for k, v in (ref.get("system", {}).get("baselines") or {}).items()}

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+
+from magicpig.harness.result_files import METRICS, PREDICTIONS
 from magicpig_tasks.paper import load as load_reference  # noqa: F401 (re-exported: one reader of the paper numbers)
 
 
@@ -27,7 +29,7 @@ def collect_metrics(root: Path | str) -> pd.DataFrame:
     """Every metrics.json below ``root`` as one row: task, length, method (canonical), score, cost, status...
     ``method_effective``: the canonical spec the task actually ran (with its overrides, GSM8K: local=24)."""
     rows = []
-    for path in sorted(Path(root).rglob("metrics.json")):
+    for path in sorted(Path(root).rglob(METRICS.name)):
         m, problem = _read_metrics(path)
         if problem:
             if str(path) not in _WARNED:  # the figures read the tree again: one warning per file
@@ -82,7 +84,7 @@ def sample_scores(metrics_path: Path | str) -> dict[str, float]:
     """Per-sample scores of one run: {sample id: score} from the ``predictions.jsonl`` that
     ``magicpig.harness.evaluate`` writes beside ``metrics.json`` (empty when it is absent; a torn or
     unscored line is skipped, as the evaluator itself does when resuming)."""
-    path = Path(metrics_path).with_name("predictions.jsonl")
+    path = Path(metrics_path).with_name(PREDICTIONS.name)
     out: dict[str, float] = {}
     if not path.is_file():
         return out

@@ -26,6 +26,7 @@ import pandas as pd
 
 from magicpig.harness.disagreements import PairedUnit, write
 from magicpig.harness.predictions import read_rows
+from magicpig.harness.result_files import PREDICTIONS
 from magicpig.harness.report.collect import sample_scores
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.report.claims_context import family, of_method
@@ -87,7 +88,7 @@ def paired_units(acc: pd.DataFrame, a: str, b: str, tasks: set[str] | None) -> l
 
 
 def _rows(metrics_path: Path) -> dict[str, dict]:
-    path = metrics_path.with_name("predictions.jsonl")
+    path = metrics_path.with_name(PREDICTIONS.name)
     return read_rows(path, warn=lambda _: None) if path.is_file() else {}
 
 

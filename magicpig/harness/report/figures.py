@@ -9,30 +9,37 @@ from typing import Callable
 
 from magicpig.harness.report import plots_accuracy, plots_attention, plots_geometry, plots_sweeps, plots_throughput
 from magicpig.harness.report.canvas import FigureResult
+from magicpig.harness.result_files import (ATTENTION_MASS_CURVE_PNG, ATTENTION_SPREAD_PNG, CENTERING_PNG,
+                                           CENTERING_SWEEP_PNG, CPU_BASELINES_PNG, ERROR_VS_BUDGET_PNG, GEOMETRY_PNG,
+                                           KL_GRID_PNG, MAGICPIG_VS_TOPK_COST_PNG, ORACLE_VS_TOPK_BUDGET_PNG,
+                                           RULER_PER_TASK_PNG, RULER_VS_COST_PNG, SINK_KEY_SIMILARITY_PNG,
+                                           SINK_VS_MEAN_KEY_PNG, SPEEDUP_PAPER_HARDWARE_PNG, THROUGHPUT_BATCH_PNG,
+                                           THROUGHPUT_CONTEXT_PNG, TOPK_BUDGET_SWEEP_PNG, VALUE_NORMS_PNG,
+                                           VALUE_VS_LOGIT_PNG)
 
 Plot = Callable[[Path, dict, Path], FigureResult]
 
 PLOTS: dict[str, Plot] = {
-    "ruler_per_task.png": plots_accuracy.ruler_per_task,
-    "ruler_vs_cost.png": plots_accuracy.ruler_vs_cost,
-    "attention_spread.png": plots_attention.attention_spread,
-    "error_vs_budget.png": plots_attention.error_vs_budget,
-    "geometry.png": plots_attention.geometry,
-    "centering.png": plots_accuracy.centering,
-    "kl_grid.png": plots_attention.kl_grid,
-    "topk_budget_sweep.png": plots_sweeps.topk_budget_sweep,
-    "oracle_vs_topk_budget.png": plots_sweeps.oracle_vs_topk_budget,
-    "centering_sweep.png": plots_sweeps.centering_sweep,
-    "magicpig_vs_topk_cost.png": plots_sweeps.magicpig_vs_topk_cost,
-    "attention_mass_curve.png": plots_geometry.attention_mass_curve,
-    "sink_key_similarity.png": plots_geometry.sink_key_similarity,
-    "sink_vs_mean_key.png": plots_geometry.sink_vs_mean_key,
-    "value_vs_logit.png": plots_geometry.value_vs_logit,
-    "value_norms.png": plots_geometry.value_norms,
-    "throughput_batch.png": plots_throughput.throughput_batch,
-    "throughput_context.png": plots_throughput.throughput_context,
-    "speedup_paper_hardware.png": plots_throughput.speedup_paper_hardware,
-    "cpu_baselines.png": plots_throughput.cpu_baselines,
+    RULER_PER_TASK_PNG.name: plots_accuracy.ruler_per_task,
+    RULER_VS_COST_PNG.name: plots_accuracy.ruler_vs_cost,
+    ATTENTION_SPREAD_PNG.name: plots_attention.attention_spread,
+    ERROR_VS_BUDGET_PNG.name: plots_attention.error_vs_budget,
+    GEOMETRY_PNG.name: plots_attention.geometry,
+    CENTERING_PNG.name: plots_accuracy.centering,
+    KL_GRID_PNG.name: plots_attention.kl_grid,
+    TOPK_BUDGET_SWEEP_PNG.name: plots_sweeps.topk_budget_sweep,
+    ORACLE_VS_TOPK_BUDGET_PNG.name: plots_sweeps.oracle_vs_topk_budget,
+    CENTERING_SWEEP_PNG.name: plots_sweeps.centering_sweep,
+    MAGICPIG_VS_TOPK_COST_PNG.name: plots_sweeps.magicpig_vs_topk_cost,
+    ATTENTION_MASS_CURVE_PNG.name: plots_geometry.attention_mass_curve,
+    SINK_KEY_SIMILARITY_PNG.name: plots_geometry.sink_key_similarity,
+    SINK_VS_MEAN_KEY_PNG.name: plots_geometry.sink_vs_mean_key,
+    VALUE_VS_LOGIT_PNG.name: plots_geometry.value_vs_logit,
+    VALUE_NORMS_PNG.name: plots_geometry.value_norms,
+    THROUGHPUT_BATCH_PNG.name: plots_throughput.throughput_batch,
+    THROUGHPUT_CONTEXT_PNG.name: plots_throughput.throughput_context,
+    SPEEDUP_PAPER_HARDWARE_PNG.name: plots_throughput.speedup_paper_hardware,
+    CPU_BASELINES_PNG.name: plots_throughput.cpu_baselines,
 }
 
 FIGURES: list[str] = list(PLOTS)

@@ -16,6 +16,16 @@ from typing import Callable
 from magicpig.harness.report.coverage_run import REPRODUCED, Run, cells_status, not_run, partial, reproduced
 from magicpig.harness.report.tables_kl import HEADING as KL_TABLES, kl_table_status
 from magicpig.harness.report.tables_system import TABLE7_TITLE, TABLE8_TITLE
+from magicpig.harness.result_files import (ATTENTION_MASS_CURVE_PNG, ATTENTION_SPREAD_PNG, CENTERING_PNG,
+                                           CENTERING_SWEEP_PNG, CPU_BASELINES_PNG, DECODE_CSV, ERROR_SUMMARY_CSV,
+                                           ERROR_TOPK_VS_ORACLE_CSV, ERROR_VS_BUDGET_PNG, GEOMETRY_PNG,
+                                           INPUTS_SIMILARITY_CSV, KL_GRID_PNG, KL_GRID_SUMMARY_CSV,
+                                           MAGICPIG_VS_TOPK_COST_PNG, MASS_CURVE_CSV, ORACLE_VS_TOPK_BUDGET_PNG,
+                                           PROJECTION_PAPER_HARDWARE_CSV, RULER_PER_TASK_PNG, RULER_VS_COST_PNG,
+                                           ResultFile, SINK_CENTER_CSV, SINK_KEY_SIMILARITY_PNG, SINK_VS_MEAN_KEY_PNG,
+                                           SPEEDUP_PAPER_HARDWARE_PNG, SPREAD_SUMMARY_CSV, THROUGHPUT_BATCH_PNG,
+                                           THROUGHPUT_CONTEXT_PNG, TOPK_BUDGET_SWEEP_PNG, VALUE_NORMS_PNG,
+                                           VALUE_NORM_CSV, VALUE_OUTPUT_CSV, VALUE_VS_LOGIT_PNG)
 
 PAPER_MODEL = "Llama-3.1-8B-Instruct"
 HUB = {"ruler/qa_1": "SQuAD v2.0 dev", "ruler/qa_2": "HotpotQA dev", "longbench/": "THUDM/LongBench",
@@ -165,9 +175,9 @@ def _kl_methods(df) -> set[str]:
 def table7(run: Run) -> str:
     from magicpig.harness.report.collect import load_reference
 
-    df = run.csv("throughput/decode.csv")
+    df = run.csv(DECODE_CSV.rel)
     if df is None:
-        return absent(run, lambda p: bool(p.get("decode_bench")), "`throughput/decode.csv`")
+        return absent(run, lambda p: bool(p.get("decode_bench")), f"`{DECODE_CSV.rel}`")
     settings = _kl_methods(df)
     all_six = [f"`{name}`" for name, preset in run.presets.items() if name != run.preset and sum(
         str(m).startswith("magicpig") for m in (preset.get("decode_bench") or {}).get("methods", [])) >= 6]
@@ -196,9 +206,9 @@ def table8(run: Run) -> str:
 def table9(run: Run) -> str:
     from magicpig.harness.report.collect import load_reference
 
-    df = run.csv("estimation/kl_grid_summary.csv")
+    df = run.csv(KL_GRID_SUMMARY_CSV.rel)
     if df is None:
-        return absent(run, lambda p: bool(p.get("estimation")), "`estimation/kl_grid_summary.csv`")
+        return absent(run, lambda p: bool(p.get("estimation")), f"`{KL_GRID_SUMMARY_CSV.rel}`")
     t9 = load_reference()["sampled_fraction_table9"]
     cells = {(int(K), int(L)) for K in t9["K"] for L in t9["L"]}
     have = {(int(r.K), int(r.L)) for r in df.itertuples()} & cells
@@ -237,13 +247,13 @@ def capture_lengths(run: Run, df=None) -> tuple[list[int], str]:
         else ([], "")
 
 
-def estimation(csv: str, one_capture_note: str = "") -> Callable[[Run], str]:
-    """An attention-level figure from ``estimation/<csv>``: partial when drawn from one capture or at another
-    length than the paper's 16K (the status names the length the captures have)."""
+def estimation(file: ResultFile, one_capture_note: str = "") -> Callable[[Run], str]:
+    """An attention-level figure from the estimation table ``file``: partial when drawn from one capture or at
+    another length than the paper's 16K (the status names the length the captures have)."""
     def check(run: Run) -> str:
-        df = run.csv(f"estimation/{csv}")
+        df = run.csv(file.rel)
         if df is None:
-            return absent(run, lambda p: bool(p.get("estimation")), f"`estimation/{csv}`")
+            return absent(run, lambda p: bool(p.get("estimation")), f"`{file.rel}`")
         lengths, source = ([], "")
         if "inputs" in df.columns:  # drawn over many short inputs (Fig. 5a/b), not over captured prompts
             captures = 2
@@ -280,13 +290,14 @@ def throughput(model: str, context: int, hardware: str) -> Callable[[Run], str]:
     def check(run: Run) -> str:
         from magicpig.harness.report.tables_system import gpu_runs
 
-        frames = [run.csv(str(p.relative_to(run.results))) for p in sorted(run.results.glob("throughput/**/decode.csv"))]
+        decode_files = sorted(run.results.glob(f"{DECODE_CSV.folder}/**/{DECODE_CSV.name}"))
+        frames = [run.csv(str(p.relative_to(run.results))) for p in decode_files]
         measured = any(f is not None and "model" in f.columns and f["model"].astype(str).str.contains(model, case=False, regex=False).any()
                        for f in frames)
         gpu = bool(gpu_runs(run.results.parent / "gpu"))
         if measured and run.on_gpu:
             return partial(f"on this run's GPU, not the paper's {hardware}") if hardware else REPRODUCED
-        if run.csv("throughput/projection_paper_hardware.csv") is None and not any(f is not None for f in frames):
+        if run.csv(PROJECTION_PAPER_HARDWARE_CSV.rel) is None and not any(f is not None for f in frames):
             return absent(run, lambda p: bool(p.get("decode_bench")), "throughput results")
         return partial(f"{model} at {context} on {hardware}: a bandwidth-model projection here, not a measurement "
                        "(needs a GPU; `make gpu-check`)" + (", GPU runs shown" if gpu else ""),
@@ -324,7 +335,7 @@ ITEMS: tuple[PaperItem, ...] = (
     PaperItem("Table 2", "LongBench accuracy on 6 tasks: full, MagicPIG (10,150)/(8,75), Quest (16,0.05)",
               "LongBench", check=benchmark("longbench/", "longbench", "longbench_table2")),
     PaperItem("Table 3", "RULER 13-task average at 16K-96K: full, MagicPIG, Quest (Llama-3.1-8B, MegaBeam-7B)",
-              "RULER", ("ruler_per_task.png", "ruler_vs_cost.png"), table3),
+              "RULER", (RULER_PER_TASK_PNG.name, RULER_VS_COST_PNG.name), table3),
     PaperItem("Table 4", "RULER at 16K-256K on 512K-context models (MegaBeam-Mistral-7B, ProLong-8B): full, MagicPIG, Quest",
               "RULER at 16K-256K", check=table4),
     PaperItem("Table 5", "RULER on Llama-3.1-70B-Instruct at 16K-96K: full vs MagicPIG (10,150), (9,110), (9,120)",
@@ -332,12 +343,12 @@ ITEMS: tuple[PaperItem, ...] = (
     PaperItem("Table 6", "reasoning (infini_igsm) accuracy: full vs MagicPIG (10,300), (10,220), (10,150)",
               "infini_igsm reasoning", check=table6),
     PaperItem("Table 7", "(K, L) against ms/token at batch 1, max throughput, throughput under 200 ms/token",
-              TABLE7_TITLE, ("cpu_baselines.png",), check=table7),
+              TABLE7_TITLE, (CPU_BASELINES_PNG.name,), check=table7),
     PaperItem("Table 8", "LSH overhead, six rows (Llama-3.1-8B at 96K/64K incl. (11,300), 70B, CodeLlama-13B/34B): "
               "projectors (KB), hash tables (GB), CO (projection over linear-layer compute, %)", TABLE8_TITLE,
               check=table8),
     PaperItem("Table 9", "measured sampled fraction B/n over K = 7..11, L = 75..300 (Llama-3.1-8B)",
-              "Sampled fraction", ("kl_grid.png",), table9),
+              "Sampled fraction", (KL_GRID_PNG.name,), table9),
     PaperItem("Table 10", "RULER on MegaBeam-7B at 16K-256K: (11,300) beats (10,150) at the same ~2% cost",
               KL_TABLES, check=kl_table("table10", "MegaBeam-Mistral-7B-512k")),
     PaperItem("Table 11", "RULER at 64K, 8B and 70B: full, (10,150), (10,135), (9,120), (9,110)", KL_TABLES,
@@ -348,36 +359,36 @@ ITEMS: tuple[PaperItem, ...] = (
               check=kl_table("table13")),
     PaperItem("Figure 1", "exact TopK accuracy against the fraction of keys: fine on NIAH, degrades on CWE, FWE",
               SWEEPS,
-              ("topk_budget_sweep.png",), sweep),
+              (TOPK_BUDGET_SWEEP_PNG.name,), sweep),
     PaperItem("Figure 2a", "long-tailed attention: mass covered by the top keys against the fraction kept (the "
               "paper: top 20% covers only 70-80% in some layers)", PER_TOKEN,
-              ("attention_mass_curve.png",), estimation("mass_curve.csv")),
+              (ATTENTION_MASS_CURVE_PNG.name,), estimation(MASS_CURVE_CSV)),
     PaperItem("Figure 2b", "the attention sink reshapes sparsity: attention looks sparser with the sink, spreads "
               "more evenly without it (top-key mass with vs without the sink)", "Attention spread",
-              ("attention_spread.png",), estimation("spread_summary.csv")),
+              (ATTENTION_SPREAD_PNG.name,), estimation(SPREAD_SUMMARY_CSV)),
     PaperItem("Figure 2c", "the geometry of attention (a diagram): the sink key opposite the keys' narrow cone, "
               "queries near the sink key", None,
               check=diagram("Fig. 5 and `geometry.png` measure the angles it draws (Figure 5c's row)")),
     PaperItem("Figure 3", "TopK vs sampling at 16K total context: oracle sampling's relative output error up to 4x "
               "lower than TopK's (Sec. 1, Sec. 3.2)", "Relative output error",
-              ("error_vs_budget.png",), estimation("error_topk_vs_oracle.csv")),
+              (ERROR_VS_BUDGET_PNG.name,), estimation(ERROR_TOPK_VS_ORACLE_CSV)),
     PaperItem("Figure 4", "TopK's relative output error against its budget, KV cache of 16K tokens (15-20% where "
               "the top 20% keys cover 70-80% of the mass, Sec. 3.1)", "Relative output error",
-              ("error_vs_budget.png",), estimation("error_summary.csv")),
+              (ERROR_VS_BUDGET_PNG.name,), estimation(ERROR_SUMMARY_CSV)),
     PaperItem("Figure 5a", "the sink key's direction across 32 random inputs: mutual cosine > 0.99", PER_TOKEN,
-              ("sink_key_similarity.png",), estimation("inputs_similarity.csv")),
+              (SINK_KEY_SIMILARITY_PNG.name,), estimation(INPUTS_SIMILARITY_CSV)),
     PaperItem("Figure 5b", "the key mean's direction across 50 sentences: mutual cosine > 0.9", PER_TOKEN,
-              ("sink_key_similarity.png",), estimation("inputs_similarity.csv")),
+              (SINK_KEY_SIMILARITY_PNG.name,), estimation(INPUTS_SIMILARITY_CSV)),
     PaperItem("Figure 5c", "per head: cosine of the sink key and the key mean, between -0.9 and -0.8", "Geometry",
-              ("geometry.png", "sink_vs_mean_key.png"), estimation("sink_center.csv")),
+              (GEOMETRY_PNG.name, SINK_VS_MEAN_KEY_PNG.name), estimation(SINK_CENTER_CSV)),
     PaperItem("Figure 6a", "oracle sampling vs TopK: relative output error against the budget at 16K (left panel); "
               "TopK crosses below only past a large budget (~12K)", "TopK vs oracle",
-              ("error_vs_budget.png",), estimation("error_topk_vs_oracle.csv")),
+              (ERROR_VS_BUDGET_PNG.name,), estimation(ERROR_TOPK_VS_ORACLE_CSV)),
     PaperItem("Figure 6b", "the same comparison on a second example (middle panel): oracle sampling's error well "
-              "below TopK's at small budgets", "TopK vs oracle", ("error_vs_budget.png",),
-              estimation("error_topk_vs_oracle.csv")),
+              "below TopK's at small budgets", "TopK vs oracle", (ERROR_VS_BUDGET_PNG.name,),
+              estimation(ERROR_TOPK_VS_ORACLE_CSV)),
     PaperItem("Figure 6c", "downstream accuracy of oracle sampling vs TopK against the fraction of keys: oracle "
-              "keeps accuracy at 0.002% of 16K (~32 keys)", SWEEPS, ("oracle_vs_topk_budget.png",), sweep),
+              "keeps accuracy at 0.002% of 16K (~32 keys)", SWEEPS, (ORACLE_VS_TOPK_BUDGET_PNG.name,), sweep),
     PaperItem("Figure 7a", "memory hierarchy (a diagram): GPU VRAM fast and small, CPU DRAM large at 100-200 GB/s, "
               "PCIe narrow", None, check=diagram("the bandwidth model of `magicpig.harness.projection` uses these "
                                                   "memories' bandwidths")),
@@ -385,25 +396,25 @@ ITEMS: tuple[PaperItem, ...] = (
               "and sampled attention on the CPU", None,
               check=diagram("the offload backend implements this split")),
     PaperItem("Figure 8a", "throughput vs batch, A100, CodeLlama-34B, 16K: MagicPIG 1.5x GPU-only full attention",
-              "Throughput and latency", ("throughput_batch.png", "speedup_paper_hardware.png"),
+              "Throughput and latency", (THROUGHPUT_BATCH_PNG.name, SPEEDUP_PAPER_HARDWARE_PNG.name),
               throughput("codellama-34b", 16384, "A100")),
     PaperItem("Figure 8b", "throughput vs batch, L20, CodeLlama-13B, 16K: MagicPIG 5.0x",
-              "Throughput and latency", ("throughput_batch.png", "speedup_paper_hardware.png"),
+              "Throughput and latency", (THROUGHPUT_BATCH_PNG.name, SPEEDUP_PAPER_HARDWARE_PNG.name),
               throughput("codellama-13b", 16384, "L20")),
     PaperItem("Figure 8c", "simulated RTX 4090, Llama-3.1-8B, 96K: 54 ms/token at batch 1, up to 3.3x over full "
               "attention on the CPU at a theoretical 150 GB/s (Sec. 5.2, Baselines)",
-              "Throughput and latency", ("throughput_context.png", "speedup_paper_hardware.png"),
+              "Throughput and latency", (THROUGHPUT_CONTEXT_PNG.name, SPEEDUP_PAPER_HARDWARE_PNG.name),
               throughput("llama-3.1-8b", 98304, "RTX 4090 (simulated)")),
     PaperItem("Figure 9a", "centering on/off: without it NIAH ~ 0, FWE ~ 65, under 0.1% of keys sampled",
-              "Centering on", ("centering.png", "centering_sweep.png"), centering),
+              "Centering on", (CENTERING_PNG.name, CENTERING_SWEEP_PNG.name), centering),
     PaperItem("Figure 9b", "MagicPIG vs exact TopK on CWE across cost: MagicPIG up to 3 points higher",
-              SWEEPS, ("magicpig_vs_topk_cost.png",), sweep),
+              SWEEPS, (MAGICPIG_VS_TOPK_COST_PNG.name,), sweep),
     PaperItem("Figure 9c", "MagicPIG vs exact TopK on FWE across cost: MagicPIG up to 8 points higher",
-              SWEEPS, ("magicpig_vs_topk_cost.png",), sweep),
+              SWEEPS, (MAGICPIG_VS_TOPK_COST_PNG.name,), sweep),
     PaperItem("Figure 10", "log |v_i - o| against q·k_i/√d in one decode step: the former fluctuates far less",
-              PER_TOKEN, ("value_vs_logit.png",),
-              estimation("value_output.csv")),
+              PER_TOKEN, (VALUE_VS_LOGIT_PNG.name,),
+              estimation(VALUE_OUTPUT_CSV)),
     PaperItem("Figure 11", "value norm ||v_i|| per token: the sink's is much smaller than the others'",
-              PER_TOKEN, ("value_norms.png",),
-              estimation("value_norm.csv")),
+              PER_TOKEN, (VALUE_NORMS_PNG.name,),
+              estimation(VALUE_NORM_CSV)),
 )

@@ -13,6 +13,7 @@ import pandas as pd
 from magicpig.harness.report import canvas
 from magicpig.harness.report.collect import canonical, collect_metrics
 from magicpig.harness.report.intervals import WHISKERS, run_level, runs_average, whisker
+from magicpig.harness.result_files import CENTERING_SUMMARY_CSV, METRICS
 
 
 def ok_runs(root: Path, prefix: str = "ruler/") -> pd.DataFrame:
@@ -35,7 +36,7 @@ def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     missing: list[str] = []
     fig, axes = canvas.subplots(max(1, len(lengths)), title, width=max(5.5, 0.9 * ok["task"].nunique() + 2))
     if not lengths:
-        canvas.no_data(axes[0], "accuracy/ruler/*/*/*/metrics.json", missing)
+        canvas.no_data(axes[0], f"accuracy/ruler/*/*/*/{METRICS.name}", missing)
         return canvas.save(fig, path, title, missing)
     paper = _paper_rows(ref)
     for ax, n in zip(axes, lengths):
@@ -81,7 +82,7 @@ def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     fig, (ax, axp) = canvas.subplots(2, title)
     ok = ok_runs(results / "accuracy")
     if ok.empty:
-        canvas.no_data(ax, "accuracy/ruler/*/*/*/metrics.json", missing)
+        canvas.no_data(ax, f"accuracy/ruler/*/*/*/{METRICS.name}", missing)
     else:
         ntasks = ok["task"].nunique()
         for j, (n, at) in enumerate(ok.groupby("length")):
@@ -137,7 +138,7 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     paper = ref.get("ablations", {}).get("no_centering", {})
     ok = ok_runs(results / "ablations" / "centering", "")
     if ok.empty:
-        canvas.no_data(ax, "ablations/centering/*/metrics.json", missing)
+        canvas.no_data(ax, f"ablations/centering/*/{METRICS.name}", missing)
     else:
         tasks = sorted(ok["task"].unique())
         methods = list(dict.fromkeys(ok["method"]))
@@ -166,9 +167,9 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         ax.set_ylabel("score (0-100)")
         ax.set_title(WHISKERS, fontsize=7)
         canvas.legend_below(ax, right=True)
-    df = canvas.read(results / "estimation" / "centering_summary.csv")
+    df = canvas.read(CENTERING_SUMMARY_CSV.under(results))
     if df is None:
-        canvas.no_data(axf, "estimation/centering_summary.csv", missing)
+        canvas.no_data(axf, CENTERING_SUMMARY_CSV.rel, missing)
     else:
         flag = canvas.truthy(df["centering"])
         labels = [f"({k},{l})" for k, l in zip(df["K"], df["L"])]

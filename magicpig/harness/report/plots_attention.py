@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from magicpig.harness.report import canvas
+from magicpig.harness.result_files import (ERROR_SUMMARY_CSV, ERROR_TOPK_VS_ORACLE_CSV, GEOMETRY_CSV, GEOMETRY_HIST_CSV,
+                                           KL_GRID_SUMMARY_CSV, SPREAD_CSV)
 
 # the per-key cosine distributions Fig. 5 draws (written by `magicpig estimate geometry`)
-GEOMETRY_HIST = "geometry_hist.csv"
 # its quantities as a reader knows them (c: the mean key)
 HIST_LABELS = {"k_cos_sink": "cos(k, sink key)", "k_cos_center": "cos(k, c)", "qk_cos": "cos(q, k)",
                "qk_cos_centered": "cos(q, k - c)"}
@@ -22,10 +23,10 @@ def attention_spread(results: Path, ref: dict, path: Path) -> canvas.FigureResul
     title = "Attention spread with and without the sink (paper Fig. 2b)"
     missing: list[str] = []
     fig, (ax, axh) = canvas.subplots(2, title)
-    df = canvas.read(results / "estimation" / "spread.csv")
+    df = canvas.read(SPREAD_CSV.under(results))
     if df is None:
-        canvas.no_data(ax, "estimation/spread.csv", missing)
-        canvas.no_data(axh, "estimation/spread.csv", [])
+        canvas.no_data(ax, SPREAD_CSV.rel, missing)
+        canvas.no_data(axh, SPREAD_CSV.rel, [])
     else:
         frac = float(df["top_frac"].iloc[0])
         by = df.groupby("layer")[["top_mass_with_sink", "top_mass_without_sink", "sink_mass"]].mean()
@@ -57,9 +58,9 @@ def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult
     missing: list[str] = []
     fig, (ax, axr) = canvas.subplots(2, title)
     abl = ref.get("ablations", {})
-    df = canvas.read(results / "estimation" / "error_summary.csv")
+    df = canvas.read(ERROR_SUMMARY_CSV.under(results))
     if df is None:
-        canvas.no_data(ax, "estimation/error_summary.csv", missing)
+        canvas.no_data(ax, ERROR_SUMMARY_CSV.rel, missing)
     else:
         kinds = df["setting"].astype(str).map(lambda s: _SETTING.match(s))
         for i, name in enumerate(("topk", "oracle")):
@@ -79,9 +80,9 @@ def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult
         ax.set_xlabel("cost2 (fraction of keys used, measured)")
         ax.set_ylabel("relative output error ||ô-o||/||o|| (mean)")
         canvas.legend_below(ax)
-    tv = canvas.read(results / "estimation" / "error_topk_vs_oracle.csv")
+    tv = canvas.read(ERROR_TOPK_VS_ORACLE_CSV.under(results))
     if tv is None:
-        canvas.no_data(axr, "estimation/error_topk_vs_oracle.csv", missing)
+        canvas.no_data(axr, ERROR_TOPK_VS_ORACLE_CSV.rel, missing)
     else:
         dense = canvas.truthy(tv["dense_in_magicpig"]) if "dense_in_magicpig" in tv else tv["layer"] < 0
         points = axr.scatter(tv.loc[~dense, "unique_keys"], tv.loc[~dense, "topk_over_oracle"],
@@ -110,10 +111,10 @@ def geometry(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     title = "Query / key geometry (paper Fig. 5)"
     missing: list[str] = []
     fig, (ax, axc, axh) = canvas.subplots(3, title, width=4.8)
-    df = canvas.read(results / "estimation" / "geometry.csv")
+    df = canvas.read(GEOMETRY_CSV.under(results))
     if df is None:
-        canvas.no_data(ax, "estimation/geometry.csv", missing)
-        canvas.no_data(axc, "estimation/geometry.csv", [])
+        canvas.no_data(ax, GEOMETRY_CSV.rel, missing)
+        canvas.no_data(axc, GEOMETRY_CSV.rel, [])
     else:
         by = df.groupby("layer").mean(numeric_only=True)
         for col, style in (("q_cos_sink", "o-"), ("k_cos_sink", "s-"), ("q_cos_center", "o--"),
@@ -134,9 +135,9 @@ def geometry(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         axc.set_xlabel("layer")
         axc.set_ylabel("cosine seen by the hash (mean ± std)")
         canvas.legend_below(axc)
-    hist = canvas.read(results / "estimation" / GEOMETRY_HIST)
+    hist = canvas.read(GEOMETRY_HIST_CSV.under(results))
     if hist is None:
-        canvas.no_data(axh, f"estimation/{GEOMETRY_HIST}\n(per-key cosine distribution)", missing)
+        canvas.no_data(axh, f"{GEOMETRY_HIST_CSV.rel}\n(per-key cosine distribution)", missing)
     else:  # columns: [layer, dense_in_magicpig,] quantity, bin_lo, bin_hi, count; summed over sparse layers
         for i, (q, g) in enumerate(canvas.sparse_layers(hist).groupby("quantity", sort=False)):
             g = g.groupby(["bin_lo", "bin_hi"], as_index=False)["count"].sum()
@@ -155,12 +156,12 @@ def kl_grid(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     title = "Sampled fraction over (K, L) (paper Table 9)"
     missing: list[str] = []
     fig, (ax,) = canvas.subplots(1, title, width=6.5, height=4.5)
-    df = canvas.read(results / "estimation" / "kl_grid_summary.csv")
+    df = canvas.read(KL_GRID_SUMMARY_CSV.under(results))
     t9 = ref.get("sampled_fraction_table9", {})
     Ks = sorted(set(t9.get("K", {})) | (set() if df is None else {int(k) for k in df["K"]}))
     color = {K: f"C{i}" for i, K in enumerate(Ks)}
     if df is None:
-        canvas.no_data(ax, "estimation/kl_grid_summary.csv", missing)
+        canvas.no_data(ax, KL_GRID_SUMMARY_CSV.rel, missing)
     else:
         for K, g in df.groupby("K"):
             i, g = Ks.index(int(K)), g.sort_values("L")

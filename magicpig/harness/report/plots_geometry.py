@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from magicpig.harness.report import canvas
+from magicpig.harness.result_files import (INPUTS_MATRIX_CSV, INPUTS_SIMILARITY_CSV, MASS_CURVE_CSV, SINK_CENTER_CSV,
+                                           VALUE_NORM_CSV, VALUE_OUTPUT_CSV)
 
-EST = "estimation"
 
 
 def _prompts(df) -> int:
@@ -25,9 +26,9 @@ def attention_mass_curve(results: Path, ref: dict, path: Path) -> canvas.FigureR
     spread over heads (10th / 50th / 90th percentile, all prompts), sink removed."""
     title = "Attention mass vs fraction of keys (paper Fig. 2a)"
     fig, (ax, axh) = canvas.subplots(2, title, width=5.6, height=4.4)
-    df = canvas.read(results / EST / "mass_curve.csv")
+    df = canvas.read(MASS_CURVE_CSV.under(results))
     if df is None:
-        return canvas.no_data_figure(fig, (ax, axh), f"{EST}/mass_curve.csv", path, title)
+        return canvas.no_data_figure(fig, (ax, axh), MASS_CURVE_CSV.rel, path, title)
     sp = canvas.sparse_layers(df)
     if "prompt" not in sp:
         sp = sp.assign(prompt="capture")
@@ -67,16 +68,16 @@ def sink_key_similarity(results: Path, ref: dict, path: Path) -> canvas.FigureRe
     title = "Sink key across random inputs, mean key across sentences (paper Figs. 5a, 5b)"
     missing: list[str] = []
     fig, (axa, axb, axl) = canvas.subplots(3, title, width=4.6, height=4.4)
-    mat = canvas.read(results / EST / "inputs_matrix.csv")
+    mat = canvas.read(INPUTS_MATRIX_CSV.under(results))
     if mat is None:
-        canvas.no_data(axa, f"{EST}/inputs_matrix.csv", missing)
-        canvas.no_data(axb, f"{EST}/inputs_matrix.csv", [])
+        canvas.no_data(axa, INPUTS_MATRIX_CSV.rel, missing)
+        canvas.no_data(axb, INPUTS_MATRIX_CSV.rel, [])
     else:
         for ax, q, what in ((axa, "sink_key", "sink key (position 0), random inputs"),
                             (axb, "key_mean", "mean key (positions 1..), sentences")):
             g = mat[mat["quantity"] == q]
             if g.empty:
-                canvas.no_data(ax, f"{EST}/inputs_matrix.csv: {q}", missing)
+                canvas.no_data(ax, f"{INPUTS_MATRIX_CSV.rel}: {q}", missing)
                 continue
             n = int(g["i"].max()) + 1
             m = np.full((n, n), np.nan)
@@ -87,9 +88,9 @@ def sink_key_similarity(results: Path, ref: dict, path: Path) -> canvas.FigureRe
                          f"{n} inputs", fontsize=8)
             ax.set_xlabel("input")
             ax.set_ylabel("input")
-    sim = canvas.read(results / EST / "inputs_similarity.csv")
+    sim = canvas.read(INPUTS_SIMILARITY_CSV.under(results))
     if sim is None:
-        canvas.no_data(axl, f"{EST}/inputs_similarity.csv", missing)
+        canvas.no_data(axl, INPUTS_SIMILARITY_CSV.rel, missing)
     else:
         names = {"sink_key": "sink key (random inputs)", "key_mean": "mean key (sentences)",
                  "other_key": "a middle key (random inputs), for scale"}
@@ -114,9 +115,9 @@ def sink_vs_mean_key(results: Path, ref: dict, path: Path) -> canvas.FigureResul
     over heads beside the typical key's cos(k_i, k_avg)."""
     title = "Sink key against the mean key, per head (paper Fig. 5c)"
     fig, (ax, axh) = canvas.subplots(2, title, width=5.4, height=4.4)
-    df = canvas.read(results / EST / "sink_center.csv")
+    df = canvas.read(SINK_CENTER_CSV.under(results))
     if df is None:
-        return canvas.no_data_figure(fig, (ax, axh), f"{EST}/sink_center.csv", path, title)
+        return canvas.no_data_figure(fig, (ax, axh), SINK_CENTER_CSV.rel, path, title)
     grid = df.groupby(["layer", "kv_head"])["sink_cos_center"].mean().unstack("kv_head")
     im = ax.imshow(grid.to_numpy().T, aspect="auto", vmin=-1, vmax=1, cmap="RdBu_r",
                    extent=(grid.index.min() - 0.5, grid.index.max() + 0.5, grid.columns.max() + 0.5,
@@ -142,10 +143,10 @@ def value_vs_logit(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """Fig. 10: ln ‖v_i − o‖ against q·k_i/√d over every visible key of one decode step, one panel per
     (layer, head) of the first prompt (at most 3), the sink marked; Spearman's rho in each title."""
     title = "Distance of each value to the output vs its logit, one decode step (paper Fig. 10)"
-    df = canvas.read(results / EST / "value_output.csv")
+    df = canvas.read(VALUE_OUTPUT_CSV.under(results))
     if df is None:
         fig, axes = canvas.subplots(1, title, width=6, height=4.4)
-        return canvas.no_data_figure(fig, axes, f"{EST}/value_output.csv", path, title)
+        return canvas.no_data_figure(fig, axes, VALUE_OUTPUT_CSV.rel, path, title)
     if "prompt" in df:
         df = df[df["prompt"] == df["prompt"].iloc[0]]
     pairs = list(df.groupby(["layer", "head"]).groups)
@@ -172,9 +173,9 @@ def value_norms(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     marked; and per layer the sink's value norm over the median token's, every prompt."""
     title = "Value norm per token, the sink's marked (paper Fig. 11)"
     fig, (ax, axr) = canvas.subplots(2, title, width=5.8, height=4.4)
-    df = canvas.read(results / EST / "value_norm.csv")
+    df = canvas.read(VALUE_NORM_CSV.under(results))
     if df is None:
-        return canvas.no_data_figure(fig, (ax, axr), f"{EST}/value_norm.csv", path, title)
+        return canvas.no_data_figure(fig, (ax, axr), VALUE_NORM_CSV.rel, path, title)
     first = df[df["prompt"] == df["prompt"].iloc[0]] if "prompt" in df else df
     for i, (layer, g) in enumerate(first.groupby("layer")):
         g = g.sort_values("position")

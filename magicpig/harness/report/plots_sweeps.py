@@ -15,6 +15,7 @@ import pandas as pd
 from magicpig.harness.report import canvas
 from magicpig.harness.report.collect import collect_metrics
 from magicpig.harness.report.intervals import WHISKERS, run_level, whisker
+from magicpig.harness.result_files import METRICS
 
 SWEEPS = "sweeps"
 
@@ -123,7 +124,7 @@ def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResu
     tasks = [] if length is None else _family_tasks(runs, length, ("niah", "cwe", "fwe"))
     topk = runs[(runs["family"] == "topk") & (runs["length"] == length)]
     if topk.empty or not tasks:
-        return canvas.no_data_figure(fig, [ax], f"{SWEEPS}/ruler/*/*/topk@*/metrics.json", path, title)
+        return canvas.no_data_figure(fig, [ax], f"{SWEEPS}/ruler/*/*/topk@*/{METRICS.name}", path, title)
     counts = []
     for i, task in enumerate(tasks):
         counts += _line(ax, topk[topk["task"] == task], "cost", "o-", f"C{i}", f"TopK, {_short(task)}")
@@ -153,7 +154,7 @@ def oracle_vs_topk_budget(results: Path, ref: dict, path: Path) -> canvas.Figure
     tasks = [] if length is None else _family_tasks(runs, length, ("niah", "cwe", "fwe"))
     fig, axes = canvas.subplots(max(1, len(tasks)), title, width=4.6, height=4.4)
     if not tasks:
-        return canvas.no_data_figure(fig, axes, f"{SWEEPS}/ruler/*/*/oracle@*/metrics.json", path, title)
+        return canvas.no_data_figure(fig, axes, f"{SWEEPS}/ruler/*/*/oracle@*/{METRICS.name}", path, title)
     keys_16k = ref.get("ablations", {}).get("oracle_sampling_unique_keys_16k")
     for ax, task in zip(axes, tasks):
         at = runs[(runs["task"] == task) & (runs["length"] == length)]

@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 
 from magicpig.harness.report import canvas
+from magicpig.harness.result_files import (DECODE_CSV, PROJECTION_H200_CSV, PROJECTION_PAPER_HARDWARE_CSV,
+                                           PROJECTION_PAPER_LATENCY_CSV)
 
 PROJECTED = "PROJECTION (bandwidth model, not measured)"
 
@@ -73,12 +75,12 @@ def _panels(results: Path, title: str, x: str, y: str, by: str, xlabel: str, yla
     projection CSVs (None where absent: the panel says so). Returns (fig, axes, frames, missing)."""
     missing: list[str] = []
     fig, axes = canvas.subplots(3, title, width=4.8, height=height)
-    thr = results / "throughput"
-    frames = {name: canvas.read(thr / f"{name}.csv") for name in ("decode", "projection_h200",
-                                                                  "projection_paper_latency")}
+    files = {"decode": DECODE_CSV, "projection_h200": PROJECTION_H200_CSV,
+             "projection_paper_latency": PROJECTION_PAPER_LATENCY_CSV}
+    frames = {name: canvas.read(file.under(results)) for name, file in files.items()}
     for ax, name in zip(axes, frames):
         if frames[name] is None:
-            canvas.no_data(ax, f"throughput/{name}.csv", missing)
+            canvas.no_data(ax, files[name].rel, missing)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
     df = frames["decode"]
@@ -183,10 +185,9 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
     title = "Throughput speed-up over the paper's baseline of each setting"
     missing: list[str] = []
     fig, (ax, axp) = canvas.subplots(2, title, width=6.0, height=6.0)
-    thr = results / "throughput"
-    gpu = _gpu_rows(canvas.read(thr / "decode.csv"))
+    gpu = _gpu_rows(canvas.read(DECODE_CSV.under(results)))
     if gpu is None or gpu.empty:
-        canvas.no_data(ax, "throughput/decode.csv rows on a GPU\n(this machine has none)", missing)
+        canvas.no_data(ax, f"{DECODE_CSV.rel} rows on a GPU\n(this machine has none)", missing)
     else:
         best = gpu.groupby(["context", "method"])["tokens_per_s"].max().unstack()
         dense = [c for c in best.columns if str(c).startswith("dense")]
@@ -202,7 +203,7 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
     system = _system(ref)
     paper = system.get("throughput_speedup", [])
     labels = {k: v.get("label", k) for k, v in (system.get("baselines") or {}).items()}
-    proj = canvas.read(thr / "projection_paper_hardware.csv")
+    proj = canvas.read(PROJECTION_PAPER_HARDWARE_CSV.under(results))
     names = [f"{p['hardware']}\n{p['model']} {p['context'] // 1024}K\n"
              + textwrap.fill(f"over {labels.get(p.get('baseline'), p.get('baseline'))}", 30) for p in paper]
     xs = np.arange(len(paper))
@@ -212,7 +213,7 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
     for x, p in zip(xs, paper):
         axp.text(x, p["speedup"], f"{p['speedup']:g}x", ha="center", va="bottom", fontsize=6, color="crimson")
     if proj is None:
-        canvas.no_data(axp, "throughput/projection_paper_hardware.csv", missing)
+        canvas.no_data(axp, PROJECTION_PAPER_HARDWARE_CSV.rel, missing)
     else:
         if "cpu_kernel" not in proj:
             proj = proj.assign(cpu_kernel="projected")

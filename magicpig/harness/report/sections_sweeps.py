@@ -7,18 +7,22 @@ from pathlib import Path
 from magicpig.harness.report import figures
 from magicpig.harness.report.collect import collect_metrics, read_csv
 from magicpig.harness.report.markdown import fmt, table
+from magicpig.harness.result_files import (ATTENTION_MASS_CURVE_PNG, CENTERING_SWEEP_PNG, MAGICPIG_VS_TOPK_COST_PNG,
+                                           MASS_CURVE_SUMMARY_CSV, ORACLE_VS_TOPK_BUDGET_PNG, SINK_CENTER_SUMMARY_CSV,
+                                           SINK_KEY_SIMILARITY_PNG, SINK_VS_MEAN_KEY_PNG, TOPK_BUDGET_SWEEP_PNG,
+                                           VALUE_NORMS_PNG, VALUE_NORM_SUMMARY_CSV, VALUE_VS_LOGIT_PNG)
 
-SWEEP_FIGURES = ("topk_budget_sweep.png", "oracle_vs_topk_budget.png", "centering_sweep.png",
-                 "magicpig_vs_topk_cost.png")
-TOKEN_FIGURES = ("attention_mass_curve.png", "sink_key_similarity.png", "sink_vs_mean_key.png", "value_vs_logit.png",
-                 "value_norms.png")
+SWEEP_FIGURES = (TOPK_BUDGET_SWEEP_PNG.name, ORACLE_VS_TOPK_BUDGET_PNG.name, CENTERING_SWEEP_PNG.name,
+                 MAGICPIG_VS_TOPK_COST_PNG.name)
+TOKEN_FIGURES = (ATTENTION_MASS_CURVE_PNG.name, SINK_KEY_SIMILARITY_PNG.name, SINK_VS_MEAN_KEY_PNG.name,
+                 VALUE_VS_LOGIT_PNG.name, VALUE_NORMS_PNG.name)
 # columns that describe the run, not the result (left out of the tables)
 META_COLUMNS = {"model", "n_prompt", "capture", "seed", "prompts"}
-# summary tables shown above the per-token figures: file -> title
+# summary tables shown above the per-token figures: result file -> title
 TOKEN_TABLES = {
-    "mass_curve_summary.csv": "Attention mass held by the top fraction of keys (Figure 2a; sparse layers, all prompts)",
-    "sink_center_summary.csv": "cos(k_sink, k_avg) per kv-head (Figure 5c; sparse layers, all prompts)",
-    "value_norm_summary.csv": "Value norm of the sink against the median token (Figure 11)",
+    MASS_CURVE_SUMMARY_CSV: "Attention mass held by the top fraction of keys (Figure 2a; sparse layers, all prompts)",
+    SINK_CENTER_SUMMARY_CSV: "cos(k_sink, k_avg) per kv-head (Figure 5c; sparse layers, all prompts)",
+    VALUE_NORM_SUMMARY_CSV: "Value norm of the sink against the median token (Figure 11)",
 }
 
 
@@ -46,9 +50,8 @@ def sweep_section(results: Path, figs: dict | None = None) -> list[str]:
 def token_section(results: Path, figs: dict | None = None) -> list[str]:
     """The per-token experiments' summaries and figures."""
     parts = ["## Attention per key and per token (Figures 2a, 5a-c, 10, 11)"]
-    est = results / "estimation"
-    for name, title in TOKEN_TABLES.items():
-        df = read_csv(est / name)
+    for file, title in TOKEN_TABLES.items():
+        df = read_csv(file.under(results))
         if df is None:
             continue
         cols = [c for c in df.columns if c not in META_COLUMNS]

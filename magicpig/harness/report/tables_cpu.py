@@ -9,6 +9,7 @@ import pandas as pd
 
 from magicpig.harness.report.canvas import read, truthy
 from magicpig.harness.report.markdown import fmt, table
+from magicpig.harness.result_files import DECODE_CSV
 
 TITLE = "CPU decoders side by side (batch 1, measured)"
 NEEDED = {"device", "method", "backend", "context", "batch", "fits", "ms_per_token", "tokens_per_s"}
@@ -25,7 +26,7 @@ def system_label(method: str, backend: str) -> str:
 
 def cpu_rows(results: Path) -> pd.DataFrame | None:
     """The CPU rows of ``throughput/decode.csv`` (None: no file, or one without the bench's columns)."""
-    decode = read(results / "throughput" / "decode.csv")
+    decode = read(DECODE_CSV.under(results))
     if decode is None or not NEEDED <= set(decode.columns):
         return None
     if "search" not in decode:  # files written before the max-batch search existed

@@ -12,6 +12,7 @@ from magicpig.harness.overhead import overhead
 from magicpig.harness.report.collect import canonical, read_csv
 from magicpig.harness.report.coverage_run import CellCheck
 from magicpig.harness.report.markdown import fmt, table
+from magicpig.harness.result_files import DECODE_CSV, MACHINE_JSON
 
 TABLE7_TITLE = "Table 7: (K, L) against latency and throughput"
 TABLE8_TITLE = "Table 8: memory and compute overhead of the hash tables"
@@ -83,9 +84,9 @@ def table7_section(results: Path, ref: dict) -> list[str]:
     t7 = ref.get("kl_throughput_table7", {})
     limit = float(t7.get("latency_limit_ms", 200))
     parts = [f"### {TABLE7_TITLE}"]
-    decode = read_csv(results / "throughput" / "decode.csv")
+    decode = read_csv(DECODE_CSV.under(results))
     if decode is None:
-        return parts + ["Not run: no `throughput/decode.csv` in this run."]
+        return parts + [f"Not run: no `{DECODE_CSV.rel}` in this run."]
     df = kl_throughput(decode, limit)
     if df.empty:
         return parts + ["No decode row fitted in memory, so there is nothing to tabulate."]
@@ -188,7 +189,7 @@ def table8_section(ref: dict, model: str | None = None) -> list[str]:
 def gpu_runs(root: Path) -> list[Path]:
     """The ``make gpu-check`` output folders under ``root`` (``results/gpu/<name>/``)."""
     root = Path(root)
-    return sorted(p for p in root.iterdir() if p.is_dir() and (p / "decode.csv").is_file()) if root.is_dir() else []
+    return sorted(p for p in root.iterdir() if p.is_dir() and (p / DECODE_CSV.name).is_file()) if root.is_dir() else []
 
 
 def gpu_section(gpu_root: Path) -> list[str]:
@@ -196,16 +197,16 @@ def gpu_section(gpu_root: Path) -> list[str]:
     parts = [f"### {GPU_TITLE}"]
     runs = gpu_runs(gpu_root)
     if not runs:
-        return parts + ["None: no `results/gpu/<name>/decode.csv` (run `make gpu-check` on a GPU box)."]
+        return parts + [f"None: no `{MACHINE_JSON.folder}/{DECODE_CSV.name}` (run `make gpu-check` on a GPU box)."]
     for run in runs:
         machine = {}
-        if (run / "machine.json").is_file():
+        if (run / MACHINE_JSON.name).is_file():
             try:
-                machine = json.loads((run / "machine.json").read_text())
+                machine = json.loads((run / MACHINE_JSON.name).read_text())
             except json.JSONDecodeError:
                 machine = {}
         label = machine.get("gpu") or machine.get("device") or run.name
-        parts += [f"`{run}/` ({label}):", decode_table(read_csv(run / "decode.csv"))]
+        parts += [f"`{run}/` ({label}):", decode_table(read_csv(run / DECODE_CSV.name))]
     return parts
 
 
@@ -219,7 +220,7 @@ def decode_table(df: pd.DataFrame | None) -> str:
 
 def shapes_section(results: Path) -> list[str]:
     """``throughput/shapes/<name>/decode.csv`` of the preset's decode_bench.shapes, when it has any."""
-    paths = sorted((Path(results) / "throughput" / "shapes").glob("*/decode.csv"))
+    paths = sorted((DECODE_CSV.under(results).parent / "shapes").glob(f"*/{DECODE_CSV.name}"))
     if not paths:
         return []
     parts = [f"### {SHAPES_TITLE}"]

@@ -43,8 +43,9 @@ setup-llamacpp: setup
 	CMAKE_ARGS="-DGGML_NATIVE=ON" $(PY) -m pip install -q "llama-cpp-python==0.3.36"
 	$(PY) -c "import llama_cpp; print('llama-cpp-python', llama_cpp.__version__)"
 
+# one pytest worker per core (pytest-xdist, in the dev extra); every test is independent of order and process
 test: setup
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n auto
 
 # `magicpig doctor` first: the machine, CPU module, model and task data the preset needs, and what it will run and
 # skip; a preset that cannot run at all stops here with the doctor's reasons. The preset is the one CONFIG names

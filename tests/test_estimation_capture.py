@@ -110,7 +110,7 @@ def test_cli_runs_experiments_on_a_capture(tmp_path, capsys):
                  "--budgets", "0.05,0.2"]) == 0
     assert (alone / "error_topk_vs_oracle_heads.csv").is_file()
     assert main(["estimate", "error", "--capture", str(path), "--kl", "10by150"]) == 2
-    assert main(["tune-kl", "--capture", str(path), "--target-cost", "2"]) == 2
+    assert main(["tune-kl", "--capture", str(path), "--target-cost", "2", "--out-dir", str(tmp_path / "tuned")]) == 2
 
 
 @pytest.mark.slow

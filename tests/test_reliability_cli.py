@@ -262,7 +262,8 @@ BAD_INPUTS = [
 
 
 @pytest.mark.parametrize("name,argv,expected", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
-def test_bad_argument_fails_before_loading(tmp_path, capsys, no_loading, name, argv, expected):
+def test_bad_argument_fails_before_loading(tmp_path, capsys, monkeypatch, no_loading, name, argv, expected):
+    monkeypatch.chdir(tmp_path)  # a default output folder (results/...) a check makes lands here, not in the checkout
     args = argv(tmp_path)
     if args[0] == "eval":  # a valid eval command line, one value made bad
         base = {"--task": "ruler/niah_single_1", "--length": "512", "--methods": "dense", "--out": str(tmp_path / "o")}
@@ -389,15 +390,15 @@ def test_a_yaml_alias_bomb_is_one_short_error():
     import yaml
 
     levels = ["a: &a [x, x, x, x, x, x, x, x, x]"] + [
-        f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi")]
-    bomb = yaml.safe_load("\n".join(levels))["i"]  # 9**9 strings as a reader sees them
+        f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefghijk", "bcdefghijkl")]
+    bomb = yaml.safe_load("\n".join(levels))["l"]  # 9**12 strings as a reader sees them: hours to walk
 
     def edit(preset):
         preset["ruler"]["tasks"] = bomb
 
     t0 = time.monotonic()
     msg = _smoke_config_problems(edit)
-    assert len(msg) < 400 and "more than 100000 values" in msg and time.monotonic() - t0 < 5, msg[:500]
+    assert len(msg) < 400 and "more than 100000 values" in msg and time.monotonic() - t0 < 60, msg[:500]
 
 
 def test_a_huge_value_is_quoted_back_short():

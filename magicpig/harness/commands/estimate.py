@@ -57,6 +57,8 @@ def _paper_kl() -> list[tuple[int, int]]:
 
 
 def register(sub) -> None:
+    from magicpig_tasks.experiments.capture import KV_DTYPES
+
     p = sub.add_parser("estimate",
                        help="attention-level experiments (spread, error, (K,L) grid, centering, geometry)")
     esub = p.add_subparsers(dest="experiment", metavar="EXPERIMENT")
@@ -71,7 +73,7 @@ def register(sub) -> None:
     c.add_argument("--seed", type=int, default=0, help="picks the needle's key and value")
     c.add_argument("--haystack-offset", type=int, default=0,
                    help="token of the essay corpus the haystack starts at (several prompts of one length differ)")
-    c.add_argument("--kv-dtype", choices=("float16", "float32", "bfloat16"), default="float16")
+    c.add_argument("--kv-dtype", choices=KV_DTYPES, default="float16")
     c.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     c.add_argument("--out", default=None,
                    help="capture file (default results/estimation/captures/<model>_<context>.safetensors)")

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 
 from magicpig.backends import BACKEND_CHOICES, DEFAULT_BACKEND
+from magicpig.decode_weights import WEIGHT_FORMATS
 from magicpig.harness.result_files import LAST_RUN
+from magicpig.options import SETUPS
 from magicpig.prefill_dtype import DEFAULT_PREFILL_DTYPE, PREFILL_DTYPES
 
 
@@ -34,7 +36,7 @@ def register(sub) -> None:
                    help="samples per task and length (default 50); 'all': every record (LongBench, GSM8K)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--setup", choices=["A", "B"], default="A",
+    p.add_argument("--setup", choices=SETUPS, default="A",
                    help="A: prefill context+question (paper); B: prefill context, decode the question sparsely")
     p.add_argument("--backend", choices=BACKEND_CHOICES, default=DEFAULT_BACKEND,
                    help=f"engine backend (default {DEFAULT_BACKEND}: offload when the CPU module builds here, else "
@@ -44,7 +46,7 @@ def register(sub) -> None:
     p.add_argument("--prefill-dtype", choices=PREFILL_DTYPES, default=DEFAULT_PREFILL_DTYPE,
                    help="dtype of the prefill's matrix products (default auto: bfloat16 on a CPU with AVX512-BF16 "
                         "or AMX, else float32, the reference); decode reads float32 keys and values either way")
-    p.add_argument("--decode-weights", choices=["model", "bfloat16", "q8_0"], default="model",
+    p.add_argument("--decode-weights", choices=WEIGHT_FORMATS, default="model",
                    help="how the CPU module's kernel 4 stores the linear weights it reads in decode steps (default "
                         "model: the model's own tensors; bfloat16 / q8_0: the storages bench decode times)")
     p.add_argument("--data", action="append", default=[], metavar="TASK=PATH",

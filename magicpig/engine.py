@@ -50,6 +50,7 @@ from magicpig.cpu.torch_twin import offload_layer_class
 from magicpig.decode_forward import DecodeForward, unsupported_reason
 from magicpig.decode_linear import decode_linears, resolve_linear_impl
 from magicpig.methods import AttentionMethod, KeyLayout, parse_method
+from magicpig.methods.exact import Dense
 from magicpig.models import max_context
 from magicpig.options import SETUPS, DecodeOptions
 from magicpig.prefill_dtype import prefill_autocast, resolve_prefill_dtype
@@ -368,7 +369,7 @@ class Engine:
         mask2d = (torch.arange(n)[None] >= start[:, None]).long() if padded else None
         ids, positions = ids.to(self.device), positions.to(self.device)
         mask2d = mask2d.to(self.device) if mask2d is not None else None
-        cache = MagicPIGCache(self.model, "dense", prefill_only=True)
+        cache = MagicPIGCache(self.model, Dense(), prefill_only=True)
         try:
             out = None
             with prefill_autocast(self.prefill_dtype, self.device.type):

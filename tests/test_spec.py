@@ -107,11 +107,14 @@ def test_report_canonical_uses_canonical_spec():
 
 
 def test_eval_rejects_equivalent_methods():
-    from magicpig.harness.evaluate import split_methods
+    from magicpig.methods.spec_names import read_methods, split_methods
 
     with pytest.raises(ValueError, match="'magicpig' and 'magicpig:K=10,L=150' are the same method"):
-        split_methods("magicpig;magicpig:K=10,L=150")
+        read_methods("magicpig;magicpig:K=10,L=150")
     with pytest.raises(ValueError, match="same method"):
-        split_methods(["quest:page_size=16", "quest:ratio=0.04"])
-    assert split_methods("magicpig;magicpig:projection_draw=fixed") == ["magicpig", "magicpig:projection_draw=fixed"]
-    assert split_methods("nope;dense") == ["nope", "dense"]  # the parse error is EvalConfig.check's to report
+        read_methods(["quest:page_size=16", "quest:ratio=0.04"])
+    assert [m.text for m in read_methods("magicpig;magicpig:projection_draw=fixed")] == [
+        "magicpig", "magicpig:projection_draw=fixed"]
+    assert split_methods("nope;dense") == ["nope", "dense"]  # split only: the parse is read_methods'
+    with pytest.raises(ValueError, match="unknown attention method 'nope'"):
+        read_methods("nope;dense")

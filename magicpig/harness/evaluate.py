@@ -61,11 +61,12 @@ from magicpig.harness.progress import heartbeat, progress
 from magicpig.harness.provenance import sample_provenance, unit_provenance
 from magicpig.harness.result_files import METRICS, PREDICTIONS, SETTINGS
 from magicpig.harness.results_paths import method_dir, unit_dir
-from magicpig.methods.spec_names import check_dirnames, split_methods
+from magicpig.methods.registry import ParsedSpec, read_spec
+from magicpig.methods.spec_names import check_dirnames, read_methods
+from magicpig.options import SETUPS
 from magicpig.pidlock import LockHeld, PidLock
 from magicpig.prefill_dtype import DEFAULT_PREFILL_DTYPE, resolve_prefill_dtype
 
-SETUPS = ("A", "B")
 MAX_LENGTH = 1 << 20  # tokens: beyond any model's context; a bigger value is a typo, refused before any work
 MAX_SAMPLES = 10_000  # per (task, length): beyond any benchmark's size (10M RULER samples took ~21 h to build)
 LOCK_FILE = "eval.lock"
@@ -75,19 +76,11 @@ _NOT_RESULT_FIELDS = {"model", "methods", "tasks", "lengths", "samples", "out", 
                       "task_settings"}  # in task.describe(), as each task applies them
 
 
-def fields_in_spec(spec: str) -> set[str]:
-    """Field names explicitly set in a spec string ``name:f=v,g=w``."""
-    _, _, rest = spec.partition(":")
-    return {item.partition("=")[0].strip() for item in rest.split(",") if "=" in item}
-
-
-def effective_method(spec: str, overrides: dict[str, dict[str, Any]]):
+def effective_method(spec: str | ParsedSpec, overrides: dict[str, dict[str, Any]]):
     """(method, applied) : the parsed spec with the task's overrides for fields the spec leaves unset."""
-    from magicpig.methods import parse_method
-
-    method = parse_method(spec)
-    given = fields_in_spec(spec)
-    applied = {k: v for k, v in overrides.get(method.name, {}).items() if k not in given}
+    parsed = spec if isinstance(spec, ParsedSpec) else read_spec(spec)
+    method = parsed.method
+    applied = {k: v for k, v in overrides.get(method.name, {}).items() if k not in parsed.given}
     if applied:
         method = dataclasses.replace(method, **applied)
     return method, applied
@@ -125,20 +118,21 @@ class EvalConfig:
     overwrite: bool = False
     task_settings: dict[str, Any] = field(default_factory=dict)  # magicpig_tasks.settings (chat_template ...)
 
-    def check(self) -> None:
+    def check(self) -> list[ParsedSpec]:
+        """Validate and normalise the fields; returns ``methods`` parsed, each spec once, which is what the
+        run passes on (overrides, folders, limits) instead of the text."""
         from magicpig_tasks.registry import DATA_TASKS, expand
         from magicpig_tasks.settings import task_settings
 
-        from magicpig.methods import parse_method
-
         self.tasks = expand(self.tasks)
         self.task_settings = task_settings(self.task_settings)
-        self.methods = split_methods(self.methods)
+        specs = read_methods(self.methods)
+        self.methods = [spec.text for spec in specs]
         self.backend = resolve_backend(self.backend)  # 'auto' -> the backend that runs, as keyed and recorded
         check_weight_format(self.decode_weights, "decode_weights")
-        for spec in self.methods:
-            check_backend_limits(parse_method(spec), self.backend)
-        check_dirnames(self.methods)
+        for spec in specs:
+            check_backend_limits(spec.method, self.backend)
+        check_dirnames(specs)
         if self.setup not in SETUPS:
             raise ValueError(f"setup must be one of {', '.join(SETUPS)}, got {self.setup!r}")
         if not self.lengths or any(not isinstance(n, int) or not 64 <= n <= MAX_LENGTH for n in self.lengths):
@@ -164,6 +158,7 @@ class EvalConfig:
         check_device(self.device, "device")
         self.prefill_dtype = resolve_prefill_dtype(self.prefill_dtype, _device_type(self.device))
         self.out = check_writable_dir(self.out, "out")
+        return specs
 
 
 def _mean(xs: list[float]) -> float:
@@ -225,16 +220,16 @@ def run_settings(cfg: EvalConfig, task_name: str, task, length: int, method) -> 
     return json.loads(json.dumps(settings, default=str, sort_keys=True))
 
 
-def _plan(cfg: EvalConfig) -> list[_Unit]:
+def _plan(cfg: EvalConfig, specs: list[ParsedSpec]) -> list[_Unit]:
     units = []
     for task_name in cfg.tasks:
         task = _get_task(cfg, task_name)
         for length in cfg.lengths:
             base = unit_dir(cfg.out, task_name, length)
             methods = []
-            for spec in cfg.methods:
+            for spec in specs:
                 method, applied = effective_method(spec, task.method_overrides)
-                methods.append((spec, method, applied, method_dir(cfg.out, task_name, length, spec),
+                methods.append((spec.text, method, applied, method_dir(cfg.out, task_name, length, spec),
                                 run_settings(cfg, task_name, task, length, method)))
             units.append(_Unit(task_name, task, length, base, methods))
     return units
@@ -336,9 +331,9 @@ def run_eval(cfg: EvalConfig, *, model=None, tokenizer=None, engine_factory: Cal
     stored rows matched against this run's settings (see the module docstring). Raises EvalInterrupted
     on Ctrl-C.
     """
-    cfg.check()
+    specs = cfg.check()
     log = log or (lambda msg: print(msg, file=sys.stderr))
-    units = _plan(cfg)
+    units = _plan(cfg, specs)
     tasks = {unit.task_name: unit.task for unit in units}
     check_generated_lengths(cfg, tasks, model_context_length(cfg, model))
     check_task_data(cfg, tasks)

@@ -37,7 +37,7 @@ def get_method_class(name: str) -> type[AttentionMethod]:
     return METHODS[name]
 
 
-def parse_method(spec: str | AttentionMethod) -> AttentionMethod:
+def parse_method(spec: str | ParsedSpec | AttentionMethod) -> AttentionMethod:
     """Build a method from ``name`` or ``name:field=value,field=value``.
 
     Grammar (one for every command and the pipeline): fields are separated by ``,``; whitespace around
@@ -45,7 +45,8 @@ def parse_method(spec: str | AttentionMethod) -> AttentionMethod:
     (``K=１１`` is refused, not read as 11); lists (``dense_layers``) are written ``0/16`` (``none`` for
     empty), with ``LIST_SEP`` which never separates methods (``;`` does, in ``--methods``); booleans
     ``true``/``false``. Errors name the method, the field and the accepted values. An AttentionMethod
-    is returned as it is, so an entry point parses once and passes the object on.
+    is returned as it is, a ParsedSpec as its method, so an entry point parses once and passes the
+    object on.
 
     >>> method = parse_method("magicpig:K=8,L=75,dense_layers=0/16")
     >>> method.K, method.L, method.dense_layers
@@ -61,6 +62,30 @@ def parse_method(spec: str | AttentionMethod) -> AttentionMethod:
     """
     if isinstance(spec, AttentionMethod):
         return spec
+    if isinstance(spec, ParsedSpec):
+        return spec.method
+    return read_spec(spec).method
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedSpec:
+    """A method spec read once (``read_spec``), passed on instead of its text: ``text`` as given (stripped),
+    the ``method`` it builds, and ``given``, the fields the text sets explicitly (a task's method overrides
+    leave those alone, even where the value given is the default)."""
+
+    text: str
+    method: AttentionMethod
+    given: frozenset[str]
+
+    @property
+    def canonical(self) -> str:
+        """``canonical_spec`` of the text, from the parsed method (no second parse)."""
+        return self.method.spec()
+
+
+def read_spec(spec: str) -> ParsedSpec:
+    """The one parser of a method spec's text (grammar: ``parse_method``); ValueError naming the method,
+    the field and the accepted values."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"method spec must be a non-empty string like 'magicpig:K=10,L=150', got {spec!r}")
     name, _, rest = spec.strip().partition(":")
@@ -79,12 +104,13 @@ def parse_method(spec: str | AttentionMethod) -> AttentionMethod:
             raise ValueError(f"method {cls.name!r}: field {key!r} given twice")
         kwargs[key] = _convert(cls.name, key, raw.strip(), hints[key])
     try:
-        return cls(**kwargs)
+        method = cls(**kwargs)
     except TypeError as exc:  # pragma: no cover - dataclass signature mismatch
         raise ValueError(f"method {cls.name!r}: {exc}") from exc
+    return ParsedSpec(spec.strip(), method, frozenset(kwargs))
 
 
-def canonical_spec(spec: str | AttentionMethod) -> str:
+def canonical_spec(spec: str | ParsedSpec | AttentionMethod) -> str:
     """The one spec string of a method: its name plus every field that differs from its default, in the
     fields' declared order, values normalised (``magicpig:L=150,K=10`` -> ``magicpig``;
     ``quest:ratio=0.040,page_size=16`` -> ``quest``; ``topk:budget=64.0`` -> ``topk:budget=64``;

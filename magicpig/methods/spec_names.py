@@ -18,7 +18,7 @@ import re
 import typing
 
 from magicpig.methods.base import LIST_SEP
-from magicpig.methods.registry import canonical_spec, get_method_class
+from magicpig.methods.registry import ParsedSpec, canonical_spec, get_method_class, read_spec
 from magicpig.names import FOLDER_PATTERN
 
 MAX_DIRNAME = 120  # characters; file systems allow 255 bytes, and the rest of a path needs room
@@ -50,26 +50,29 @@ def _read_back(name: str) -> str:
     return method + (":" + ",".join(items) if items else "")
 
 
-def method_dirname(spec: str) -> str:
-    """The folder name of a method spec (module docstring); ValueError for a spec that does not parse."""
-    canon = canonical_spec(spec)
-    name = _mapped(spec)
+def method_dirname(spec: str | ParsedSpec) -> str:
+    """The folder name of a method spec (module docstring); ValueError for a spec that does not parse.
+    A ParsedSpec is not parsed again: a name that reads back to its own text needs no parse at all."""
+    parsed = spec if isinstance(spec, ParsedSpec) else read_spec(spec)
+    canon = parsed.canonical
+    name = _mapped(parsed.text)
     try:
-        same = len(name) <= MAX_DIRNAME and canonical_spec(_read_back(name)) == canon
+        back = _read_back(name)
+        same = len(name) <= MAX_DIRNAME and (back == _compact(parsed.text) or canonical_spec(back) == canon)
     except ValueError:
         same = False
     digest = hashlib.sha256(canon.encode()).hexdigest()[:16]
     folder = name if same else f"{name[:MAX_DIRNAME - 17]}~{digest}"
     if not _FOLDER.fullmatch(folder):  # the method's name leads: a registered name never starts with '.'
-        raise ValueError(f"method {spec!r}: its folder name {folder!r} is not a safe path component")
+        raise ValueError(f"method {parsed.text!r}: its folder name {folder!r} is not a safe path component")
     return folder
 
 
 def split_methods(values: list[str] | str) -> list[str]:
-    """Method specs from a list (one spec per item) or a ';'-separated string; empty items dropped, order
-    kept. Refused: the same spec twice, equivalent specs (``magicpig`` and ``magicpig:K=10,L=150``), an
-    item holding ';' inside a list (give ``--method`` one spec), and a part of a ';' string that is the
-    tail of a list written with ';' (``dense_layers=0;15``)."""
+    """Method specs, as text, from a list (one spec per item) or a ';'-separated string; empty items
+    dropped, order kept. Refused: the same text twice, an item holding ';' inside a list (give
+    ``--method`` one spec), and a part of a ';' string that is the tail of a list written with ';'
+    (``dense_layers=0;15``). Nothing is parsed: ``read_methods`` parses and refuses equivalent specs."""
     if isinstance(values, str):
         parts = values.split(";")
         for part in parts:
@@ -85,34 +88,42 @@ def split_methods(values: list[str] | str) -> list[str]:
                                  f"a spec are separated by '{LIST_SEP}', e.g. dense_layers=0{LIST_SEP}16), or "
                                  "several specs separated by ';' in --methods")
     specs: list[str] = []
-    seen: dict[str, str] = {}  # canonical spec -> the spec as given
     for part in (p.strip() for p in parts):
         if not part:
             continue
         if part in specs:
             raise ValueError(f"methods: {part!r} given twice")
-        try:
-            canon = canonical_spec(part)
-        except ValueError:
-            canon = part  # the caller's parse reports the spec's own error
-        if canon in seen:
-            raise ValueError(f"methods: {seen[canon]!r} and {part!r} are the same method ({canon!r})")
-        seen[canon] = part
         specs.append(part)
     if not specs:
         raise ValueError("methods: no method given (e.g. --methods 'dense;magicpig:K=10,L=150')")
     return specs
 
 
-def check_dirnames(specs: list[str]) -> dict[str, str]:
-    """spec -> folder name for every spec; ValueError naming both specs if two would share a folder
+def read_methods(values: list[str] | str) -> list[ParsedSpec]:
+    """``split_methods``, then each spec parsed once; equivalent specs (``magicpig`` and
+    ``magicpig:K=10,L=150``) are refused, naming both."""
+    parsed: list[ParsedSpec] = []
+    seen: dict[str, str] = {}  # canonical spec -> the spec as given
+    for text in split_methods(values):
+        spec = read_spec(text)
+        if spec.canonical in seen:
+            raise ValueError(f"methods: {seen[spec.canonical]!r} and {text!r} are the same method "
+                             f"({spec.canonical!r})")
+        seen[spec.canonical] = text
+        parsed.append(spec)
+    return parsed
+
+
+def check_dirnames(specs: list[str] | list[ParsedSpec]) -> dict[str, str]:
+    """spec text -> folder name for every spec; ValueError naming both specs if two would share a folder
     (``method_dirname`` is built so that they cannot; this is the check before any work)."""
     names: dict[str, str] = {}
     owner: dict[str, str] = {}
     for spec in specs:
+        text = spec.text if isinstance(spec, ParsedSpec) else spec
         name = method_dirname(spec)
         if name.lower() in owner:  # case-insensitive file systems (macOS) fold K-10 and k-10
-            raise ValueError(f"methods: {owner[name.lower()]!r} and {spec!r} would share the folder {name!r}")
-        owner[name.lower()] = spec
-        names[spec] = name
+            raise ValueError(f"methods: {owner[name.lower()]!r} and {text!r} would share the folder {name!r}")
+        owner[name.lower()] = text
+        names[text] = name
     return names

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from magicpig.harness.evaluate import (EvalConfig, collect_metrics, effective_method, fields_in_spec, format_table,
-                               run_eval, split_methods)
-from magicpig.methods.spec_names import method_dirname
+from magicpig.harness.evaluate import EvalConfig, collect_metrics, effective_method, format_table, run_eval
+from magicpig.methods import registry
+from magicpig.methods.registry import read_spec
+from magicpig.methods.spec_names import method_dirname, split_methods
 
 
 def test_method_dirname():
@@ -28,13 +29,36 @@ def test_split_methods_and_fields():
         split_methods("dense;dense")
     with pytest.raises(ValueError, match="no method"):
         split_methods(" ; ")
-    assert fields_in_spec("magicpig:K=10,L=150") == {"K", "L"}
-    assert fields_in_spec("dense") == set()
+    assert read_spec("magicpig:K=10,L=150").given == {"K", "L"} and read_spec("dense").given == frozenset()
+    assert read_spec("magicpig:local=64").given == {"local"}  # given, though it is the default
 
 
 def test_effective_method_overrides():
     m, applied = effective_method("magicpig:K=10", {"magicpig": {"local": 24}, "quest": {"page_size": 8}})
     assert (m.K, m.local, applied) == (10, 24, {"local": 24})
+    m, applied = effective_method(read_spec("magicpig:local=64"), {"magicpig": {"local": 24}})
+    assert (m.local, applied) == (64, {})
+
+
+def test_one_eval_parses_each_spec_once(tmp_path, tiny, tokenizer, monkeypatch):
+    """Per eval, each method spec's text is parsed once (by EvalConfig.check) and the parsed value is what
+    the run passes on: its checks, two tasks x two lengths of folders, overrides and settings parse nothing."""
+    import sys
+
+    original, parsed = registry.read_spec, []
+
+    def counting(spec):
+        parsed.append(spec)
+        return original(spec)
+
+    for module in [m for m in list(sys.modules.values()) if getattr(m, "read_spec", None) is original]:
+        monkeypatch.setattr(module, "read_spec", counting)
+    specs = ["dense", "magicpig:K=4,L=20,local=8"]
+    cfg = EvalConfig(model="tiny", methods=list(specs), tasks=["ruler/niah_single_1", "ruler/niah_single_2"],
+                     lengths=[384, 512], samples=1, out=tmp_path, progress=False, max_new_tokens=2)
+    metrics = run_eval(cfg, model=tiny, tokenizer=tokenizer, log=lambda m: None)
+    assert len(metrics) == 2 * 2 * 2 and all(m["status"] == "ok" for m in metrics)
+    assert sorted(parsed) == sorted(specs)
 
 
 def test_config_errors(tmp_path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from magicpig.harness.result_files import METRICS
+from magicpig.methods.registry import ParsedSpec
 from magicpig.methods.spec_names import method_dirname
 
 
@@ -21,8 +22,8 @@ def unit_dir(out: str | Path, task: str, length: int | str) -> Path:
     return Path(out) / task / str(length)
 
 
-def method_dir(out: str | Path, task: str, length: int | str, spec: str) -> Path:
-    """The folder of method ``spec`` (as written) at one (task, length)."""
+def method_dir(out: str | Path, task: str, length: int | str, spec: str | ParsedSpec) -> Path:
+    """The folder of method ``spec`` (as written, or parsed once by the caller) at one (task, length)."""
     return unit_dir(out, task, length) / method_dirname(spec)
 
 

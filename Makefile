@@ -43,7 +43,7 @@ setup-llamacpp: setup
 	CMAKE_ARGS="-DGGML_NATIVE=ON" $(PY) -m pip install -q "llama-cpp-python==0.3.36"
 	$(PY) -c "import llama_cpp; print('llama-cpp-python', llama_cpp.__version__)"
 
-# one pytest worker per core (pytest-xdist, in the dev extra); every test is independent of order and process
+# one pytest worker per core (pytest-xdist, in the dev extra): no test may rely on the order or process it runs in
 test: setup
 	$(VENV)/bin/pytest -q -n auto
 

@@ -3,13 +3,14 @@
 job times and the machine. Never overwrites one; the pipeline never writes there."""
 from __future__ import annotations
 
+from magicpig.harness.commands import add_preset_options
+
 
 def register(sub) -> None:
     p = sub.add_parser("archive", help="keep a finished preset's report as a dated reference run",
                        description="Copy figures/generated/<preset>/ (REPORT.md, REPORT.html, figures) and the "
                                    "job times of results/<preset>/ into figures/reference/<preset>-<date>/.")
-    p.add_argument("--preset", default=None, help="preset of the config (default: the config's `preset`)")
-    p.add_argument("--config", default="config/config.yaml", help="pipeline config (default config/config.yaml)")
+    add_preset_options(p)
     p.add_argument("--results", default=None, help="the preset's results folder (default results/<preset>)")
     p.add_argument("--report", default=None, help="the preset's report folder (default figures/generated/<preset>)")
     p.add_argument("--out", default=None, help="folder of reference runs (default figures/reference)")

@@ -3,13 +3,14 @@ needs before a long run, and say what it will run and skip (``magicpig.harness.d
 preset cannot run at all (its config does not validate, its model is missing, or every task is skipped)."""
 from __future__ import annotations
 
+from magicpig.harness.commands import add_preset_options
+
 
 def register(sub) -> None:
     p = sub.add_parser("doctor", help="check the set-up a preset needs; say what it will run and skip",
                        description="Machine, CPU module, models, task data, GPU; then what the preset runs and "
                                    "skips. Loads no model.")
-    p.add_argument("--preset", default=None, help="preset of the config (default: the config's `preset`)")
-    p.add_argument("--config", default="config/config.yaml", help="pipeline config (default config/config.yaml)")
+    add_preset_options(p)
     p.add_argument("--results", default=None, help="the preset's results folder, for its measured job times "
                                                     "(default results/<preset>)")
     p.add_argument("--no-build", action="store_true",

@@ -131,8 +131,7 @@ def _zero_padding(x: torch.Tensor, layout: KeyLayout) -> torch.Tensor:
 
 
 def offload_dtype_of(value: Any) -> torch.dtype | None:
-    """``offload_dtype`` (None, "float32", "bfloat16" or the torch dtype) -> torch dtype or None (= the
-    model's dtype when it is bfloat16, float32 otherwise); a clear error for anything else."""
+    """``offload_dtype`` (None/"auto", a name of OFFLOAD_DTYPES or its dtype) -> the dtype; None: the model's choice."""
     if value is None or value == "auto":
         return None
     if isinstance(value, str) and value in OFFLOAD_DTYPES:

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from magicpig.harness.result_files import (REFERENCE_JOB_TIMES_CSV, REFERENCE_MACHINE_JSON, REFERENCE_RUN_JSON,
-                                           REPORT_HTML, REPORT_MD)
+from magicpig.harness.result_files import (REFERENCE_JOB_TIMES_CSV, REFERENCE_MACHINE_JSON, REFERENCE_RUN,
+                                           REFERENCE_RUN_JSON, REPORT_HTML, REPORT_MD)
 from magicpig.names import check_name
 
-ROOT = Path("figures/reference")
+ROOT = Path(REFERENCE_RUN).parent  # figures/reference
 REPORT_FILES = (REPORT_MD.name, REPORT_HTML.name)
 FIGURE_SUFFIXES = (".png", ".svg")
 JOB_TIMES = REFERENCE_JOB_TIMES_CSV.name

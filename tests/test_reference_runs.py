@@ -10,7 +10,7 @@ import pytest
 
 from magicpig.harness import doctor, reference_runs
 from magicpig.harness.cli import main
-from tests.test_doctor import write_config
+from test_doctor import write_config
 
 
 def finished_run(tmp_path: Path) -> tuple[Path, Path]:

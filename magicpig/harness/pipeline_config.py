@@ -25,17 +25,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
+from magicpig.harness.families import FAMILIES
 from magicpig.names import NAME_PATTERN, TASK_NAME_PATTERN, name_problem, task_name_problem
 
 SCHEMA_FILE = "pipeline_config.schema.yaml"  # in the package's data/ folder
 # the schema's name patterns ($defs name, task_name) -> the grammar's own message of a value
 NAME_PATTERNS = {NAME_PATTERN: name_problem, TASK_NAME_PATTERN: task_name_problem}
-# method lists of each preset block, as config paths below the preset: (block, key, runs magicpig eval)
-METHOD_LISTS = (("ruler", "methods", True), ("longbench", "methods", True), ("gsm8k", "methods", True),
-                ("ablations", "centering_methods", True), ("ablations", "kl_grid", True),
+# method lists of the preset blocks other than the benchmark families' (families.FAMILIES: each block's
+# `methods`, run by magicpig eval), as config paths below the preset: (block, key, runs magicpig eval)
+METHOD_LISTS = (("ablations", "centering_methods", True), ("ablations", "kl_grid", True),
                 ("decode_bench", "methods", False))
-# optional benchmark blocks (absent: not run): block -> the task-name prefix of its tasks
-OPTIONAL_BLOCKS = {"lm_eval": "", "reasoning": "infini_igsm/"}
 # a config holds a few thousand values; more is a mistake or a YAML alias bomb (aliases nesting aliases: a
 # small file standing for billions of values), refused before anything walks or prints it
 MAX_CONFIG_VALUES = 100_000
@@ -164,16 +163,22 @@ def data_problems(data: dict, warn: Callable[[str], None]) -> list[str]:
 
 
 def load_schema() -> dict:
-    """The pipeline config's JSON schema, shipped as package data of ``magicpig`` (its data/ folder)."""
+    """The pipeline config's JSON schema: package data of ``magicpig`` (its data/ folder), with the block of each
+    benchmark family (``families.FAMILIES``)."""
     import yaml
 
     source = resources.files("magicpig") / "data" / SCHEMA_FILE
     try:
-        return yaml.safe_load(source.read_text(encoding="utf-8"))
+        schema = yaml.safe_load(source.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise FileNotFoundError(f"the pipeline config schema {source} is missing from the installed magicpig "
                                 "package: it ships as package data (pyproject.toml, [tool.setuptools.package-data] "
                                 "data/*.yaml); reinstall magicpig from a complete checkout") from None
+    preset = schema["properties"]["presets"]["additionalProperties"]
+    for family in FAMILIES.values():  # each benchmark family's block, declared with its family
+        preset["properties"][family.block] = copy.deepcopy(family.schema)
+        preset["required"] += [] if family.optional else [family.block]
+    return schema
 
 
 def _filling_validator(schema: dict):
@@ -283,13 +288,9 @@ def preset_problems(path: str, p: dict) -> list[str]:
     from magicpig.lsh import check_kl, parse_kl
 
     out = []
-    for block, key, eval_specs in METHOD_LISTS:
+    for block, key, eval_specs in method_lists(p):
         out += method_problems(f"{path}.{block}.{key}", p[block][key], eval_specs=eval_specs,
                                eval_backend=p["backend"])
-    for block in OPTIONAL_BLOCKS:
-        if block in p:
-            out += method_problems(f"{path}.{block}.methods", p[block]["methods"], eval_specs=True,
-                                   eval_backend=p["backend"])
     out += length_method_problems(f"{path}.ruler", p["ruler"], p["backend"])
     ruler_names = [t.removeprefix("ruler/") for t in TASK_NAMES if t.startswith("ruler/")]
     if "sweeps" in p:
@@ -311,6 +312,12 @@ def preset_problems(path: str, p: dict) -> list[str]:
     for i, entry in enumerate(shapes):
         out += method_problems(f"{path}.decode_bench.shapes[{i}].methods", entry.get("methods", []), eval_specs=False)
     return out
+
+
+def method_lists(p: dict) -> list[tuple[str, str, bool]]:
+    """The method lists of preset ``p`` as (block, key, runs magicpig eval): the ``methods`` of each benchmark
+    family's block that ``p`` has, then ``METHOD_LISTS``."""
+    return [(f.block, "methods", True) for f in FAMILIES.values() if f.block in p] + list(METHOD_LISTS)
 
 
 def ruler_methods_by_length(ruler: dict) -> dict[int, list[str]]:
@@ -439,7 +446,7 @@ def layer_problems(path: str, p: dict, layers: int | None, label: str) -> list[s
     from magicpig.methods import parse_method
 
     out = []
-    lists = [(f"{block}.{key}", p[block][key]) for block, key, _ in METHOD_LISTS]
+    lists = [(f"{block}.{key}", p[block][key]) for block, key, _ in method_lists(p)]
     lists += [(f"ruler.length_methods[{i}].methods", e["methods"])
               for i, e in enumerate(p["ruler"].get("length_methods", []))]
     for where, specs in lists if layers else ():
@@ -475,8 +482,7 @@ def model_problems(path: str, p: dict, warn: Callable[[str], None]) -> list[str]
     for block in ("ablations", "sweeps"):
         if "length" in p.get(block, {}):  # set in the config (else ruler.lengths[0], checked above)
             checks.append((f"{path}.{block}.length", p[block]["length"], budget))
-    blocks = [("longbench", [f"longbench/{t}" for t in p["longbench"]["tasks"]]), ("gsm8k", ["gsm8k"])]
-    blocks += [(b, [prefix + t for t in p[b]["tasks"]]) for b, prefix in OPTIONAL_BLOCKS.items() if b in p]
+    blocks = [(f.block, f.task_names(p[f.block])) for f in FAMILIES.values() if f.block in p and not f.per_length]
     for block, tasks in blocks:
         if tasks and (p[block]["samples"] == "all" or p[block]["samples"] > 0):
             checks.append((f"{path}.{block}.max_length", p[block]["max_length"], answer_budget(tasks)))

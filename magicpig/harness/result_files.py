@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from magicpig.harness.families import FAMILIES
+
 THROUGHPUT = "throughput"
 ESTIMATION = "estimation"
 METHOD_DIR = "<eval out>/<task>/<length>/<method dir>"
@@ -61,10 +63,10 @@ class ResultFile:
         return Path(results) / self.folder / self.name
 
 
-# the rules of the `magicpig eval` job table (common.smk eval_rules; RULER rules of settings run at some lengths
-# only add a length suffix: eval_ruler_16k)
-EVAL_RULE_NAMES = ("eval_ruler", "eval_longbench", "eval_gsm8k", "eval_lm_eval", "eval_reasoning",
-                   "ablation_centering", "ablation_kl_grid", "ablation_setup", "sweep_ruler")
+# the rules of the `magicpig eval` job table (common.smk eval_rules): one per benchmark family (RULER rules of
+# settings run at some lengths only add a length suffix: eval_ruler_16k), then the ablations' and the sweeps'
+EVAL_RULE_NAMES = tuple(f.rule for f in FAMILIES.values()) + ("ablation_centering", "ablation_kl_grid",
+                                                              "ablation_setup", "sweep_ruler")
 REPORT = "magicpig/harness/report/"
 THROUGHPUT_SMK = "workflow/rules/throughput.smk"
 ESTIMATION_SMK = "workflow/rules/estimation.smk"
@@ -165,8 +167,8 @@ def tune_kl_target(target_cost: float) -> str:
 
 CPU_MODULE_TXT = ResultFile("cpu_module.txt", "build", ("build_cpu_module",), "magicpig build (its stdout)",
                             ("workflow/rules/build.smk",))
-REPORT_MD = ResultFile("REPORT.md", REPORT_DIR, ("report",), "magicpig.harness.report.build",
-                       ("workflow/rules/report.smk", REPORT + "build.py", ARCHIVE))
+REPORT_MD = ResultFile("REPORT.md", REPORT_DIR, ("report",), "magicpig.harness.report.sections",
+                       ("workflow/rules/report.smk", REPORT + "sections.py", ARCHIVE))
 REPORT_HTML = ResultFile("REPORT.html", REPORT_DIR, ("report",), "magicpig.harness.report.html",
                          ("workflow/rules/report.smk", ARCHIVE))
 

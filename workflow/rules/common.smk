@@ -170,41 +170,45 @@ def fill(text, wildcards):
 
 def eval_rules(p, res):
     """The job table of preset ``p`` (results under ``res``): each `magicpig eval` rule that has jobs. Each
-    benchmark runs its own method list (the settings of its paper table): RULER (Tables 3-5 / Figure 1) per task
-    and length; LongBench (Table 2), GSM8K-CoT, CoQA and MMLU-CoT (Table 1) and infini_igsm (Table 6) per task,
-    at their prompt cap; the ablations (centering on/off: Figure 9a; the (K, L) grid; evaluation setup A vs B)
-    one job each, on all their tasks; the budget / cost sweeps (Figures 1, 6c, 9a, 9b/c) per task. The blocks
-    lm_eval, reasoning and sweeps are optional (absent: not run)."""
+    benchmark family (magicpig.harness.families) runs its own method list (the settings of its paper table):
+    RULER (Tables 3-5 / Figure 1) per task and length; LongBench (Table 2), GSM8K-CoT, CoQA and MMLU-CoT
+    (Table 1) and infini_igsm (Table 6) per task, at their prompt cap; the ablations (centering on/off: Figure 9a;
+    the (K, L) grid; evaluation setup A vs B) one job each, on all their tasks; the budget / cost sweeps (Figures
+    1, 6c, 9a, 9b/c) per task. The blocks lm_eval, reasoning and sweeps are optional (absent: not run)."""
+    from magicpig.harness.families import FAMILIES
     from magicpig.harness.pipeline_config import ruler_methods_by_length, sweep_methods
 
-    acc, abl, ruler, a = f"{res}/accuracy", f"{res}/ablations", p["ruler"], p["ablations"]
+    acc, abl, a = f"{res}/accuracy", f"{res}/ablations", p["ablations"]
 
     def each_task(block):
         return [{"task": t} for t in block["tasks"]] if runs(block["samples"]) else []
 
-    def rule_name(methods, lengths):
-        if list(methods) == ruler["methods"]:
-            return "eval_ruler"
-        return "_".join(["eval_ruler"] + [f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in lengths])
+    def rule_name(family, methods, lengths):
+        if list(methods) == p[family.block]["methods"]:
+            return family.rule
+        return "_".join([family.rule] + [f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in lengths])
 
-    # RULER: one rule per distinct method list over the lengths (`ruler.length_methods` adds settings at some
-    # lengths): `eval_ruler` runs the lengths of `methods` alone, `eval_ruler_<16k>_...` the others, each job
-    # decoding its whole list from one prefill per sample
-    groups = {}
-    for n, methods in ruler_methods_by_length(ruler).items():
-        groups.setdefault(tuple(methods), []).append(n)
-    table = [EvalRule(rule_name(methods, ns), acc, ["ruler/{task}"], "{length}", list(methods), ruler["samples"],
-                      jobs=[{**job, "length": n} for job in each_task(ruler) for n in ns],
-                      log="eval_ruler_{task}_{length}", runtime=1440) for methods, ns in groups.items()]
-    for name, block, task, log in (("eval_longbench", "longbench", "longbench/{task}", "eval_longbench_{task}"),
-                                   ("eval_gsm8k", "gsm8k", "gsm8k", "eval_gsm8k"),
-                                   ("eval_lm_eval", "lm_eval", "{task}", "eval_{task}"),
-                                   ("eval_reasoning", "reasoning", "infini_igsm/{task}", "eval_infini_igsm_{task}")):
-        if block in p:
-            b = p[block]
-            jobs = each_task(b) if "tasks" in b else [{}] if runs(b["samples"]) else []
-            table.append(EvalRule(name, acc, [task], b["max_length"], b["methods"], b["samples"], jobs=jobs,
-                                  log=log, runtime=2880))
+    def per_length(family):
+        """One rule per distinct method list over the block's lengths (`length_methods` adds settings at some
+        lengths): `eval_ruler` runs the lengths of `methods` alone, `eval_ruler_<16k>_...` the others, each job
+        decoding its whole list from one prefill per sample."""
+        b, groups = p[family.block], {}
+        for n, methods in ruler_methods_by_length(b).items():
+            groups.setdefault(tuple(methods), []).append(n)
+        return [EvalRule(rule_name(family, methods, ns), acc, [family.task], "{length}", list(methods), b["samples"],
+                         jobs=[{**job, "length": n} for job in each_task(b) for n in ns], log=family.log,
+                         runtime=family.runtime) for methods, ns in groups.items()]
+
+    def per_task(family):
+        """One rule, a job per task of the block (one job for a one-task family) at its prompt cap."""
+        b = p[family.block]
+        jobs = each_task(b) if "tasks" in b else [{}] if runs(b["samples"]) else []
+        return [EvalRule(family.rule, acc, [family.task], b["max_length"], b["methods"], b["samples"], jobs=jobs,
+                         log=family.log, runtime=family.runtime)]
+
+    # each benchmark family whose block the preset has (magicpig.harness.families)
+    table = [rule for family in FAMILIES.values() if family.block in p
+             for rule in (per_length(family) if family.per_length else per_task(family))]
     tasks = [f"ruler/{t}" for t in a["tasks"]]
     table += [
         EvalRule("ablation_centering", f"{abl}/centering", tasks, a["length"], a["centering_methods"],

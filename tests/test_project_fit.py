@@ -265,12 +265,11 @@ def test_missing_csv_is_a_clear_error(tmp_path):
 
 def test_report_shows_fit_errors_and_labelled_projections(tmp_path):
     from magicpig.harness.cli import main
-    from magicpig.harness.report.build import csv_sections
-    from magicpig.harness.report.collect import load_reference
+    from magicpig.harness.report.build import throughput_section
 
     thr = tmp_path / "results" / "throughput"
     assert main(["project", "--kernel-csv", str(KERNEL), "--decode-csv", str(DECODE), "--out-dir", str(thr)]) == 0
-    text = "\n".join(csv_sections(tmp_path / "results", tmp_path, load_reference()))
+    text = "\n".join(throughput_section(tmp_path / "results"))
     assert "Bandwidth model fitted to this machine" in text and "layer_overhead_ms[dense@stock]" in text
     assert "prediction_error" in text and "flagged: under load" in text
     assert "PROJECTION (bandwidth model, not measured): llama-3.1-8b on one H200" in text

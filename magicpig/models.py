@@ -237,6 +237,17 @@ def gguf_metadata(path) -> dict:
     return gguf_header(path)[2]
 
 
+def gguf_file_type(path) -> str:
+    """The GGUF file's ``general.file_type`` as its name (``MOSTLY_Q4_1`` -> ``Q4_1``)."""
+    import gguf
+
+    value = gguf_metadata(path).get("general.file_type")
+    try:
+        return gguf.LlamaFileType(int(value)).name.removeprefix("MOSTLY_")
+    except (TypeError, ValueError):
+        return f"file_type {value}"
+
+
 def gguf_header(path) -> tuple[int, int, dict]:
     """(data extent, alignment, scalar metadata) of a GGUF file from its header alone."""
     with open(path, "rb") as fh:

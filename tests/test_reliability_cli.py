@@ -460,8 +460,8 @@ def _bench_row(table, ms):
 
 
 def test_a_rerun_of_bench_decode_adds_a_row_with_its_own_run_id_and_says_so(tmp_path, capsys):
-    from magicpig.harness.commands import project
     from magicpig.harness.csv_rows import load_rows
+    from magicpig.harness.projection.measured_rows import decode_items
 
     path = tmp_path / "decode.csv"
     first = _bench_table(path)
@@ -473,7 +473,7 @@ def test_a_rerun_of_bench_decode_adds_a_row_with_its_own_run_id_and_says_so(tmp_
     assert f"already holds this setting (run {first.run_id})" in said and second.run_id in said
     rows = load_rows(path)
     assert [r["run_id"] for r in rows] == [first.run_id, second.run_id] and first.run_id != second.run_id
-    roles = [it["role"] for it in project.decode_items([path])]
+    roles = [it["role"] for it in decode_items([path])]
     assert roles == [f"repeat: run {second.run_id} of this setting is used", "fitted"]
 
 

@@ -22,8 +22,8 @@ import torch
 
 from magicpig.backends import SpecOnBackend
 from magicpig.harness.bench import memory
-from magicpig.harness.bench.decode_options import BATCHES, CONTEXTS, METHODS, WEIGHTS, check_options, \
-    parse_method_arg, resolve_dtype
+from magicpig.harness.bench.decode_options import (BATCHES, CONTEXTS, METHODS, WEIGHTS, check_options,
+                                                   parse_method_arg, resolve_dtype)
 from magicpig.harness.bench.decode_rows import DecodeRun
 from magicpig.harness.bench.prompts import essay_tokens, random_tokens, tile_prefill
 from magicpig.harness.bench.table import Table, summary

@@ -7,13 +7,14 @@ import os
 
 import torch
 
+from magicpig.gguf_header import gguf_data_extent, gguf_file_type
 from magicpig.harness.bench import llamacpp, memory, timed_decode
 from magicpig.harness.bench.prompts import essay_tokens, random_tokens, repeat_batch
 from magicpig.harness.bench.row_monitor import RowMonitor, StepBandwidth, in_row_stream_buffer, measure_stream_gbps
 from magicpig.harness.bench.table import Table, bytes_limit
 from magicpig.harness.machine import device_name, machine_record
-from magicpig.models import gguf_file_type
 from magicpig.shapes import ModelShape
+
 
 class DecodeRun:
     """One run's model, settings and rows: a row measured, refused, or searched for its largest batch."""
@@ -144,8 +145,6 @@ class DecodeRun:
     def llamacpp_bytes_limit(self, row: dict) -> dict:
         """A llama.cpp row's bytes-limit: the GGUF's tensor data (every weight read once; an untied input
         embedding is counted too, so the limit is a little high for such models) and the KV cache."""
-        from magicpig.models import gguf_data_extent
-
         if not self.stream_gbps:
             return {}
         nbytes = gguf_data_extent(self.gguf_path)[0] + int(row["kv_bytes"])

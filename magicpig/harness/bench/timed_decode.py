@@ -11,6 +11,7 @@ import torch
 
 from magicpig.harness.bench.decode_options import WEIGHTS
 
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -101,8 +101,8 @@ def _size(path: Path) -> int:
 def model(name: str) -> Finding:
     """Is ``name`` present (or installable without a download), its size and context, read from headers."""
     from magicpig import model_parts
-    from magicpig.harness.pipeline_config import gguf_facts, model_facts
-    from magicpig.models import ASSEMBLED, EMBEDDED, embedded_gguf_path
+    from magicpig.gguf_header import gguf_facts
+    from magicpig.models import ASSEMBLED, EMBEDDED, embedded_gguf_path, model_facts
 
     try:
         if name == EMBEDDED:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import json
 import math
 import sys
 from importlib import resources
@@ -464,6 +463,8 @@ def layer_problems(path: str, p: dict, layers: int | None, label: str) -> list[s
 def model_problems(path: str, p: dict, warn: Callable[[str], None]) -> list[str]:
     """The selected preset's model exists, its context holds every configured length and its layers every
     method's dense_layers."""
+    from magicpig.models import model_facts
+
     try:
         facts, label = model_facts(p["model"])
     except (ValueError, OSError) as exc:
@@ -495,59 +496,3 @@ def model_problems(path: str, p: dict, warn: Callable[[str], None]) -> list[str]
                        f"allowed: at most {context - budget}")
     return out
 
-
-def model_context(model: str) -> tuple[int | None, str]:
-    """(trained context in tokens, where it was read) without loading weights; (None, why) for a hub id
-    that is not in the local cache (``model_facts``)."""
-    facts, label = model_facts(model)
-    return (facts["context"] if facts else None), label
-
-
-def model_facts(model: str) -> tuple[dict | None, str]:
-    """({'context': tokens, 'layers': decoder layers or None}, where they were read), from the GGUF header or
-    config.json, without loading weights; (None, why) for a hub id outside the local cache. Raises
-    FileNotFoundError / ValueError for a local path that is not there or not a model."""
-    from magicpig.models import resolve
-
-    src = resolve(model)  # raises for a missing .gguf file or a path that is neither a folder nor a hub id
-    if src.gguf_file:
-        gguf = Path(src.path) / src.gguf_file
-        return gguf_facts(gguf), f"GGUF metadata of {gguf.name}"
-    folder = Path(src.path).expanduser()
-    if folder.is_dir():
-        return config_facts(folder / "config.json"), f"{folder / 'config.json'}"
-    from huggingface_hub import try_to_load_from_cache
-
-    cached = try_to_load_from_cache(src.path, "config.json")
-    if isinstance(cached, str):
-        return config_facts(Path(cached)), f"cached config.json of {src.path}"
-    return None, (f"{model!r} is taken as a hub id (no such local folder) and its config.json is not in the "
-                  "local Hugging Face cache; it is downloaded when a job loads it")
-
-
-def config_facts(path: Path) -> dict:
-    """Context (max_position_embeddings) and layers (num_hidden_layers, None if absent) of a config.json
-    (multimodal configs: of their text_config)."""
-    cfg = json.loads(path.read_text(encoding="utf-8"))
-    text = cfg.get("text_config") or {}
-    value = cfg.get("max_position_embeddings") or text.get("max_position_embeddings")
-    if not isinstance(value, int) or value < 1:
-        raise ValueError(f"{path} has no max_position_embeddings")
-    layers = cfg.get("num_hidden_layers") or text.get("num_hidden_layers")
-    return {"context": value, "layers": layers if isinstance(layers, int) and layers > 0 else None}
-
-
-def gguf_facts(path: Path) -> dict:
-    """Context (``<arch>.context_length``) and layers (``<arch>.block_count``) from a GGUF file's key-value
-    header (``models.gguf_metadata``: the header alone, the vocabulary arrays skipped)."""
-    from magicpig.models import gguf_metadata
-
-    try:
-        meta = gguf_metadata(path)
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
-    arch = meta.get("general.architecture")
-    value, layers = meta.get(f"{arch}.context_length"), meta.get(f"{arch}.block_count")
-    if not isinstance(value, int) or value < 1:
-        raise ValueError(f"{path}: no context_length in its GGUF metadata")
-    return {"context": value, "layers": layers if isinstance(layers, int) and layers > 0 else None}

@@ -9,7 +9,7 @@ from test_report_figures import synthetic_tree
 
 from magicpig.harness.overhead import overhead
 from magicpig.harness.report import build_report
-from magicpig.harness.report.collect import load_reference
+from magicpig.harness.results_tree import load_reference
 from magicpig.harness.report.coverage import NOT_RUN, PARTIAL, REPRODUCED, anchor, headings_of
 from magicpig.harness.report import figures, paper_items
 from magicpig.harness.report.coverage_run import Run

@@ -266,7 +266,7 @@ def test_missing_csv_is_a_clear_error(tmp_path):
 def test_report_shows_fit_errors_and_labelled_projections(tmp_path):
     from magicpig.harness.cli import main
     from magicpig.harness.report.build import csv_sections
-    from magicpig.harness.report.collect import load_reference
+    from magicpig.harness.results_tree import load_reference
 
     thr = tmp_path / "results" / "throughput"
     assert main(["project", "--kernel-csv", str(KERNEL), "--decode-csv", str(DECODE), "--out-dir", str(thr)]) == 0

@@ -32,7 +32,7 @@ from magicpig.harness.disagreements import PairedUnit
 from magicpig.harness.predictions import read_rows
 from magicpig.harness.provenance import differences as provenance_differences
 from magicpig.harness.result_files import PREDICTIONS
-from magicpig.harness.report.collect import canonical, collect_metrics
+from magicpig.harness.results_tree import canonical, collect_metrics
 from magicpig.harness.stats.bootstrap import Interval
 from magicpig.harness.stats.detectable import from_interval
 from magicpig.harness.stats.paired import interval_level, task_average, task_difference

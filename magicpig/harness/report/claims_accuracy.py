@@ -16,7 +16,7 @@ import pandas as pd
 import numpy as np
 
 from magicpig.harness.report.claims_context import Context, family, of_method
-from magicpig.harness.report.collect import canonical, run_samples
+from magicpig.harness.results_tree import canonical, run_samples
 from magicpig.harness.report.markdown import fmt
 from magicpig.harness.stats import detectable
 from magicpig.harness.stats.bootstrap import Interval

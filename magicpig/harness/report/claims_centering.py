@@ -20,7 +20,7 @@ import pandas as pd
 from magicpig.harness.report import canvas
 from magicpig.harness.report.claims_accuracy import levels_text, task_levels
 from magicpig.harness.report.claims_context import Context, empty_metrics, of_method
-from magicpig.harness.report.collect import collect_metrics
+from magicpig.harness.results_tree import collect_metrics
 from magicpig.harness.report.markdown import fmt
 from magicpig.harness.result_files import CENTERING_CSV, CENTERING_SUMMARY_CSV
 from magicpig.harness.stats import detectable

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from magicpig.harness.report.collect import canonical, collect_metrics
+from magicpig.harness.results_tree import canonical, collect_metrics
 
 
 def empty_metrics() -> pd.DataFrame:

@@ -27,7 +27,7 @@ import pandas as pd
 from magicpig.harness.disagreements import PairedUnit, write
 from magicpig.harness.predictions import read_rows
 from magicpig.harness.result_files import PREDICTIONS
-from magicpig.harness.report.collect import sample_scores
+from magicpig.harness.results_tree import sample_scores
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.report.claims_context import family, of_method
 

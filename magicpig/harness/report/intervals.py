@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from magicpig.harness.report.collect import sample_scores
+from magicpig.harness.results_tree import sample_scores
 from magicpig.harness.report.markdown import table
 from magicpig.harness.stats.bootstrap import Interval
 from magicpig.harness.stats.paired import TaskInterval, level_interval, task_average

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from magicpig.harness.report import canvas
-from magicpig.harness.report.collect import canonical, collect_metrics
+from magicpig.harness.results_tree import canonical, collect_metrics
 from magicpig.harness.report.intervals import WHISKERS, run_level, runs_average, whisker
 from magicpig.harness.result_files import CENTERING_SUMMARY_CSV, METRICS
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from magicpig.harness.report import canvas
-from magicpig.harness.report.collect import collect_metrics
+from magicpig.harness.results_tree import collect_metrics
 from magicpig.harness.report.intervals import WHISKERS, run_level, whisker
 from magicpig.harness.result_files import METRICS
 

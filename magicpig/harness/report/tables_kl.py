@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from magicpig.harness.report.collect import canonical, collect_metrics, load_reference
+from magicpig.harness.results_tree import canonical, collect_metrics, load_reference
 from magicpig.harness.report.coverage_run import Run, not_run, partial
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.lsh import parse_kl

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from magicpig.harness.overhead import overhead
-from magicpig.harness.report.collect import canonical, read_csv
+from magicpig.harness.results_tree import canonical, read_csv
 from magicpig.harness.report.coverage_run import CellCheck
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.result_files import DECODE_CSV, MACHINE_JSON

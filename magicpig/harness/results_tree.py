@@ -32,9 +32,10 @@ def canonical(spec: str) -> str:
 
 def collect_metrics(root: Path | str) -> pd.DataFrame:
     """Every metrics.json below ``root`` as one row: task, length, method (canonical), score, cost, status...
-    ``method_effective``: the canonical spec the task actually ran (with its overrides, GSM8K: local=24)."""
+    ``method_effective``: the canonical spec the task actually ran (with its overrides, GSM8K: local=24). A
+    ``root`` that is not a folder has no rows (the frame keeps its columns)."""
     rows = []
-    for path in sorted(Path(root).rglob(METRICS.name)):
+    for path in sorted(Path(root).rglob(METRICS.name)) if Path(root).is_dir() else []:
         m, problem = _read_metrics(path)
         if problem:
             if str(path) not in _WARNED:  # the figures read the tree again: one warning per file
@@ -54,6 +55,12 @@ def collect_metrics(root: Path | str) -> pd.DataFrame:
                "reason",
                "setup", "model", "samples", "path"]
     return pd.DataFrame(rows, columns=columns)
+
+
+def ok_runs(root: Path | str, prefix: str = "") -> pd.DataFrame:
+    """The finished runs (status ok) below ``root`` whose task starts with ``prefix``."""
+    df = collect_metrics(root)
+    return df[(df["status"] == "ok") & df["task"].fillna("").str.startswith(prefix)]
 
 
 _WARNED: set[str] = set()

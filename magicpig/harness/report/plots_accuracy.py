@@ -8,18 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from magicpig.harness.report import canvas
-from magicpig.harness.results_tree import canonical, collect_metrics
+from magicpig.harness.results_tree import canonical, ok_runs
 from magicpig.harness.report.intervals import WHISKERS, run_level, runs_average, whisker
 from magicpig.harness.result_files import CENTERING_SUMMARY_CSV, METRICS
-
-
-def ok_runs(root: Path, prefix: str = "ruler/") -> pd.DataFrame:
-    """The finished runs below ``root`` whose task starts with ``prefix``."""
-    df = collect_metrics(root) if root.is_dir() else collect_metrics(root / "__none__")
-    return df[(df["status"] == "ok") & df["task"].fillna("").str.startswith(prefix)]
 
 
 def _paper_rows(ref: dict, table: str = "ruler_table3", model: str = "llama-3.1-8b-instruct") -> dict:
@@ -31,7 +24,7 @@ def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     intervals; dashed lines: the paper's Table 3 average of the same setting at its first length (the paper
     prints no per-task cells)."""
     title = "RULER per task: our runs of Table 3's settings (paper: 13-task averages only)"
-    ok = ok_runs(results / "accuracy")
+    ok = ok_runs(results / "accuracy", "ruler/")
     lengths = sorted(ok["length"].unique())[:4]
     missing: list[str] = []
     fig, axes = canvas.subplots(max(1, len(lengths)), title, width=max(5.5, 0.9 * ok["task"].nunique() + 2))
@@ -80,7 +73,7 @@ def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     title = "RULER average vs cost (ours | paper Table 3)"
     missing: list[str] = []
     fig, (ax, axp) = canvas.subplots(2, title)
-    ok = ok_runs(results / "accuracy")
+    ok = ok_runs(results / "accuracy", "ruler/")
     if ok.empty:
         canvas.no_data(ax, f"accuracy/ruler/*/*/*/{METRICS.name}", missing)
     else:

@@ -10,10 +10,12 @@ import json
 import sys
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
 
+from magicpig.harness.predictions import read_rows
 from magicpig.harness.result_files import METRICS, PREDICTIONS
 from magicpig_tasks.paper import load as load_reference  # noqa: F401 (re-exported: one reader of the paper numbers)
 
@@ -110,6 +112,13 @@ def sample_scores(metrics_path: Path | str) -> dict[str, float]:
             out[str(row.get("id", i))] = float(score)
     rescored = _rescored_scores(Path(metrics_path))
     return {i: rescored.get(i, s) for i, s in out.items()} if rescored else out
+
+
+def prediction_rows(metrics_path: Path | str, warn: Callable[[str], None] | None = None) -> dict[str, dict]:
+    """The rows of the predictions.jsonl beside ``metrics_path`` by sample id (``predictions.read_rows``: a line
+    that is not a row is skipped, with ``warn``); empty when the file is absent."""
+    path = Path(metrics_path).with_name(PREDICTIONS.name)
+    return read_rows(path, warn=warn) if path.is_file() else {}
 
 
 def _rescored_scores(metrics_path: Path) -> dict[str, float]:

@@ -57,8 +57,7 @@ def error_ratio(claim: dict, ctx: Context) -> tuple[str, Verdict]:
         miss = [f.name for f, d in ((ERROR_TOPK_VS_ORACLE_CSV, tv), (SPREAD_CSV, sp)) if d is None]
         return "—", testable("missing data: estimation/" + ", estimation/".join(miss))
     bound = float(claim["long_tail_top_mass_below"])
-    sp = sp[~canvas.truthy(sp["dense_in_magicpig"])] if "dense_in_magicpig" in sp else sp
-    mass = sp.groupby("layer")["top_mass_without_sink"].mean()
+    mass = canvas.sparse_layers(sp).groupby("layer")["top_mass_without_sink"].mean()
     tail = set(mass[mass < bound].index)
     rows = tv[tv["layer"].isin(tail)]
     if rows.empty:
@@ -74,7 +73,7 @@ def error_ratio(claim: dict, ctx: Context) -> tuple[str, Verdict]:
 
 def _error_ratio_heads(claim: dict, heads: pd.DataFrame) -> tuple[str, Verdict]:
     bound = float(claim["long_tail_top_mass_below"])
-    sparse = heads[~canvas.truthy(heads["dense_in_magicpig"])] if "dense_in_magicpig" in heads else heads
+    sparse = canvas.sparse_layers(heads)
     tail = sparse[sparse["top_mass_without_sink"] < bound]
     if tail.empty:
         return (f"no long-tailed head in the sparse layers (top-20% mass without sink: "

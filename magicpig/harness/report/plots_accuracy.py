@@ -38,19 +38,10 @@ def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         methods = list(dict.fromkeys(at["method"]))
         width = 0.8 / len(methods)
         for i, method in enumerate(methods):
-            vals, errs = [], [[], []]
-            for t in tasks:
-                rows = at[(at["task"] == t) & (at["method"] == method)]
-                if rows.empty:
-                    vals.append(np.nan)
-                    errs[0].append(0)
-                    errs[1].append(0)
-                    continue
-                iv = run_level(next(rows.itertuples()))
-                below, above = whisker(iv.value, iv.lo, iv.hi)
-                vals.append(iv.value)
-                errs[0].append(below)
-                errs[1].append(above)
+            runs = [at[(at["task"] == t) & (at["method"] == method)] for t in tasks]
+            ivs = [run_level(next(rows.itertuples())) if len(rows) else None for rows in runs]
+            vals = [np.nan if iv is None else iv.value for iv in ivs]
+            errs = np.array([(0, 0) if iv is None else whisker(iv.value, iv.lo, iv.hi) for iv in ivs]).T
             xs = np.arange(len(tasks)) + i * width
             ax.bar(xs, np.nan_to_num(vals), width, yerr=errs, capsize=2, label=method, color=f"C{i}")
             canvas.bar_values(ax, xs, vals)

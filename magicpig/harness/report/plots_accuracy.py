@@ -11,8 +11,9 @@ import numpy as np
 
 from magicpig.harness.report import canvas
 from magicpig.harness.results_tree import canonical, ok_runs
-from magicpig.harness.report.intervals import WHISKERS, run_level, runs_average, whisker
+from magicpig.harness.report.intervals import WHISKERS, run_level, whisker
 from magicpig.harness.result_files import CENTERING_SUMMARY_CSV, METRICS
+from magicpig.harness.stats.paired import task_average
 
 
 def _paper_rows(ref: dict, table: str = "ruler_table3", model: str = "llama-3.1-8b-instruct") -> dict:
@@ -72,7 +73,7 @@ def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         for j, (n, at) in enumerate(ok.groupby("length")):
             for i, (method, g) in enumerate(at.groupby("method", sort=False)):
                 parts = [run_level(r) for r in g.drop_duplicates("task").itertuples()]
-                iv = runs_average(g.drop_duplicates("task"))
+                iv = task_average(parts)
                 sampled = all(pt.n for pt in parts)  # every task has its per-sample scores
                 y = iv.value if sampled else g["score"].mean()
                 err = [[v] for v in whisker(y, iv.lo, iv.hi)] if sampled else None

@@ -9,7 +9,7 @@ from test_report_figures import synthetic_tree
 
 from magicpig.harness.overhead import overhead
 from magicpig.harness.report import build_report
-from magicpig.harness.report.collect import load_reference
+from magicpig.harness.results_tree import load_reference
 from magicpig.harness.report.coverage import NOT_RUN, PARTIAL, REPRODUCED, anchor, headings_of, section_of
 from magicpig.harness.report import figures, paper_items
 from magicpig.harness.report.coverage_run import Run
@@ -119,17 +119,17 @@ def test_table8_formula_reproduces_the_papers_numbers():
 def test_table8_is_partial_until_its_six_rows_and_cells_pass(monkeypatch):
     """The old transcription (two rows) or a cell off by more than the tolerance leaves Table 8 partial,
     naming what is missing; all six rows within it make it reproduced, saying what was compared."""
-    from magicpig.harness.report import collect
+    from magicpig.harness import results_tree
 
     full = load_reference()
     run = Run("t", {}, Path("."))
     assert paper_items.table8(run).startswith("reproduced here: all 6 rows")
     two = {**full, "overhead_table8": {"rows": full["overhead_table8"]["rows"][:2]}}
-    monkeypatch.setattr(collect, "load_reference", lambda: two)
+    monkeypatch.setattr(results_tree, "load_reference", lambda: two)
     assert paper_items.table8(run).startswith("partial: 2 of the paper's 6 rows checked")
     off = [dict(r) for r in full["overhead_table8"]["rows"]]
     off[0]["co_pct"] = 3.52  # what counting WO too gives
-    monkeypatch.setattr(collect, "load_reference", lambda: {**full, "overhead_table8": {"rows": off}})
+    monkeypatch.setattr(results_tree, "load_reference", lambda: {**full, "overhead_table8": {"rows": off}})
     status = paper_items.table8(run)
     assert status.startswith("partial: 1 of 18 cells not within 3% of the paper's: llama-3.1-8b (10, 150) 96K CO (%)")
 

@@ -6,7 +6,7 @@ from test_contributing import ROOT, job_table
 
 from magicpig.harness.families import FAMILIES
 from magicpig.harness.pipeline_config import load_schema, validate_pipeline_config
-from magicpig.harness.report.collect import load_reference
+from magicpig.harness.results_tree import load_reference
 from magicpig.harness.report.sections import report_sections
 from magicpig.harness.result_files import EVAL_RULE_NAMES
 from magicpig_tasks.registry import TASK_NAMES

@@ -5,7 +5,7 @@ from test_coverage import CPU_CONFIG
 from test_report_figures import synthetic_tree
 
 from magicpig.harness.report import figures, paper_items, sections
-from magicpig.harness.report.collect import collect_metrics, load_reference
+from magicpig.harness.results_tree import collect_metrics, load_reference
 from magicpig.harness.report.coverage import load_run
 from magicpig.harness.report.sections import ReportInputs, report_sections
 

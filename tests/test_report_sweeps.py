@@ -1,7 +1,7 @@
 """The sweep figures read the sweeps tree and the accuracy tree's RULER runs at the same (task, length), and
 name what they lack on themselves."""
 from magicpig.harness.report import plots_sweeps
-from magicpig.harness.report.collect import load_reference
+from magicpig.harness.results_tree import load_reference
 from synthetic_sweeps import SWEEP_LENGTH, write_sweep_runs
 from test_report_figures import description, write_run
 

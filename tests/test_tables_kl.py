@@ -1,7 +1,7 @@
 """The (K, L) ablation tables (paper Tables 10-13) beside ours, from a small results tree."""
 import json
 
-from magicpig.harness.report.collect import load_reference
+from magicpig.harness.results_tree import load_reference
 from magicpig.harness.report.coverage_run import Run
 from magicpig.harness.report.tables_kl import kl_table_status, kl_tables_section, measured, paper_columns
 

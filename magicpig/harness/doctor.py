@@ -194,7 +194,7 @@ def job_time(results: Path, preset: str, preset_config: dict, reference_root: Pa
     ``results``), the best estimate of a full rerun; on a fresh clone, the committed reference run's
     (``reference_runs``), saying on which machine it was measured and whether its config equals this one."""
     from magicpig.harness import reference_runs
-    from magicpig.harness.report.job_times import read_job_times
+    from magicpig.harness.results_tree import read_job_times
 
     try:
         df = read_job_times(results)

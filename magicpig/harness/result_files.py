@@ -77,11 +77,10 @@ ARCHIVE = "magicpig/harness/reference_runs.py"
 
 METRICS = ResultFile("metrics.json", METHOD_DIR, EVAL_RULE_NAMES, "magicpig.harness.evaluate", (
     "magicpig/harness/results_paths.py", "magicpig/harness/evaluate.py", "magicpig/harness/rescore.py",
-    REPORT + "collect.py", REPORT + "plots_accuracy.py", REPORT + "plots_sweeps.py"))
+    "magicpig/harness/results_tree.py", REPORT + "plots_accuracy.py", REPORT + "plots_sweeps.py"))
 # what an eval job resumes from: written by the jobs of EVAL_RULE_NAMES but not declared as their outputs
 PREDICTIONS = ResultFile("predictions.jsonl", METHOD_DIR, EVAL_RULE_NAMES, "magicpig.harness.evaluate", (
-    "magicpig/harness/evaluate.py", "magicpig/harness/rescore.py", "magicpig/harness/compare.py",
-    REPORT + "collect.py", REPORT + "disagreements_section.py"))
+    "magicpig/harness/evaluate.py", "magicpig/harness/rescore.py", "magicpig/harness/results_tree.py"))
 SETTINGS = ResultFile("settings.json", METHOD_DIR, EVAL_RULE_NAMES, "magicpig.harness.evaluate",
                       ("magicpig/harness/evaluate.py",))
 LAST_RUN = ResultFile("last_run.json", "<eval out>", EVAL_RULE_NAMES, "magicpig.harness.commands.eval",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from magicpig.harness.report import figures
-from magicpig.harness.report.collect import collect_metrics, read_csv
+from magicpig.harness.results_tree import collect_metrics, read_csv
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.report.paper_tables import (COST_HEADER, COST_NOTE, PAPER_COST_HEADER, intervals, paper_model,
                                                   ruler_rows, skipped_notes, task_table)

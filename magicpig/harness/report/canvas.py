@@ -188,14 +188,6 @@ def read(path: Path) -> pd.DataFrame | None:
     return df if len(df) else None
 
 
-def rel(path: Path, root: Path) -> str:
-    """``path`` relative to the results root, for the "no data" text."""
-    try:
-        return str(Path(path).relative_to(root))
-    except ValueError:
-        return str(path)
-
-
 def truthy(series: pd.Series) -> pd.Series:
     """A CSV boolean column (True/False, 'true'/'false', 1/0) as bools."""
     return series.map(lambda v: str(v).strip().lower() in ("true", "1", "yes"))

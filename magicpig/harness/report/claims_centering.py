@@ -19,8 +19,8 @@ import pandas as pd
 
 from magicpig.harness.report import canvas
 from magicpig.harness.report.claims_accuracy import levels_text, task_levels
-from magicpig.harness.report.claims_context import Context, empty_metrics, of_method
-from magicpig.harness.report.collect import collect_metrics
+from magicpig.harness.report.claims_context import Context, of_method
+from magicpig.harness.results_tree import ok_runs
 from magicpig.harness.report.markdown import fmt
 from magicpig.harness.result_files import CENTERING_CSV, CENTERING_SUMMARY_CSV
 from magicpig.harness.stats import detectable
@@ -133,9 +133,7 @@ def centering(claim: dict, ctx: Context) -> tuple[str, Verdict]:
     """Both parts of the centering claim, combined (any part not reproduced: not reproduced)."""
     from magicpig.methods import parse_method
 
-    abl = ctx.results / "ablations" / "centering"
-    df = collect_metrics(abl) if abl.is_dir() else empty_metrics()
-    ok = df[df["status"] == "ok"]
+    ok = ok_runs(ctx.results / "ablations" / "centering")
     runs = of_method(ok, claim["method"])
     text, fv = fraction_part(claim, ctx, runs, parse_method(claim["method"]))
     niah_text, nv = niah_part(claim, ctx, ok, runs)

@@ -57,8 +57,7 @@ def error_ratio(claim: dict, ctx: Context) -> tuple[str, Verdict]:
         miss = [f.name for f, d in ((ERROR_TOPK_VS_ORACLE_CSV, tv), (SPREAD_CSV, sp)) if d is None]
         return "—", testable("missing data: estimation/" + ", estimation/".join(miss))
     bound = float(claim["long_tail_top_mass_below"])
-    sp = sp[~canvas.truthy(sp["dense_in_magicpig"])] if "dense_in_magicpig" in sp else sp
-    mass = sp.groupby("layer")["top_mass_without_sink"].mean()
+    mass = canvas.sparse_layers(sp).groupby("layer")["top_mass_without_sink"].mean()
     tail = set(mass[mass < bound].index)
     rows = tv[tv["layer"].isin(tail)]
     if rows.empty:
@@ -74,7 +73,7 @@ def error_ratio(claim: dict, ctx: Context) -> tuple[str, Verdict]:
 
 def _error_ratio_heads(claim: dict, heads: pd.DataFrame) -> tuple[str, Verdict]:
     bound = float(claim["long_tail_top_mass_below"])
-    sparse = heads[~canvas.truthy(heads["dense_in_magicpig"])] if "dense_in_magicpig" in heads else heads
+    sparse = canvas.sparse_layers(heads)
     tail = sparse[sparse["top_mass_without_sink"] < bound]
     if tail.empty:
         return (f"no long-tailed head in the sparse layers (top-20% mass without sink: "
@@ -145,11 +144,11 @@ def paper_ratios(ref: dict) -> list[dict]:
     return out
 
 
-def gpu_rows(ctx: Context) -> tuple[pd.DataFrame, list[str]]:
+def gpu_rows(ctx: Context) -> pd.DataFrame:
     """Every measured GPU decode row: the pipeline's throughput/decode.csv and each ``make gpu-check`` folder's
-    decode.csv under ``ctx.gpu_results``, with the files read."""
+    decode.csv under ``ctx.gpu_results``, each row with the file it came from (``_source``)."""
     files = [DECODE_CSV.under(ctx.results)] + sorted(Path(ctx.gpu_results).glob(f"*/{DECODE_CSV.name}"))
-    frames, read = [], []
+    frames = []
     for f in files:
         df = canvas.read(f)
         if df is None or "device" not in df:
@@ -159,8 +158,7 @@ def gpu_rows(ctx: Context) -> tuple[pd.DataFrame, list[str]]:
             df = df[canvas.truthy(df["fits"])]
         if len(df):
             frames.append(df.assign(_source=str(f), _gpu=df.get("device_name", pd.Series("", index=df.index))))
-            read.append(str(f))
-    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), read
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def _ratio(g: pd.DataFrame, max_batch: bool) -> tuple[float, str] | None:
@@ -223,7 +221,7 @@ def speedup(claim: dict, ctx: Context) -> tuple[str, Verdict]:
     max(1, paper ratio / ``tolerance``) (above 1 strictly: the paper's "significantly improves"), not
     reproduced when it lies below. Projections are quoted beside the paper's ratios and never decide."""
     quoted = _projection_quote(ctx.results, ctx.ref)
-    rows, read = gpu_rows(ctx)
+    rows = gpu_rows(ctx)
     where = f"GPU results read: {DECODE_CSV.rel}, {ctx.gpu_results}/*/{DECODE_CSV.name}"
     if rows.empty:
         return quoted or "—", testable(f"no GPU: no measured GPU rows ({where})")

@@ -125,7 +125,7 @@ class Run:
         return acc[acc["task"].fillna("").map(task)]
 
     def csv(self, relative: str) -> pd.DataFrame | None:
-        from magicpig.harness.report.collect import read_csv
+        from magicpig.harness.results_tree import read_csv
 
         return read_csv(self.results / relative)
 

@@ -78,7 +78,7 @@ def benchmark(family: str, lengths: bool = False) -> Callable[[Run], str]:
     block of the family, results under its prefix, the paper's rows (settings) of its table run, skipped tasks
     with their reason."""
     def check(run: Run) -> str:
-        from magicpig.harness.report.collect import canonical, load_reference
+        from magicpig.harness.results_tree import canonical, load_reference
 
         fam = FAMILIES[family]
         block, prefix, table_key = fam.block, fam.prefix, fam.table_key
@@ -111,7 +111,7 @@ def benchmark(family: str, lengths: bool = False) -> Callable[[Run], str]:
 
 
 def table3(run: Run) -> str:
-    from magicpig.harness.report.collect import load_reference
+    from magicpig.harness.results_tree import load_reference
 
     status = benchmark("ruler", lengths=True)(run)
     others = [m for m in load_reference()["ruler_table3"] if m not in ("lengths", "llama-3.1-8b-instruct")]
@@ -175,7 +175,7 @@ def _kl_methods(df) -> set[str]:
 
 
 def table7(run: Run) -> str:
-    from magicpig.harness.report.collect import load_reference
+    from magicpig.harness.results_tree import load_reference
 
     df = run.csv(DECODE_CSV.rel)
     if df is None:
@@ -198,7 +198,7 @@ TABLE8_ROWS = 6  # the paper's Table 8 (App. E.2): three Llama-3.1-8B rows, 70B,
 def table8(run: Run) -> str:
     """Reproduced when the paper's six rows are transcribed and each cell of ours is within the stated
     tolerance (``tables_system.table8_cells``); partial otherwise, naming the rows and cells that are not."""
-    from magicpig.harness.report.collect import load_reference
+    from magicpig.harness.results_tree import load_reference
     from magicpig.harness.report.tables_system import table8_cells
 
     return cells_status(table8_cells(load_reference()), TABLE8_ROWS,
@@ -206,7 +206,7 @@ def table8(run: Run) -> str:
 
 
 def table9(run: Run) -> str:
-    from magicpig.harness.report.collect import load_reference
+    from magicpig.harness.results_tree import load_reference
 
     df = run.csv(KL_GRID_SUMMARY_CSV.rel)
     if df is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from magicpig.harness.report.collect import canonical
+from magicpig.harness.results_tree import canonical
 from magicpig.harness.report.intervals import interval_table
 from magicpig.harness.report.markdown import fmt, table
 

@@ -13,18 +13,11 @@ import numpy as np
 import pandas as pd
 
 from magicpig.harness.report import canvas
-from magicpig.harness.report.collect import collect_metrics
+from magicpig.harness.results_tree import ok_runs
 from magicpig.harness.report.intervals import WHISKERS, run_level, whisker
 from magicpig.harness.result_files import METRICS
 
 SWEEPS = "sweeps"
-
-
-def _runs_below(root: Path, source: str) -> pd.DataFrame:
-    df = collect_metrics(root) if root.is_dir() else collect_metrics(root / "__none__")
-    df = df[(df["status"] == "ok") & df["task"].fillna("").str.startswith("ruler/")].copy()
-    df["source"] = source
-    return df
 
 
 def sweep_runs(results: Path) -> pd.DataFrame:
@@ -33,7 +26,7 @@ def sweep_runs(results: Path) -> pd.DataFrame:
     budget, K, L, centering."""
     from magicpig.methods import parse_method
 
-    df = pd.concat([_runs_below(results / SWEEPS, "sweeps"), _runs_below(results / "accuracy", "accuracy")],
+    df = pd.concat([ok_runs(results / folder, "ruler/").assign(source=folder) for folder in (SWEEPS, "accuracy")],
                    ignore_index=True)
     df = df.drop_duplicates(["task", "length", "method"], keep="first")
     fields = []

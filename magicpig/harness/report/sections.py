@@ -15,7 +15,7 @@ import pandas as pd
 from magicpig.harness.families import FAMILIES
 from magicpig.harness.report import build, figures, paper_tables, sections_sweeps, tables_kl, tables_system
 from magicpig.harness.report.claims import claims_section
-from magicpig.harness.report.collect import collect_metrics, load_reference
+from magicpig.harness.results_tree import collect_metrics, load_reference
 from magicpig.harness.report.coverage import coverage_section, load_run
 from magicpig.harness.report.coverage_run import Run
 from magicpig.harness.report.disagreements_section import disagreements_section

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from magicpig.harness.report.collect import canonical, collect_metrics, load_reference
+from magicpig.harness.results_tree import canonical, load_reference, ok_runs
 from magicpig.harness.report.coverage_run import Run, not_run, partial
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.lsh import parse_kl
@@ -60,18 +60,14 @@ def paper_columns(block: dict) -> tuple[list[str], list[str], list[list[float | 
 def measured(results: Path) -> pd.DataFrame:
     """Our RULER average per method over the (K, L) grid's tasks and length: method, score, cost, tasks, length.
     Dense comes from the RULER runs on those tasks and that length."""
-    grid = collect_metrics(results / "ablations" / "kl_grid") if (results / "ablations").is_dir() else None
-    if grid is None or grid.empty:
-        return pd.DataFrame(columns=["method", "score", "cost", "tasks", "length"])
-    grid = grid[grid["status"] == "ok"]
+    grid = ok_runs(results / "ablations" / "kl_grid")
     if grid.empty:
         return pd.DataFrame(columns=["method", "score", "cost", "tasks", "length"])
     length = int(grid["length"].max())
     grid = grid[grid["length"] == length]
-    ruler = collect_metrics(results / "accuracy" / "ruler") if (results / "accuracy" / "ruler").is_dir() else None
-    if ruler is not None and not ruler.empty:
-        dense = ruler[(ruler["status"] == "ok") & (ruler["method"] == "dense") & (ruler["length"] == length)
-                      & ruler["task"].isin(set(grid["task"]))]
+    ruler = ok_runs(results / "accuracy" / "ruler")
+    dense = ruler[(ruler["method"] == "dense") & (ruler["length"] == length) & ruler["task"].isin(set(grid["task"]))]
+    if len(dense):
         grid = pd.concat([grid, dense], ignore_index=True)
     out = grid.groupby("method").agg(score=("score", "mean"), cost=("cost", "mean"), tasks=("task", "nunique"))
     return out.reset_index().assign(length=length)
@@ -79,11 +75,10 @@ def measured(results: Path) -> pd.DataFrame:
 
 def ruler_measured(results: Path) -> pd.DataFrame:
     """Our RULER average per (method, length) over the tasks each finished: method, length, score, cost, tasks."""
-    folder = Path(results) / "accuracy" / "ruler"
-    df = collect_metrics(folder) if folder.is_dir() else None
-    if df is None or df.empty or (df["status"] == "ok").sum() == 0:
+    ok = ok_runs(Path(results) / "accuracy" / "ruler")
+    if ok.empty:
         return pd.DataFrame(columns=["method", "length", "score", "cost", "tasks"])
-    ok = df[df["status"] == "ok"].assign(length=lambda d: d["length"].astype(int))
+    ok = ok.assign(length=lambda d: d["length"].astype(int))
     out = ok.groupby(["method", "length"]).agg(score=("score", "mean"), cost=("cost", "mean"),
                                                tasks=("task", "nunique"))
     return out.reset_index()

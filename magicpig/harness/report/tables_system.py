@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from magicpig.harness.overhead import overhead
-from magicpig.harness.report.collect import canonical, read_csv
+from magicpig.harness.report.canvas import truthy
+from magicpig.harness.results_tree import canonical, read_csv
 from magicpig.harness.report.coverage_run import CellCheck
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.result_files import DECODE_CSV, MACHINE_JSON
@@ -35,8 +36,7 @@ def kl_throughput(decode: pd.DataFrame, limit_ms: float) -> pd.DataFrame:
     they came from (a row that did not fit counts for none); ``*_under_load``: whether the row behind each
     of the three numbers was measured while another process shared the CPU (the bench's ``under_load``)."""
     ok = _fitted(decode).copy()
-    ok["_load"] = (ok["under_load"].astype(str).str.strip().str.lower().isin(("true", "1", "yes"))
-                   if "under_load" in ok.columns else False)
+    ok["_load"] = truthy(ok["under_load"]) if "under_load" in ok.columns else False
     ok["ms_per_token"] = ok["ms_per_token"].astype(float)
     ok["tokens_per_s"] = ok["tokens_per_s"].astype(float)
     rows = []

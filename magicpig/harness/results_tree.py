@@ -1,14 +1,21 @@
-"""Readers of the results tree (metrics.json files, CSVs) into pandas frames."""
+"""Readers of a results tree into pandas frames: the metrics.json files, the per-sample scores beside them, CSVs
+and Snakemake's per-job benchmark files. The report, ``magicpig compare``, ``magicpig doctor`` and the
+reference-run archive read results through them.
+
+A job that was interrupted and rerun keeps the benchmark file of its last attempt only, so a resumed run's job
+times leave out the time its killed attempts spent."""
 from __future__ import annotations
 
 import json
 import sys
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
 
+from magicpig.harness.predictions import read_rows
 from magicpig.harness.result_files import METRICS, PREDICTIONS
 from magicpig_tasks.paper import load as load_reference  # noqa: F401 (re-exported: one reader of the paper numbers)
 
@@ -27,9 +34,10 @@ def canonical(spec: str) -> str:
 
 def collect_metrics(root: Path | str) -> pd.DataFrame:
     """Every metrics.json below ``root`` as one row: task, length, method (canonical), score, cost, status...
-    ``method_effective``: the canonical spec the task actually ran (with its overrides, GSM8K: local=24)."""
+    ``method_effective``: the canonical spec the task actually ran (with its overrides, GSM8K: local=24). A
+    ``root`` that is not a folder has no rows (the frame keeps its columns)."""
     rows = []
-    for path in sorted(Path(root).rglob(METRICS.name)):
+    for path in sorted(Path(root).rglob(METRICS.name)) if Path(root).is_dir() else []:
         m, problem = _read_metrics(path)
         if problem:
             if str(path) not in _WARNED:  # the figures read the tree again: one warning per file
@@ -49,6 +57,12 @@ def collect_metrics(root: Path | str) -> pd.DataFrame:
                "reason",
                "setup", "model", "samples", "path"]
     return pd.DataFrame(rows, columns=columns)
+
+
+def ok_runs(root: Path | str, prefix: str = "") -> pd.DataFrame:
+    """The finished runs (status ok) below ``root`` whose task starts with ``prefix``."""
+    df = collect_metrics(root)
+    return df[(df["status"] == "ok") & df["task"].fillna("").str.startswith(prefix)]
 
 
 _WARNED: set[str] = set()
@@ -100,6 +114,13 @@ def sample_scores(metrics_path: Path | str) -> dict[str, float]:
     return {i: rescored.get(i, s) for i, s in out.items()} if rescored else out
 
 
+def prediction_rows(metrics_path: Path | str, warn: Callable[[str], None] | None = None) -> dict[str, dict]:
+    """The rows of the predictions.jsonl beside ``metrics_path`` by sample id (``predictions.read_rows``: a line
+    that is not a row is skipped, with ``warn``); empty when the file is absent."""
+    path = Path(metrics_path).with_name(PREDICTIONS.name)
+    return read_rows(path, warn=warn) if path.is_file() else {}
+
+
 def _rescored_scores(metrics_path: Path) -> dict[str, float]:
     """The per-sample scores ``magicpig rescore`` stored in metrics.json (``rescored.sample_scores``), which
     replace the rows' own; empty when there are none or the file cannot be read."""
@@ -119,3 +140,22 @@ def run_samples(df: pd.DataFrame) -> dict[str, dict[str, float]]:
         if scores:
             out.setdefault(r.task, {}).update(scores)
     return out
+
+
+def read_job_times(results: Path) -> pd.DataFrame:
+    """One row per finished job, from the benchmark files Snakemake writes for every rule
+    (``<results>/benchmarks/<rule>/<job>.tsv``): ``rule`` (the folder; a file directly under ``benchmarks/`` is
+    its own rule), ``job`` (the file's stem), ``seconds`` (wall), ``cpu_seconds``, ``max_rss_mb``. Empty without
+    files."""
+    root = Path(results) / "benchmarks"
+    rows = []
+    for path in sorted(root.rglob("*.tsv")) if root.is_dir() else []:
+        df = pd.read_csv(path, sep="\t")
+        if df.empty or "s" not in df.columns:
+            raise ValueError(f"{path}: not a Snakemake benchmark file (no `s` column or no row)")
+        last = df.iloc[-1]  # `benchmark: repeat(...)` writes one row per repetition; the last is the kept run
+        rule = path.parent.name if path.parent != root else path.stem
+        rows.append({"rule": rule, "job": path.stem, "seconds": float(last["s"]),
+                     "cpu_seconds": float(last.get("cpu_time", float("nan"))),
+                     "max_rss_mb": float(last.get("max_rss", float("nan")))})
+    return pd.DataFrame(rows, columns=["rule", "job", "seconds", "cpu_seconds", "max_rss_mb"])

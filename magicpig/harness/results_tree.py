@@ -1,6 +1,6 @@
-"""Readers of a results tree into pandas frames: the metrics.json files, the per-sample scores beside them, CSVs
-and Snakemake's per-job benchmark files. The report, ``magicpig compare``, ``magicpig doctor`` and the
-reference-run archive read results through them.
+"""Readers of a results tree into pandas frames: the metrics.json files, the per-sample scores beside them, CSVs,
+Snakemake's per-job benchmark files and the folders of the sweeps, (K, L) grid, tune-kl and GPU runs. The report,
+``magicpig compare``, ``magicpig doctor`` and the reference-run archive read results through them.
 
 A job that was interrupted and rerun keeps the benchmark file of its last attempt only, so a resumed run's job
 times leave out the time its killed attempts spent."""
@@ -16,7 +16,7 @@ import pandas as pd
 
 
 from magicpig.harness.predictions import read_rows
-from magicpig.harness.result_files import METRICS, PREDICTIONS
+from magicpig.harness.result_files import DECODE_CSV, METRICS, PREDICTIONS, TUNE_KL_JSON
 from magicpig_tasks.paper import load as load_reference  # noqa: F401 (re-exported: one reader of the paper numbers)
 
 
@@ -159,3 +159,67 @@ def read_job_times(results: Path) -> pd.DataFrame:
                      "cpu_seconds": float(last.get("cpu_time", float("nan"))),
                      "max_rss_mb": float(last.get("max_rss", float("nan")))})
     return pd.DataFrame(rows, columns=["rule", "job", "seconds", "cpu_seconds", "max_rss_mb"])
+
+
+SWEEPS = "sweeps"  # the folder of the budget / cost sweeps (block `sweeps`)
+
+
+def sweep_runs(results: Path) -> pd.DataFrame:
+    """Finished RULER runs of the sweeps and of the accuracy tree, one row per (task, length, method) (the
+    sweep's run first), with the method's parsed fields: family (dense / topk / oracle / magicpig / other),
+    budget, K, L, centering."""
+    from magicpig.methods import parse_method
+
+    df = pd.concat([ok_runs(results / folder, "ruler/").assign(source=folder) for folder in (SWEEPS, "accuracy")],
+                   ignore_index=True)
+    df = df.drop_duplicates(["task", "length", "method"], keep="first")
+    fields = []
+    for spec in df["method"]:
+        try:
+            m = parse_method(spec)
+        except ValueError:
+            fields.append({"family": "other"})
+            continue
+        fields.append({"family": m.name if m.name in ("dense", "topk", "oracle", "magicpig") else "other",
+                       "budget": getattr(m, "budget", None), "K": getattr(m, "K", None), "L": getattr(m, "L", None),
+                       "centering": getattr(m, "centering", None)})
+    parsed = pd.DataFrame(fields, index=range(len(df)), columns=["family", "budget", "K", "L", "centering"])
+    return pd.concat([df.reset_index(drop=True), parsed], axis=1)
+
+
+def kl_grid_averages(results: Path) -> pd.DataFrame:
+    """Our RULER average per method over the (K, L) grid's tasks and length: method, score, cost, tasks, length.
+    Dense comes from the RULER runs on those tasks and that length."""
+    grid = ok_runs(results / "ablations" / "kl_grid")
+    if grid.empty:
+        return pd.DataFrame(columns=["method", "score", "cost", "tasks", "length"])
+    length = int(grid["length"].max())
+    grid = grid[grid["length"] == length]
+    ruler = ok_runs(results / "accuracy" / "ruler")
+    dense = ruler[(ruler["method"] == "dense") & (ruler["length"] == length) & ruler["task"].isin(set(grid["task"]))]
+    if len(dense):
+        grid = pd.concat([grid, dense], ignore_index=True)
+    out = grid.groupby("method").agg(score=("score", "mean"), cost=("cost", "mean"), tasks=("task", "nunique"))
+    return out.reset_index().assign(length=length)
+
+
+def ruler_averages(results: Path) -> pd.DataFrame:
+    """Our RULER average per (method, length) over the tasks each finished: method, length, score, cost, tasks."""
+    ok = ok_runs(Path(results) / "accuracy" / "ruler")
+    if ok.empty:
+        return pd.DataFrame(columns=["method", "length", "score", "cost", "tasks"])
+    ok = ok.assign(length=lambda d: d["length"].astype(int))
+    out = ok.groupby(["method", "length"]).agg(score=("score", "mean"), cost=("cost", "mean"),
+                                               tasks=("task", "nunique"))
+    return out.reset_index()
+
+
+def gpu_runs(root: Path) -> list[Path]:
+    """The ``make gpu-check`` output folders under ``root`` (``results/gpu/<name>/``)."""
+    root = Path(root)
+    return sorted(p for p in root.iterdir() if p.is_dir() and (p / DECODE_CSV.name).is_file()) if root.is_dir() else []
+
+
+def tune_kl_files(est: Path) -> list[Path]:
+    """The tune-kl results, one per target cost (TUNE_KL_JSON, written by ``magicpig tune-kl``)."""
+    return sorted(est.glob(TUNE_KL_JSON.glob)) if est.is_dir() else []

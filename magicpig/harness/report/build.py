@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from magicpig.harness.report import figures
-from magicpig.harness.results_tree import collect_metrics, read_csv
+from magicpig.harness.results_tree import collect_metrics, read_csv, tune_kl_files
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.report.paper_tables import (COST_HEADER, COST_NOTE, PAPER_COST_HEADER, intervals, paper_model,
                                                   ruler_rows, skipped_notes, task_table)
@@ -191,11 +191,6 @@ ESTIMATION_FIGURES = {SPREAD_SUMMARY_CSV: ATTENTION_SPREAD_PNG.name, ERROR_TOPK_
                       KL_GRID_SUMMARY_CSV: KL_GRID_PNG.name, GEOMETRY_SUMMARY_CSV: GEOMETRY_PNG.name}
 THROUGHPUT_FIGURES = (THROUGHPUT_BATCH_PNG.name, THROUGHPUT_CONTEXT_PNG.name, SPEEDUP_PAPER_HARDWARE_PNG.name,
                       CPU_BASELINES_PNG.name)
-
-
-def tune_kl_files(est: Path) -> list[Path]:
-    """The tune-kl results, one per target cost (TUNE_KL_JSON, written by ``magicpig tune-kl``)."""
-    return sorted(est.glob(TUNE_KL_JSON.glob)) if est.is_dir() else []
 
 
 def tune_kl_section(path: Path) -> list[str]:

@@ -290,7 +290,7 @@ def centering(run: Run) -> str:
 def throughput(model: str, context: int, hardware: str) -> Callable[[Run], str]:
     """Fig. 8 panels: measured here (CPU or GPU), a GPU run of ``make gpu-check``, or the labelled projection."""
     def check(run: Run) -> str:
-        from magicpig.harness.report.tables_system import gpu_runs
+        from magicpig.harness.results_tree import gpu_runs
 
         decode_files = sorted(run.results.glob(f"{DECODE_CSV.folder}/**/{DECODE_CSV.name}"))
         frames = [run.csv(str(p.relative_to(run.results))) for p in decode_files]

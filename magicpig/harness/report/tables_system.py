@@ -10,7 +10,7 @@ import pandas as pd
 
 from magicpig.harness.overhead import overhead
 from magicpig.harness.report.canvas import truthy
-from magicpig.harness.results_tree import canonical, read_csv
+from magicpig.harness.results_tree import canonical, gpu_runs, read_csv
 from magicpig.harness.report.coverage_run import CellCheck
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.result_files import DECODE_CSV, MACHINE_JSON
@@ -184,12 +184,6 @@ def table8_section(ref: dict, model: str | None = None) -> list[str]:
             "(it prints 2-3 significant digits). Our tables hold less than the paper's count (none in the dense "
             "layers) plus CSR offsets per table.",
             table(header, table8_rows(ref, model))]
-
-
-def gpu_runs(root: Path) -> list[Path]:
-    """The ``make gpu-check`` output folders under ``root`` (``results/gpu/<name>/``)."""
-    root = Path(root)
-    return sorted(p for p in root.iterdir() if p.is_dir() and (p / DECODE_CSV.name).is_file()) if root.is_dir() else []
 
 
 def gpu_section(gpu_root: Path) -> list[str]:

@@ -18,6 +18,7 @@ import magicpig.methods
 from magicpig.harness import families
 from magicpig.harness.pipeline_config import validate_pipeline_config
 from magicpig.harness.report import build_report, canvas, figures, paper_items, sections, sections_sweeps
+from magicpig.harness.results_tree import read_table
 from magicpig.methods import import_modules, parse_method, registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,7 +96,7 @@ def toy_figure(results, ref, path):
     """A figure of the recipe from one estimation table, 'no data' without it."""
     title = "Toy figure of the recipe"
     fig, axes = canvas.subplots(1, title)
-    table = canvas.read(results / "estimation" / "spread_summary.csv")
+    table = read_table(results / "estimation" / "spread_summary.csv")
     if table is None:
         return canvas.no_data_figure(fig, axes, "estimation/spread_summary.csv", path, title)
     axes[0].plot(range(len(table)), "o")

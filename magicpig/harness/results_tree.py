@@ -223,3 +223,51 @@ def gpu_runs(root: Path) -> list[Path]:
 def tune_kl_files(est: Path) -> list[Path]:
     """The tune-kl results, one per target cost (TUNE_KL_JSON, written by ``magicpig tune-kl``)."""
     return sorted(est.glob(TUNE_KL_JSON.glob)) if est.is_dir() else []
+
+
+def read_table(path: Path | str) -> pd.DataFrame | None:
+    """A CSV as a frame; None when it is absent, empty or has no rows (``read_csv`` keeps a header-only file)."""
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    try:
+        df = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        return None
+    return df if len(df) else None
+
+
+def truthy(series: pd.Series) -> pd.Series:
+    """A CSV boolean column (True/False, 'true'/'false', 1/0) as bools."""
+    return series.map(lambda v: str(v).strip().lower() in ("true", "1", "yes"))
+
+
+def gpu_decode_rows(results: Path, gpu_results: Path) -> pd.DataFrame:
+    """Every measured GPU decode row: the pipeline's throughput/decode.csv and each ``make gpu-check`` folder's
+    decode.csv under ``gpu_results``, each row with the file it came from (``_source``)."""
+    files = [DECODE_CSV.under(results)] + sorted(Path(gpu_results).glob(f"*/{DECODE_CSV.name}"))
+    frames = []
+    for f in files:
+        df = read_table(f)
+        if df is None or "device" not in df:
+            continue
+        df = df[df["device"].astype(str).str.startswith("cuda")]
+        if "fits" in df:
+            df = df[truthy(df["fits"])]
+        if len(df):
+            frames.append(df.assign(_source=str(f), _gpu=df.get("device_name", pd.Series("", index=df.index))))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+DECODE_NEEDED = {  # the columns of a bench decode CSV the CPU table and figure read
+    "device", "method", "backend", "context", "batch", "fits", "ms_per_token", "tokens_per_s"}
+
+
+def cpu_decode_rows(results: Path) -> pd.DataFrame | None:
+    """The CPU rows of ``throughput/decode.csv`` (None: no file, or one without the bench's columns)."""
+    decode = read_table(DECODE_CSV.under(results))
+    if decode is None or not DECODE_NEEDED <= set(decode.columns):
+        return None
+    if "search" not in decode:  # files written before the max-batch search existed
+        decode = decode.assign(search="")
+    return decode[decode["device"].astype(str) == "cpu"]

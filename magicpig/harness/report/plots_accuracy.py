@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from magicpig.harness.report import canvas
-from magicpig.harness.results_tree import canonical, ok_runs
+from magicpig.harness.results_tree import canonical, ok_runs, read_table, truthy
 from magicpig.harness.report.intervals import WHISKERS, run_level, whisker
 from magicpig.harness.result_files import CENTERING_SUMMARY_CSV, METRICS
 from magicpig.harness.stats.paired import task_average
@@ -152,11 +152,11 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         ax.set_ylabel("score (0-100)")
         ax.set_title(WHISKERS, fontsize=7)
         canvas.legend_below(ax, right=True)
-    df = canvas.read(CENTERING_SUMMARY_CSV.under(results))
+    df = read_table(CENTERING_SUMMARY_CSV.under(results))
     if df is None:
         canvas.no_data(axf, CENTERING_SUMMARY_CSV.rel, missing)
     else:
-        flag = canvas.truthy(df["centering"])
+        flag = truthy(df["centering"])
         labels = [f"({k},{l})" for k, l in zip(df["K"], df["L"])]
         order = list(dict.fromkeys(labels))
         xs = np.arange(len(order))

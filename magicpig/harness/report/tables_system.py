@@ -9,8 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from magicpig.harness.overhead import overhead
-from magicpig.harness.report.canvas import truthy
-from magicpig.harness.results_tree import canonical, gpu_runs, read_csv
+from magicpig.harness.results_tree import canonical, gpu_runs, read_csv, truthy
 from magicpig.harness.report.coverage_run import CellCheck
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.result_files import DECODE_CSV, MACHINE_JSON

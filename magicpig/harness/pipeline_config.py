@@ -496,3 +496,22 @@ def model_problems(path: str, p: dict, warn: Callable[[str], None]) -> list[str]
                        f"allowed: at most {context - budget}")
     return out
 
+
+# the pipeline's config files belong to the repository, not to the installed package: the checkout this package
+# is loaded from (an editable install), else the current folder's
+CONFIG_DIRS = (Path(__file__).resolve().parents[2] / "config", Path("config"))
+
+
+def all_presets(config_dir: Path | None = None) -> dict[str, dict]:
+    """Every preset block of the config files (``config/*.yaml`` of ``config_dir``, default the first of
+    ``CONFIG_DIRS`` that exists), by name: what another preset runs."""
+    import yaml
+
+    if config_dir is None:
+        config_dir = next((d for d in CONFIG_DIRS if d.is_dir()), CONFIG_DIRS[0])
+    presets: dict[str, dict] = {}
+    for path in sorted(config_dir.glob("*.yaml")):
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if isinstance(raw, dict) and isinstance(raw.get("presets"), dict):
+            presets.update(raw["presets"])
+    return presets

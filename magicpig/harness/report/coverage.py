@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from magicpig.harness.report.coverage_run import (NOT_PRODUCED, NOT_RUN, PARTIAL, REPRODUCED, Run, all_presets,
-                                                  not_run, partial)
+from magicpig.harness.pipeline_config import all_presets
+from magicpig.harness.report.coverage_run import NOT_PRODUCED, NOT_RUN, PARTIAL, REPRODUCED, Run, not_run, partial
 from magicpig.harness.report.markdown import table
 from magicpig.harness.report import paper_items
 

@@ -115,12 +115,7 @@ def ablation_section(root: Path, ref: dict, out: Path, figs: dict | None = None)
     if not setups:
         parts.append("Not run.")
     else:
-        frames = []
-        for p in setups:
-            d = collect_metrics(p)
-            d["setup"] = p.name.removeprefix("setup_")
-            frames.append(d)
-        df = pd.concat(frames)
+        df = pd.concat([collect_metrics(p).assign(setup=p.name.removeprefix("setup_")) for p in setups])
         ok = df[df["status"] == "ok"]
         piv = ok.pivot_table(index=["method", "setup"], columns="task", values="score", aggfunc="mean")
         parts.append(table(["method", "setup"] + [c.removeprefix("ruler/") for c in piv.columns],
@@ -198,12 +193,10 @@ def tune_kl_section(path: Path) -> list[str]:
         t = json.loads(path.read_text())
     except json.JSONDecodeError:
         return [f"`{path.name}` is not valid JSON (the tune-kl run failed; see its log)."]
-    rows = [["chosen", t.get("K"), t.get("L"), fmt(t.get("measured_cost"), pct=True), fmt(t.get("relative_error"), digits=3)]]
-    for key in ("baseline", "matched_baseline"):
-        b = t.get(key) or {}
-        if b:
-            rows.append([key.replace("_", " "), b.get("K"), b.get("L"), fmt(b.get("measured_cost"), pct=True),
-                         fmt(b.get("relative_error"), digits=3)])
+    settings = [("chosen", t)] + [(key.replace("_", " "), t[key]) for key in ("baseline", "matched_baseline")
+                                  if t.get(key)]
+    rows = [[name, s.get("K"), s.get("L"), fmt(s.get("measured_cost"), pct=True),
+             fmt(s.get("relative_error"), digits=3)] for name, s in settings]
     return [f"### Automatic (K, L) for a target cost of {fmt(t.get('target_cost'), pct=True)} (`{path.name}`)",
             table(["setting", "K", "L", "measured cost", "relative error"], rows)]
 

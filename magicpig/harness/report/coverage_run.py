@@ -9,6 +9,7 @@ from typing import Callable
 import pandas as pd
 
 from magicpig.harness.report.canvas import FigureResult
+from magicpig.harness.results_tree import read_csv
 
 REPRODUCED = "reproduced here"
 PARTIAL = "partial"
@@ -107,8 +108,6 @@ class Run:
         return acc[acc["task"].fillna("").map(task)]
 
     def csv(self, relative: str) -> pd.DataFrame | None:
-        from magicpig.harness.results_tree import read_csv
-
         return read_csv(self.results / relative)
 
 

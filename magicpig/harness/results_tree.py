@@ -16,7 +16,7 @@ import pandas as pd
 
 
 from magicpig.harness.predictions import read_rows
-from magicpig.harness.result_files import DECODE_CSV, METRICS, PREDICTIONS, TUNE_KL_JSON
+from magicpig.harness.result_files import DECODE_CSV, MACHINE_JSON, METRICS, PREDICTIONS, TUNE_KL_JSON
 from magicpig_tasks.paper import load as load_reference  # noqa: F401 (re-exported: one reader of the paper numbers)
 
 
@@ -218,6 +218,14 @@ def gpu_runs(root: Path) -> list[Path]:
     """The ``make gpu-check`` output folders under ``root`` (``results/gpu/<name>/``)."""
     root = Path(root)
     return sorted(p for p in root.iterdir() if p.is_dir() and (p / DECODE_CSV.name).is_file()) if root.is_dir() else []
+
+
+def read_machine(folder: Path) -> dict:
+    """The machine record of a ``make gpu-check`` folder (its MACHINE_JSON); empty when absent or not valid JSON."""
+    try:
+        return json.loads((Path(folder) / MACHINE_JSON.name).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
 
 
 def tune_kl_files(est: Path) -> list[Path]:

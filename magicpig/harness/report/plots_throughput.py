@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from magicpig.harness.projection import HARDWARE
 from magicpig.harness.report import canvas
+from magicpig.harness.report.tables_cpu import batch_one, system_label
 from magicpig.harness.results_tree import cpu_decode_rows, read_table, truthy
 from magicpig.harness.result_files import (DECODE_CSV, PROJECTION_H200_CSV, PROJECTION_PAPER_HARDWARE_CSV,
                                            PROJECTION_PAPER_LATENCY_CSV)
@@ -38,8 +40,6 @@ def baselines_caption(ref: dict) -> str:
 
 
 def _machine(key: str) -> str:
-    from magicpig.harness.projection import HARDWARE
-
     return HARDWARE[key].name if key in HARDWARE else str(key)
 
 
@@ -255,8 +255,6 @@ def cpu_baselines(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """The CPU decoders against context: ms/token at batch 1 (solid; dashed: the step's bytes-limit) | tokens/s
     at the largest batch that fits (``--max-throughput`` rows, the batch written at each point). Stock
     transformers, llama.cpp on the same GGUF file, our dense decoder and MagicPIG, all measured here."""
-    from magicpig.harness.report.tables_cpu import batch_one, system_label
-
     title = "CPU decoders: stock transformers, llama.cpp, our dense, MagicPIG"
     missing: list[str] = []
     fig, (ax, axm) = canvas.subplots(2, title, width=5.0, height=4.4)

@@ -3,13 +3,12 @@
 of ``make gpu-check`` (``results/gpu/<name>/``), each beside the paper's numbers."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
 from magicpig.harness.overhead import overhead
-from magicpig.harness.results_tree import canonical, gpu_runs, read_csv, truthy
+from magicpig.harness.results_tree import canonical, gpu_runs, read_csv, read_machine, truthy
 from magicpig.harness.report.coverage_run import CellCheck
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.result_files import DECODE_CSV, MACHINE_JSON
@@ -192,12 +191,7 @@ def gpu_section(gpu_root: Path) -> list[str]:
     if not runs:
         return parts + [f"None: no `{MACHINE_JSON.folder}/{DECODE_CSV.name}` (run `make gpu-check` on a GPU box)."]
     for run in runs:
-        machine = {}
-        if (run / MACHINE_JSON.name).is_file():
-            try:
-                machine = json.loads((run / MACHINE_JSON.name).read_text())
-            except json.JSONDecodeError:
-                machine = {}
+        machine = read_machine(run)
         label = machine.get("gpu") or machine.get("device") or run.name
         parts += [f"`{run}/` ({label}):", decode_table(read_csv(run / DECODE_CSV.name))]
     return parts

@@ -13,7 +13,8 @@ from pathlib import Path
 # the result files the rules name as their outputs (magicpig.harness.result_files: each file's name, its rule
 # and its readers); the Snakefile put the repository on sys.path
 from magicpig.harness.result_files import (CAPTURE, CPU_MODULE_TXT, DECODE_CSV, EXPERIMENT_FILES, INPUTS_FILES,
-                                           KERNEL_CSV, PROJECT_FILES, REPORT_HTML, REPORT_MD, TUNE_KL_CANDIDATES_CSV,
+                                           KERNEL_CSV, METHOD_DIR, PROJECT_FILES, REPORT_FIGURES, REPORT_HTML,
+                                           REPORT_MD, SECTION_READS, SHAPE_DECODE_CSV, TUNE_KL_CANDIDATES_CSV,
                                            TUNE_KL_JSON, tune_kl_target)
 
 
@@ -303,6 +304,11 @@ def decode_shapes(preset):
     return [s["model"].removeprefix("shape:") for s in preset["decode_bench"]["shapes"]]
 
 
+def shape_decode_file(res, name):
+    """decode.csv of shape-only model ``name`` (a wildcard too: "{shape}"), result_files.SHAPE_DECODE_CSV."""
+    return f"{res}/{SHAPE_DECODE_CSV.folder.replace('<name>', name)}/{SHAPE_DECODE_CSV.name}"
+
+
 def shape_preset(preset, name):
     """The preset with its decode_bench pointed at shape-only model ``name``, that entry's lengths and methods."""
     db = preset["decode_bench"]
@@ -315,24 +321,54 @@ def shape_preset(preset, name):
 
 
 def report_figures():
-    """File names of the report's figures (magicpig.harness.report.figures.FIGURES)."""
-    from magicpig.harness.report.figures import FIGURES
-
-    return list(FIGURES)
+    """The report's figures (result_files.REPORT_FIGURES, the files magicpig.harness.report.figures draws)."""
+    return list(REPORT_FIGURES)
 
 
-def figure_caption(name):
-    """The caption of a figure in the HTML report: workflow/report/<stem>.rst, or the generic figure.rst for
-    a figure without its own caption yet."""
-    folder = Path(workflow.basedir) / "workflow" / "report"
-    own = folder / f"{Path(name).stem}.rst"
-    return str(own if own.is_file() else folder / "figure.rst")
+def report_caption(file):
+    """The caption file of a result file that the HTML report shows (REPORT.html, a figure): its ``caption``
+    (result_files), written to .snakemake/report_captions/<name>.rst when this file is read, since Snakemake's
+    report() takes a caption as a file; an absolute path, which Snakemake uses as it is."""
+    path = Path(".snakemake", "report_captions", f"{file.name}.rst").resolve()
+    text = f"{file.caption}\n"
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")  # whole or not at all, should two readers race
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    return str(path)
+
+
+def covers(rules, name):
+    """Whether the eval rule ``name`` is one of ``rules``, or the per-length rule of one (eval_ruler_16k)."""
+    return any(name == rule or name.startswith(f"{rule}_") for rule in rules)
+
+
+def result_paths(file, eval_rules, res, preset):
+    """The files of preset ``preset`` (results under ``res``) that a result-file entry names: for eval results
+    (result_files.eval_results) the metrics.json of every job of their rules in the job table ``eval_rules``;
+    tune-kl's files at the preset's target cost; decode.csv of each model measured by shape only; else the file
+    in its folder."""
+    if file.folder == METHOD_DIR:
+        return [path for rule in eval_rules if covers(file.rules, rule.name) for path in rule.targets()]
+    if file == SHAPE_DECODE_CSV:
+        return [shape_decode_file(res, shape) for shape in decode_shapes(preset)]
+    if file in (TUNE_KL_JSON, TUNE_KL_CANDIDATES_CSV):
+        return [f"{res}/{file.folder}/{file.format(target=tune_kl_target(preset['estimation']['target_cost']))}"]
+    return [f"{res}/{file.folder}/{file.name}"]
+
+
+def report_inputs(eval_rules, res, preset):
+    """The report rule's inputs: every file that a section of the report reads (result_files.SECTION_READS),
+    each once."""
+    files = dict.fromkeys(file for reads in SECTION_READS.values() for file in reads)
+    return list(dict.fromkeys(path for file in files for path in result_paths(file, eval_rules, res, preset)))
 
 
 def results_root(wildcards, input):
-    """The preset's results folder (`build_report --results`), from the report's inputs: two levels above the
-    kernel CSV, the first throughput input (RES/throughput/kernel.csv)."""
-    return str(Path(input.throughput[0]).parents[1])
+    """The preset's results folder (`build_report --results`), from the report's inputs: the folder that holds
+    them all (each lies in one of its subfolders: accuracy, estimation, throughput, ...)."""
+    return os.path.commonpath(input.results)
 
 
 def report_dir(wildcards, output):

@@ -1,7 +1,9 @@
 """The report as data, and its assembly: ``SECTIONS``, the sections of REPORT.md below its coverage table in
-their order (each one's heading, the builder that writes it, the paper items it holds, which the coverage table
-links to its heading, the figures it embeds and the benchmark families it shows; ``report_sections`` adds the
-generic section of a family that no entry shows), and ``build_report``, which writes them.
+their order (each one's result files, its heading, the builder that writes it, the paper items it holds, which
+the coverage table links to its heading, the figures it embeds and the benchmark families it shows;
+``report_sections`` adds the generic section of a family that no entry shows), and ``build_report``, which writes
+them. The result files a section reads are named here by their key in ``result_files.SECTION_READS``: the
+Snakefile reads that map, which imports nothing heavy, to make them the report rule's inputs.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from magicpig.harness.report.coverage_run import Run
 from magicpig.harness.report.disagreements_section import disagreements_section
 from magicpig.harness.report.html import write_html
 from magicpig.harness.report.job_times import job_time_section
-from magicpig.harness.result_files import CENTERING_PNG, REPORT_MD
+from magicpig.harness.result_files import CENTERING_PNG, REPORT_MD, SECTION_READS, ResultFile
 
 
 @dataclass(frozen=True)
@@ -41,55 +43,66 @@ class ReportInputs:
 
 @dataclass(frozen=True)
 class Section:
-    """One section: its heading's text (as ``build`` writes it, at level 2 or 3), its builder, the labels of the
-    paper items (``paper_items.ITEMS``) it holds, the figures (``figures.FIGURES``) it embeds and the benchmark
-    families (``families.FAMILIES``, by block) whose results it shows."""
+    """One section: the result files it reads, its own and those of the figures it embeds (its entry of
+    ``result_files.SECTION_READS``, by key; the workflow's report rule takes them all as inputs), its heading's
+    text (as ``build`` writes it, at level 2 or 3), its builder, the labels of the paper items
+    (``paper_items.ITEMS``) it holds, the figures (``figures.FIGURES``) it embeds and the benchmark families
+    (``families.FAMILIES``, by block) whose results it shows."""
 
+    reads: str
     title: str
     build: Callable[[ReportInputs], list[str]] = field(repr=False)
     items: tuple[str, ...] = ()
     figures: tuple[str, ...] = ()
     families: tuple[str, ...] = ()
 
+    @property
+    def files(self) -> tuple[ResultFile, ...]:
+        """The result files it reads."""
+        return SECTION_READS[self.reads]
+
 
 TABLE4_TITLE = "RULER at 16K-256K on 512K-context models (paper Table 4)"
 TABLE5_TITLE = "RULER on Llama-3.1-70B-Instruct (paper Table 5)"
 
 SECTIONS: list[Section] = [
-    Section("Skipped or incomplete", lambda r: build.skipped_section(r.acc, r.results / "ablations")),
-    Section("Claims", lambda r: claims_section(r.results, r.ref, r.gpu_root)),
-    Section("Where methods disagree", lambda r: disagreements_section(r.acc, r.ref, r.out)),
-    Section("RULER (paper Table 3)", lambda r: build.ruler_section(r.acc, r.ref, r.out, r.figs), ("Table 3",),
+    Section("skipped", "Skipped or incomplete", lambda r: build.skipped_section(r.acc, r.results / "ablations")),
+    Section("claims", "Claims", lambda r: claims_section(r.results, r.ref, r.gpu_root)),
+    Section("disagreements", "Where methods disagree", lambda r: disagreements_section(r.acc, r.ref, r.out)),
+    Section("ruler", "RULER (paper Table 3)", lambda r: build.ruler_section(r.acc, r.ref, r.out, r.figs), ("Table 3",),
             build.RULER_FIGURES, ("ruler",)),
-    Section(TABLE4_TITLE, lambda r: paper_tables.ruler_model_section(r.acc, r.ref, "ruler_table4", TABLE4_TITLE),
-            ("Table 4",), families=("ruler",)),
-    Section(TABLE5_TITLE, lambda r: paper_tables.ruler_model_section(r.acc, r.ref, "ruler_table5", TABLE5_TITLE),
-            ("Table 5",), families=("ruler",)),
-    Section("LongBench (paper Table 2)", lambda r: build.longbench_section(r.acc, r.ref), ("Table 2",),
+    Section("ruler", TABLE4_TITLE,
+            lambda r: paper_tables.ruler_model_section(r.acc, r.ref, "ruler_table4", TABLE4_TITLE), ("Table 4",),
+            families=("ruler",)),
+    Section("ruler", TABLE5_TITLE,
+            lambda r: paper_tables.ruler_model_section(r.acc, r.ref, "ruler_table5", TABLE5_TITLE), ("Table 5",),
+            families=("ruler",)),
+    Section("longbench", "LongBench (paper Table 2)", lambda r: build.longbench_section(r.acc, r.ref), ("Table 2",),
             families=("longbench",)),
-    Section(paper_tables.TABLE1_TITLE, lambda r: paper_tables.table1_section(r.acc, r.ref), ("Table 1",),
+    Section("table1", paper_tables.TABLE1_TITLE, lambda r: paper_tables.table1_section(r.acc, r.ref), ("Table 1",),
             families=("gsm8k", "lm_eval")),
-    Section(paper_tables.TABLE6_TITLE, lambda r: paper_tables.table6_section(r.acc, r.ref), ("Table 6",),
+    Section("reasoning", paper_tables.TABLE6_TITLE, lambda r: paper_tables.table6_section(r.acc, r.ref), ("Table 6",),
             families=("reasoning",)),
-    Section("Ablations", lambda r: build.ablation_section(r.results / "ablations", r.ref, r.out, r.figs),
+    Section("ablations", "Ablations", lambda r: build.ablation_section(r.results / "ablations", r.ref, r.out, r.figs),
             figures=(CENTERING_PNG.name,)),
-    Section(f"{tables_kl.HEADING} (paper Tables 10-13)", lambda r: tables_kl.kl_tables_section(r.results, r.ref),
-            ("Table 10", "Table 11", "Table 12", "Table 13")),
-    Section("Budget and cost sweeps (Figures 1, 6c, 9a, 9b/c)",
+    Section("kl_tables", f"{tables_kl.HEADING} (paper Tables 10-13)",
+            lambda r: tables_kl.kl_tables_section(r.results, r.ref), ("Table 10", "Table 11", "Table 12", "Table 13")),
+    Section("sweeps", "Budget and cost sweeps (Figures 1, 6c, 9a, 9b/c)",
             lambda r: sections_sweeps.sweep_section(r.results, r.figs), ("Figure 1", "Figure 6c", "Figure 9b",
                                                                           "Figure 9c"), sections_sweeps.SWEEP_FIGURES),
-    Section("Attention-level experiments", lambda r: build.estimation_section(r.results, r.figs),
+    Section("estimation", "Attention-level experiments", lambda r: build.estimation_section(r.results, r.figs),
             figures=tuple(build.ESTIMATION_FIGURES.values())),
-    Section("Throughput and latency", lambda r: build.throughput_section(r.results, r.figs),
+    Section("throughput", "Throughput and latency", lambda r: build.throughput_section(r.results, r.figs),
             ("Figure 8a", "Figure 8b", "Figure 8c"), build.THROUGHPUT_FIGURES),
-    Section("Attention per key and per token (Figures 2a, 5a-c, 10, 11)",
+    Section("tokens", "Attention per key and per token (Figures 2a, 5a-c, 10, 11)",
             lambda r: sections_sweeps.token_section(r.results, r.figs),
             ("Figure 2a", "Figure 5a", "Figure 5b", "Figure 10", "Figure 11"), sections_sweeps.TOKEN_FIGURES),
-    Section(tables_system.TABLE7_TITLE, lambda r: tables_system.table7_section(r.results, r.ref), ("Table 7",)),
-    Section(tables_system.TABLE8_TITLE, lambda r: tables_system.table8_section(r.ref, r.run.config.get("model")),
-            ("Table 8",)),
-    Section(tables_system.SHAPES_TITLE, lambda r: tables_system.shapes_section(r.results)),
-    Section(tables_system.GPU_TITLE, lambda r: tables_system.gpu_section(r.gpu_root)),
+    Section("table7", tables_system.TABLE7_TITLE, lambda r: tables_system.table7_section(r.results, r.ref),
+            ("Table 7",)),
+    Section("table8", tables_system.TABLE8_TITLE,
+            lambda r: tables_system.table8_section(r.ref, r.run.config.get("model")), ("Table 8",)),
+    Section("shapes", tables_system.SHAPES_TITLE, lambda r: tables_system.shapes_section(r.results)),
+    Section("gpu", tables_system.GPU_TITLE, lambda r: tables_system.gpu_section(r.gpu_root)),
 ]
 
 
@@ -97,8 +110,8 @@ def report_sections() -> list[Section]:
     """``SECTIONS`` with a section for each benchmark family that no entry shows: the generic accuracy table
     (``paper_tables.family_section``) under the family's heading, after the last section of a family."""
     shown = {block for s in SECTIONS for block in s.families}
-    extra = [Section(f.heading, lambda r, f=f: paper_tables.family_section(f, r.acc, r.ref), f.items, (), (f.block,))
-             for f in FAMILIES.values() if f.block not in shown]
+    extra = [Section(f.block, f.heading, lambda r, f=f: paper_tables.family_section(f, r.acc, r.ref), f.items, (),
+                     (f.block,)) for f in FAMILIES.values() if f.block not in shown]
     last = max(i for i, s in enumerate(SECTIONS) if s.families)
     return SECTIONS[:last + 1] + extra + SECTIONS[last + 1:]
 

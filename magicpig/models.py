@@ -14,18 +14,21 @@ Shape-only models are randomly initialised transformers models built from the ar
 ``magicpig/data/model_shapes.yaml``, directly on the target device in the target dtype. Decode time does not
 depend on weight values, so they measure what a real model of that shape would do before its weights are
 downloaded; accuracy commands refuse them (``load_model(..., allow_shape=False)``, the default).
+
+A model's facts (trained context, layers) are read here too, from its GGUF header or config.json without
+loading weights (``model_facts``): the config check and the eval runner both ask for them.
 """
 from __future__ import annotations
 
-import functools
 import importlib.util
-import mmap
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from magicpig import model_parts
 from magicpig.gguf_cache import parsed_once
+from magicpig.gguf_header import check_gguf, gguf_facts
 from magicpig.shapes import model_shape
 
 EMBEDDED = "smollm2"
@@ -221,125 +224,48 @@ def is_shape_only(model) -> bool:
     return bool(getattr(getattr(model, "config", None), "magicpig_shape_only", None))
 
 
-# ---- GGUF integrity ------------------------------------------------------------------------------------
-_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-
-
-def gguf_data_extent(path) -> tuple[int, int]:
-    """(bytes the GGUF header says the file holds = end of its last tensor, alignment) from the header
-    alone (the vocabulary arrays are skipped, not decoded). Raises ValueError on a malformed header."""
-    return gguf_header(path)[:2]
-
-
-def gguf_metadata(path) -> dict:
-    """The scalar and string key-value metadata of a GGUF file (arrays such as the vocabulary left out),
-    e.g. ``general.architecture``, ``llama.context_length``."""
-    return gguf_header(path)[2]
-
-
-def gguf_header(path) -> tuple[int, int, dict]:
-    """(data extent, alignment, scalar metadata) of a GGUF file from its header alone."""
-    with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size == 0:
-            raise ValueError("the file is empty")
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:  # only the header pages are read
-            return _parse_gguf_header(buf)
-
-
-def _parse_gguf_header(buf) -> tuple[int, int, dict]:
-    import struct
-
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
-    pos = 0
-
-    def take(fmt: str):
-        nonlocal pos
-        size = struct.calcsize("<" + fmt)
-        if pos + size > len(buf):
-            raise ValueError(f"header ends after {len(buf)} bytes")
-        val = struct.unpack_from("<" + fmt, buf, pos)
-        pos += size
-        return val[0] if len(val) == 1 else val
-
-    def string() -> str:
-        nonlocal pos
-        n = take("Q")
-        if pos + n > len(buf):
-            raise ValueError(f"header ends after {len(buf)} bytes")
-        pos += n
-        return buf[pos - n:pos].decode("utf-8", errors="replace")
-
-    def value(vtype: int):
-        nonlocal pos
-        if vtype in _GGUF_SCALARS:
-            return take(_GGUF_SCALARS[vtype])
-        if vtype == 8:
-            return string()
-        if vtype == 9:
-            etype, count = take("I"), take("Q")
-            if etype in _GGUF_SCALARS:  # skip fixed-size arrays without decoding them
-                pos += struct.calcsize("<" + _GGUF_SCALARS[etype]) * count
-                if pos > len(buf):
-                    raise ValueError(f"header ends after {len(buf)} bytes")
-                return None
-            for _ in range(count):
-                value(etype)
-            return None
-        raise ValueError(f"unknown metadata value type {vtype}")
-
-    if buf[:4] != b"GGUF":
-        raise ValueError("not a GGUF file (no GGUF magic)")
-    pos = 4
-    version = take("I")
-    if version < 2:
-        raise ValueError(f"GGUF version {version} is not supported")
-    n_tensors, n_kv = take("Q"), take("Q")
-    meta = {}
-    for _ in range(n_kv):
-        key = string()
-        val = value(take("I"))
-        if val is not None:
-            meta[key] = val
-    alignment = meta.get("general.alignment", 32)
-    alignment = alignment if isinstance(alignment, int) and alignment > 0 else 32
-    end = 0
-    for _ in range(n_tensors):
-        string()
-        dims = [take("Q") for _ in range(take("I"))]
-        ttype, offset = take("I"), take("Q")
-        try:
-            block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ttype)]
-        except (ValueError, KeyError):
-            raise ValueError(f"unknown tensor type {ttype}") from None
-        elems = 1
-        for d in dims:
-            elems *= d
-        end = max(end, offset + elems // block * type_size)
-    data_start = -(-pos // alignment) * alignment
-    return data_start + end, alignment, meta
-
-
-@functools.lru_cache(maxsize=16)
-def _check_gguf_cached(path: str, size: int, mtime: float) -> None:
-    try:
-        needed, _ = gguf_data_extent(path)
-    except ValueError as exc:
-        raise ValueError(f"model: GGUF file {path} is truncated or damaged ({exc}); download it again") from None
-    if size < needed:
-        raise ValueError(f"model: GGUF file {path} is truncated: its header describes {needed} bytes of data, "
-                         f"the file has {size}; download it again")
-
-
-def check_gguf(path) -> None:
-    """Raise ValueError naming ``path`` when the GGUF file is shorter than its header's tensor data."""
-    st = os.stat(path)
-    _check_gguf_cached(str(path), st.st_size, st.st_mtime)
-
-
 def max_context(config) -> int:
     """The model's trained context length (max_position_embeddings)."""
     return int(getattr(config, "max_position_embeddings", 0) or 0)
+
+
+def model_context(model: str) -> tuple[int | None, str]:
+    """(trained context in tokens, where it was read) without loading weights; (None, why) for a hub id
+    that is not in the local cache (``model_facts``)."""
+    facts, label = model_facts(model)
+    return (facts["context"] if facts else None), label
+
+
+def model_facts(model: str) -> tuple[dict | None, str]:
+    """({'context': tokens, 'layers': decoder layers or None}, where they were read), from the GGUF header or
+    config.json, without loading weights; (None, why) for a hub id outside the local cache. Raises
+    FileNotFoundError / ValueError for a local path that is not there or not a model."""
+    src = resolve(model)  # raises for a missing .gguf file or a path that is neither a folder nor a hub id
+    if src.gguf_file:
+        gguf = Path(src.path) / src.gguf_file
+        return gguf_facts(gguf), f"GGUF metadata of {gguf.name}"
+    folder = Path(src.path).expanduser()
+    if folder.is_dir():
+        return config_facts(folder / "config.json"), f"{folder / 'config.json'}"
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(src.path, "config.json")
+    if isinstance(cached, str):
+        return config_facts(Path(cached)), f"cached config.json of {src.path}"
+    return None, (f"{model!r} is taken as a hub id (no such local folder) and its config.json is not in the "
+                  "local Hugging Face cache; it is downloaded when a job loads it")
+
+
+def config_facts(path: Path) -> dict:
+    """Context (max_position_embeddings) and layers (num_hidden_layers, None if absent) of a config.json
+    (multimodal configs: of their text_config)."""
+    cfg = json.loads(path.read_text(encoding="utf-8"))
+    text = cfg.get("text_config") or {}
+    value = cfg.get("max_position_embeddings") or text.get("max_position_embeddings")
+    if not isinstance(value, int) or value < 1:
+        raise ValueError(f"{path} has no max_position_embeddings")
+    layers = cfg.get("num_hidden_layers") or text.get("num_hidden_layers")
+    return {"context": value, "layers": layers if isinstance(layers, int) and layers > 0 else None}
 
 
 def _missing_weights(model: str, exc: Exception) -> FileNotFoundError:

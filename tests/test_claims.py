@@ -12,7 +12,7 @@ import pytest
 from magicpig.harness.report import build_report
 from magicpig.harness.report.claims import evaluate
 from magicpig.harness.report.claims_context import Context
-from magicpig.harness.report.collect import load_reference
+from magicpig.harness.results_tree import load_reference
 from magicpig.harness.stats.bootstrap import Interval, mean_interval, stratified_interval
 from magicpig.harness.stats.verdicts import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Verdict, combine, decide
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from magicpig.harness.report.claims import claims_section, evaluate
-from magicpig.harness.report.collect import load_reference
+from magicpig.harness.results_tree import load_reference
 from magicpig.harness.stats.verdicts import NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED
 
 RULER13 = ["niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",

@@ -13,7 +13,7 @@ from magicpig.decode_forward import FORWARD_IMPLS
 from magicpig.decode_linear import LINEAR_IMPLS
 from magicpig.decode_weights import WEIGHT_FORMATS
 from magicpig.decoders import OFFLOAD_DTYPE_CHOICES, OFFLOAD_DTYPES
-from magicpig.harness.bench import decode as bench_decode, kernel as bench_kernel, llamacpp
+from magicpig.harness.bench import decode_options, kernel as bench_kernel, llamacpp
 from magicpig.harness.cli import build_parser
 from magicpig.options import SETUPS
 from magicpig.prefill_dtype import PREFILL_DTYPES
@@ -23,8 +23,8 @@ from magicpig_tasks.settings import SETTINGS
 EXPECTED = {
     ("bench kernel", "--dist"): bench_kernel.DISTS,
     ("bench kernel", "--dtype"): tuple(OFFLOAD_DTYPES),
-    ("bench decode", "--fill"): bench_decode.FILLS,
-    ("bench decode", "--dtype"): bench_decode.DTYPES,
+    ("bench decode", "--fill"): decode_options.FILLS,
+    ("bench decode", "--dtype"): decode_options.DTYPES,
     ("bench decode", "--offload-dtype"): OFFLOAD_DTYPE_CHOICES,
     ("bench decode", "--linear"): LINEAR_IMPLS,
     ("bench decode", "--forward"): FORWARD_IMPLS,

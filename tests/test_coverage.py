@@ -9,10 +9,11 @@ from test_report_figures import synthetic_tree
 
 from magicpig.harness.overhead import overhead
 from magicpig.harness.report import build_report
-from magicpig.harness.report.collect import load_reference
-from magicpig.harness.report.coverage import NOT_RUN, PARTIAL, REPRODUCED, anchor, headings_of
+from magicpig.harness.results_tree import load_reference
+from magicpig.harness.report.coverage import NOT_RUN, PARTIAL, REPRODUCED, anchor, headings_of, section_of
 from magicpig.harness.report import figures, paper_items
 from magicpig.harness.report.coverage_run import Run
+from magicpig.harness.report.sections import report_sections
 from magicpig.harness.report.tables_system import TABLE8_TOLERANCE, kl_throughput, table8_cells
 from magicpig.harness.result_files import ERROR_SUMMARY_CSV
 
@@ -59,7 +60,7 @@ def test_every_item_has_a_row_with_a_status_and_its_links_resolve(tmp_path, tree
             (label, status)
         for target in re.findall(r"\]\(([^)]+)\)", where):
             assert (target[1:] in anchors) if target.startswith("#") else target in figures.FIGURES, (label, target)
-        if status.startswith(REPRODUCED) and item.section:
+        if status.startswith(REPRODUCED) and section_of(item, report_sections()):
             assert "(#" in where, (label, where)  # an item this run reproduced links to its section
     for label in ("Figure 1", "Figure 2a", "Figure 5a", "Figure 6c", "Figure 9b", "Figure 10", "Figure 11"):
         assert "not produced by this build" not in rows[label][3], (label, rows[label][3])
@@ -118,17 +119,17 @@ def test_table8_formula_reproduces_the_papers_numbers():
 def test_table8_is_partial_until_its_six_rows_and_cells_pass(monkeypatch):
     """The old transcription (two rows) or a cell off by more than the tolerance leaves Table 8 partial,
     naming what is missing; all six rows within it make it reproduced, saying what was compared."""
-    from magicpig.harness.report import collect
+    from magicpig.harness import results_tree
 
     full = load_reference()
     run = Run("t", {}, Path("."))
     assert paper_items.table8(run).startswith("reproduced here: all 6 rows")
     two = {**full, "overhead_table8": {"rows": full["overhead_table8"]["rows"][:2]}}
-    monkeypatch.setattr(collect, "load_reference", lambda: two)
+    monkeypatch.setattr(results_tree, "load_reference", lambda: two)
     assert paper_items.table8(run).startswith("partial: 2 of the paper's 6 rows checked")
     off = [dict(r) for r in full["overhead_table8"]["rows"]]
     off[0]["co_pct"] = 3.52  # what counting WO too gives
-    monkeypatch.setattr(collect, "load_reference", lambda: {**full, "overhead_table8": {"rows": off}})
+    monkeypatch.setattr(results_tree, "load_reference", lambda: {**full, "overhead_table8": {"rows": off}})
     status = paper_items.table8(run)
     assert status.startswith("partial: 1 of 18 cells not within 3% of the paper's: llama-3.1-8b (10, 150) 96K CO (%)")
 

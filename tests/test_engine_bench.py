@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from tiny_models import random_prompt, tiny_model
-from magicpig.harness.bench import decode as bench_decode, llamacpp, memory, prompts, table
+from magicpig.harness.bench import decode as bench_decode, decode_options, llamacpp, memory, prompts, row_monitor, \
+    table, timed_decode
 from magicpig.harness.cli import main
 from magicpig.engine import Engine, GenerationConfig
 from magicpig.shapes import ModelShape, model_shape
@@ -45,15 +46,15 @@ TINY = "shape:tiny-llama"
 
 
 def test_method_arguments_and_the_stock_backend():
-    assert bench_decode.parse_method_arg("dense@stock") == ("dense", "stock")
-    assert bench_decode.parse_method_arg("dense") == ("dense", "reference")
-    assert bench_decode.parse_method_arg("magicpig:K=10,L=150") == ("magicpig", "offload")
-    assert bench_decode.parse_method_arg("dense@llamacpp") == ("dense", "llamacpp")
+    assert decode_options.parse_method_arg("dense@stock") == ("dense", "stock")
+    assert decode_options.parse_method_arg("dense") == ("dense", "reference")
+    assert decode_options.parse_method_arg("magicpig:K=10,L=150") == ("magicpig", "offload")
+    assert decode_options.parse_method_arg("dense@llamacpp") == ("dense", "llamacpp")
     for backend in ("stock", "llamacpp"):
         with pytest.raises(ValueError, match=f"{backend}.*dense"):
-            bench_decode.parse_method_arg(f"magicpig@{backend}")
+            decode_options.parse_method_arg(f"magicpig@{backend}")
     with pytest.raises(ValueError, match="backend"):
-        bench_decode.parse_method_arg("dense@gpu")
+        decode_options.parse_method_arg("dense@gpu")
 
 
 def test_repeat_batch_is_a_view_and_every_row_decodes_alike():
@@ -146,14 +147,14 @@ def test_max_throughput_finds_the_largest_batch_the_memory_allows(tmp_path, monk
 
 
 def test_max_throughput_backs_off_on_a_real_oom(tmp_path, monkeypatch):
-    real = bench_decode.time_stock
+    real = timed_decode.time_stock
 
     def flaky(net, pre, steps, warmup, after_step=None):
         if pre.batch > 2:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
         return real(net, pre, steps, warmup, after_step)
 
-    monkeypatch.setattr(bench_decode, "time_stock", flaky)
+    monkeypatch.setattr(timed_decode, "time_stock", flaky)
     rows = bench_decode.run(TINY, (128,), ["dense@stock"], batches=(4,), steps=1, warmup=1,
                             csv_path=str(tmp_path / "d.csv"), max_throughput=True, max_batch=8, verbose=False)
     assert rows[0]["fits"] is False and rows[0]["reason"].startswith("out of memory")
@@ -172,7 +173,7 @@ def test_diagnostics_add_the_time_breakdown_and_the_in_row_bandwidth(tmp_path, m
                 "linear": "magicpig" if linear == "auto" else linear,
                 "forward": "magicpig" if forward == "auto" else forward}
 
-    monkeypatch.setattr(bench_decode, "time_engine", fake)
+    monkeypatch.setattr(timed_decode, "time_engine", fake)
     rows = bench_decode.run(TINY, (128,), ["magicpig@offload"], steps=6, warmup=2,
                             csv_path=str(tmp_path / "d.csv"), verbose=False, diagnostics=True)
     assert rows[0]["cpu_attend_ms"] == pytest.approx(4.0) and rows[0]["transfer_ms"] == pytest.approx(1.0)
@@ -243,15 +244,15 @@ def test_row_monitor_reports_steal_and_this_process_kernel_share(monkeypatch):
     import os
     import time
 
-    with bench_decode.RowMonitor(torch.device("cpu")) as mon:  # without --diagnostics: the reader's fields
+    with row_monitor.RowMonitor(torch.device("cpu")) as mon:  # without --diagnostics: the reader's fields
         pass
     assert set(mon.fields()) == {"peak_host_mb", "peak_device_mb", "other_cpu_load", "under_load"}
 
     def busy(work, seconds=0.5):
         steal = iter([10.0, 10.25])  # the hypervisor gave 0.25 s of the machine's time elsewhere
-        monkeypatch.setattr(bench_decode.RowMonitor, "_steal", staticmethod(lambda: next(steal)))
+        monkeypatch.setattr(row_monitor.RowMonitor, "_steal", staticmethod(lambda: next(steal)))
         outer = time.perf_counter()
-        with bench_decode.RowMonitor(torch.device("cpu"), diagnostics=True) as mon:
+        with row_monitor.RowMonitor(torch.device("cpu"), diagnostics=True) as mon:
             t0 = time.perf_counter()
             while time.perf_counter() - t0 < seconds:
                 work()
@@ -268,7 +269,7 @@ def test_row_monitor_reports_steal_and_this_process_kernel_share(monkeypatch):
 
 def test_step_bandwidth_reads_after_every_nth_timed_step_and_checks_the_next_step():
     buf = torch.ones(1 << 16, dtype=torch.int64)
-    sampler = bench_decode.StepBandwidth(buf, 1, warmup=2, every=3)
+    sampler = row_monitor.StepBandwidth(buf, 1, warmup=2, every=3)
     for i in range(10):
         sampler(i)
     assert len(sampler.seconds) == 3 and sampler.followed == {3, 6, 9}  # after steps 2, 5 and 8
@@ -277,7 +278,7 @@ def test_step_bandwidth_reads_after_every_nth_timed_step_and_checks_the_next_ste
     for i in (3, 6, 9):
         steps[i] = 2.0
     assert sampler.after_read(steps) == pytest.approx(2.0)  # a read that slowed the next step shows
-    assert bench_decode.StepBandwidth(buf, 1, warmup=5).gbps() is None  # no read yet: no figure
+    assert row_monitor.StepBandwidth(buf, 1, warmup=5).gbps() is None  # no read yet: no figure
 
 
 def test_bytes_limit_counts_weights_kv_and_sampled_rows():
@@ -332,15 +333,15 @@ def test_backends_are_named_once():
     from magicpig.harness import evaluate
     from magicpig.harness.cli import build_parser
 
-    assert bench_decode.BACKENDS == ("stock", "llamacpp") + backends.BACKENDS == backends.BENCH_BACKENDS
+    assert decode_options.BACKENDS == ("stock", "llamacpp") + backends.BACKENDS == backends.BENCH_BACKENDS
     assert evaluate.EvalConfig.__dataclass_fields__["backend"].default == backends.DEFAULT_BACKEND
     parser = build_parser()
     for argv in (["eval", "--task", "gsm8k", "--length", "4096", "--out", "x", "--method", "dense"],
                  ["generate", "--prompt", "hi"]):
         args = parser.parse_args(argv)
         assert args.backend == backends.DEFAULT_BACKEND
-    assert bench_decode.parse_method_arg("magicpig")[1] == "offload" == backends.system_backend("magicpig")
-    assert bench_decode.parse_method_arg("quest")[1] == "reference" == backends.system_backend("quest")
+    assert decode_options.parse_method_arg("magicpig")[1] == "offload" == backends.system_backend("magicpig")
+    assert decode_options.parse_method_arg("quest")[1] == "reference" == backends.system_backend("quest")
 
 
 def test_llamacpp_rows_say_why_they_cannot_run(tmp_path, monkeypatch):

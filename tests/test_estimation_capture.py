@@ -97,11 +97,11 @@ def test_cli_runs_experiments_on_a_capture(tmp_path, capsys):
     out = tmp_path / "res"
     assert main(["estimate", "all", "--capture", str(path), "--out-dir", str(out), "--layers", "all",
                  "--kl", "7x40", "--K", "6", "--L", "20,40", "--budgets", "0.05", "--json"]) == 0
-    from magicpig.harness.commands.estimate import EXPERIMENTS
+    from magicpig.harness.estimate_experiments import NAMES
 
     report = json.loads(capsys.readouterr().out)
-    assert set(report) == set(EXPERIMENTS)
-    for name in EXPERIMENTS:
+    assert set(report) == set(NAMES)
+    for name in NAMES:
         stem = name.replace("-", "_")
         assert (out / f"{stem}.csv").is_file() and (out / f"{stem}_summary.csv").is_file()
     assert (out / "error_topk_vs_oracle_heads.csv").is_file() and (out / "geometry_hist.csv").is_file()

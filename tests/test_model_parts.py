@@ -332,11 +332,12 @@ def test_real_qwen_resolves_and_loads_config_and_tokenizer():
 
     from magicpig import models
     from magicpig.cache import MagicPIGCache
+    from magicpig.gguf_header import gguf_metadata
 
     src = models.resolve("qwen2.5-coder-0.5b")
     path = Path(src.path) / src.gguf_file
     assert src.label == "qwen2.5-coder-0.5b" and path.stat().st_size == 491_400_064
-    assert models.gguf_metadata(path)["general.architecture"] == "qwen2"
+    assert gguf_metadata(path)["general.architecture"] == "qwen2"
     config = AutoConfig.from_pretrained(src.path, gguf_file=src.gguf_file)
     assert config.model_type == "qwen2" and config.num_hidden_layers == 24
     assert (config.num_attention_heads, config.num_key_value_heads) == (14, 2)

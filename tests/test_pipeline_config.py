@@ -11,7 +11,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from magicpig.harness.pipeline_config import gguf_facts, model_facts, validate_pipeline_config
+from magicpig.harness.pipeline_config import validate_pipeline_config
+from magicpig.gguf_header import gguf_facts
+from magicpig.models import model_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = shutil.which("snakemake", path=str(Path(sys.executable).parent)) or shutil.which("snakemake")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from magicpig.harness.commands import project
+from magicpig.harness.projection import fit_policy, measured_rows
 from magicpig.harness.result_files import PROJECT_FILES
 from magicpig.harness.projection import (HARDWARE, Fit, SparseSetting, dtype_bytes, fit, h200_rows, leave_one_out,
                                          method_family, nnls, step_work, trust_problems)
@@ -124,13 +124,13 @@ def test_undetermined_parameters_are_nan_not_zero():
 
 
 def test_kernel_summary_uses_unflagged_rows_only(tmp_path):
-    k = project.kernel_summary([KERNEL])
+    k = measured_rows.kernel_summary([KERNEL])
     assert (k["rows"], k["unflagged"]) == (5, 4)
     assert k["stream_gbps"] == pytest.approx(13.95) and k["efficiency"] == pytest.approx(0.305)
     loaded = tmp_path / "k.csv"
     df = pd.read_csv(KERNEL)
     df.assign(load_avg=5.0).to_csv(loaded, index=False)
-    k = project.kernel_summary([loaded])
+    k = measured_rows.kernel_summary([loaded])
     assert k["unflagged"] == 0 and math.isnan(k["efficiency"])
     assert k["stream_gbps"] == pytest.approx(14.2) and "under load" in k["stream_source"]
 
@@ -191,7 +191,7 @@ def test_reader_tolerates_minimal_columns(tmp_path):
          "ms_per_token": 300.0},
         {"model": "someone/unknown-model", "context": 8192, "method": "dense", "batch": 1, "ms_per_token": 50.0},
     ]).to_csv(minimal, index=False)
-    items = project.decode_items([minimal])
+    items = measured_rows.decode_items([minimal])
     assert [round(it["measured_s"], 3) for it in items] == [0.17, 0.2, 0.3, 0.05]
     assert [it["role"] for it in items] == ["fitted", "fitted", "not modelled (method)",
                                            "not modelled (unknown model shape)"]
@@ -260,17 +260,16 @@ def test_bad_values_are_refused(flag, value):
 
 def test_missing_csv_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such CSV"):
-        project.decode_items([tmp_path / "none.csv"])
+        measured_rows.decode_items([tmp_path / "none.csv"])
 
 
 def test_report_shows_fit_errors_and_labelled_projections(tmp_path):
     from magicpig.harness.cli import main
-    from magicpig.harness.report.build import csv_sections
-    from magicpig.harness.report.collect import load_reference
+    from magicpig.harness.report.build import throughput_section
 
     thr = tmp_path / "results" / "throughput"
     assert main(["project", "--kernel-csv", str(KERNEL), "--decode-csv", str(DECODE), "--out-dir", str(thr)]) == 0
-    text = "\n".join(csv_sections(tmp_path / "results", tmp_path, load_reference()))
+    text = "\n".join(throughput_section(tmp_path / "results"))
     assert "Bandwidth model fitted to this machine" in text and "layer_overhead_ms[dense@stock]" in text
     assert "prediction_error" in text and "flagged: under load" in text
     assert "PROJECTION (bandwidth model, not measured): llama-3.1-8b on one H200" in text
@@ -282,16 +281,16 @@ def test_rows_of_two_machines_are_not_fitted_together(tmp_path):
     mixed = tmp_path / "mixed.csv"
     df.assign(cpu_model=["AMD EPYC" if i % 2 else "Intel Xeon" for i in range(len(df))]).to_csv(mixed, index=False)
     with pytest.raises(ValueError, match="decode-csv: CPU rows of 2 machines"):
-        project.fit_machine(project.decode_items([mixed]), 14.0)
+        fit_policy.fit_machine(measured_rows.decode_items([mixed]), 14.0)
 
 
 def test_model_fits_real_rows_of_this_machine():
     """Real rows: smollm2 on this machine, 1 thread, each step timed in process CPU time (the machine was
     shared, so wall time was not usable), 3 timed steps, contexts 2K / 8K tiled from a 1K prefill, batches
     1 / 2 / 4 (the 8K batch-4 MagicPIG row is missing: the run was cut short)."""
-    items = project.decode_items([FIX / "throughput_decode_cputime_real.csv"])
+    items = measured_rows.decode_items([FIX / "throughput_decode_cputime_real.csv"])
     assert all(it["role"] == "fitted" for it in items) and len(items) == 17
-    f = project.fit_machine(items, 10.0)
+    f = fit_policy.fit_machine(items, 10.0)
     errors = [it["predicted_s"] / it["measured_s"] - 1 for it in items]
     assert max(abs(e) for e in errors) <= 0.25
     assert 0 < f.parameters()["sparse_efficiency (of stream)"] < 1
@@ -320,7 +319,7 @@ def test_every_output_is_written_without_usable_decode_rows(tmp_path, capsys):
     ({"load_before": 0.2, "load_after": 3.5, "threads": 2}, True),
 ])
 def test_under_load_discounts_the_benchmarks_own_threads(row, loaded):
-    assert project.under_load(row) is loaded
+    assert measured_rows.under_load(row) is loaded
 
 
 def test_predicted_parts_add_up_and_match_the_physics(tmp_path):
@@ -340,7 +339,7 @@ def test_a_row_without_context_is_a_clear_error(tmp_path):
     bad = tmp_path / "bad.csv"
     pd.DataFrame([{"model": "smollm2", "batch": 1, "method": "dense", "ms_per_token": 5.0}]).to_csv(bad, index=False)
     with pytest.raises(ValueError, match="field 'context' must be a positive integer"):
-        project.decode_items([bad])
+        measured_rows.decode_items([bad])
 
 
 def test_reads_the_columns_bench_decode_writes(tmp_path):
@@ -352,7 +351,7 @@ def test_reads_the_columns_bench_decode_writes(tmp_path):
                other_cpu_load=0.1, under_load=False, threads=2, dtype="float32", steps=8, warmup=4)
     path = tmp_path / "d.csv"
     pd.DataFrame([row, dict(row, under_load=True), dict(row, fits=False, ms_per_token="")]).to_csv(path, index=False)
-    items = project.decode_items([path])
+    items = measured_rows.decode_items([path])
     assert [it["role"] for it in items] == ["fitted", "flagged: under load", "not measured (does not fit)"]
     assert items[0]["measured_s"] == pytest.approx(0.15) and items[0]["sparse"].sampled_fraction == 0.021
     assert items[0]["work"].batch == 2 and items[0]["shape"].bytes_per_param == 4
@@ -388,10 +387,10 @@ def test_a_fit_to_rows_from_known_rates_is_trusted_and_recovers_them():
     assert p["exact_kv_gbps[dense]"] == pytest.approx(4.1, rel=0.1) and p["gflops"] == pytest.approx(60, rel=0.15)
     assert p["layer_overhead_ms[magicpig]"] == pytest.approx(2.4, rel=0.15)
     items = [{"role": "fitted", "measured_s": y, "loo_s": loo} for y, loo in zip(ys, leave_one_out(works, ys, 14.0))]
-    eff = project.choose_efficiency(None, f, items, {"efficiency": 0.1, "unflagged": 4})
+    eff = fit_policy.choose_efficiency(None, f, items, {"efficiency": 0.1, "unflagged": 4})
     assert eff.value == p["sparse_efficiency (of stream)"] and eff.source == "fitted to decode rows"
     assert eff.basis.startswith("decode-row fit trusted: 24 unflagged rows for 7 parameters")
-    assert project.choose_efficiency(0.5, f, items, {}).value == 0.5
+    assert fit_policy.choose_efficiency(0.5, f, items, {}).value == 0.5
 
 
 @pytest.mark.parametrize("coef,reason", [
@@ -411,5 +410,5 @@ def test_without_kernel_or_fit_the_original_kernel_is_projected(tmp_path):
     out = tmp_path / "out"
     assert main(["project", "--out-dir", str(out)]) == 0
     used = pd.read_csv(out / "fit.csv").set_index("parameter").loc["cpu_efficiency used in projections"]
-    assert used["value"] == project.ORIGINAL_KERNEL_EFFICIENCY and "no decode-row fit" in used["source"]
+    assert used["value"] == fit_policy.ORIGINAL_KERNEL_EFFICIENCY and "no decode-row fit" in used["source"]
     assert pd.read_csv(out / "projection_paper_hardware.csv")["cpu_kernel"].str.startswith("original").all()

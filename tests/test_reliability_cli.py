@@ -460,8 +460,8 @@ def _bench_row(table, ms):
 
 
 def test_a_rerun_of_bench_decode_adds_a_row_with_its_own_run_id_and_says_so(tmp_path, capsys):
-    from magicpig.harness.commands import project
     from magicpig.harness.csv_rows import load_rows
+    from magicpig.harness.projection.measured_rows import decode_items
 
     path = tmp_path / "decode.csv"
     first = _bench_table(path)
@@ -473,7 +473,7 @@ def test_a_rerun_of_bench_decode_adds_a_row_with_its_own_run_id_and_says_so(tmp_
     assert f"already holds this setting (run {first.run_id})" in said and second.run_id in said
     rows = load_rows(path)
     assert [r["run_id"] for r in rows] == [first.run_id, second.run_id] and first.run_id != second.run_id
-    roles = [it["role"] for it in project.decode_items([path])]
+    roles = [it["role"] for it in decode_items([path])]
     assert roles == [f"repeat: run {second.run_id} of this setting is used", "fitted"]
 
 
@@ -507,14 +507,14 @@ def test_every_backends_row_is_flagged_under_load(tmp_path, monkeypatch, backend
 
     import torch
 
-    from magicpig.harness.bench import decode, memory, table
+    from magicpig.harness.bench import decode_rows, memory, row_monitor, table, timed_decode
 
     wall = {"t": 0.0}
     monkeypatch.setattr(table, "usable_cores", lambda: 2)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    monkeypatch.setattr(decode.time, "perf_counter", lambda: wall["t"])
-    monkeypatch.setattr(decode.RowMonitor, "_busy", staticmethod(lambda: 10.0 + 2.92 * wall["t"]))
-    monkeypatch.setattr(decode.RowMonitor, "_own", lambda self: (2.0 * wall["t"], 0.0))
+    monkeypatch.setattr(row_monitor.time, "perf_counter", lambda: wall["t"])
+    monkeypatch.setattr(row_monitor.RowMonitor, "_busy", staticmethod(lambda: 10.0 + 2.92 * wall["t"]))
+    monkeypatch.setattr(row_monitor.RowMonitor, "_own", lambda self: (2.0 * wall["t"], 0.0))
     monkeypatch.setattr(memory, "fit_reason", lambda est, device: "")
     monkeypatch.setattr(memory, "free_memory", lambda trim=False: None)
 
@@ -523,15 +523,15 @@ def test_every_backends_row_is_flagged_under_load(tmp_path, monkeypatch, backend
         return {"step_seconds": [0.5] * 6, "setup_seconds": 0.0, "sampled_fraction": 1.0, "linear": "",
                 "forward": "", "timings": None}
 
-    monkeypatch.setattr(decode.llamacpp, "time_llamacpp", timed)
-    monkeypatch.setattr(decode, "time_stock", timed)
-    monkeypatch.setattr(decode, "time_engine", timed)
-    monkeypatch.setattr(decode, "repeat_batch", lambda pre, batch: pre)
+    monkeypatch.setattr(decode_rows.llamacpp, "time_llamacpp", timed)
+    monkeypatch.setattr(timed_decode, "time_stock", timed)
+    monkeypatch.setattr(timed_decode, "time_engine", timed)
+    monkeypatch.setattr(decode_rows, "repeat_batch", lambda pre, batch: pre)
     run = types.SimpleNamespace(
         steps=4, warmup=2, device=torch.device("cpu"), table=_bench_table(tmp_path / "d.csv"), llamacpp_reason="",
         malloc_policy="", stream_buffer=None, diagnostics=False, gguf_path="m.gguf", llamacpp_kv="f16",
         stream_gbps=None, model="smollm2", net=None, tokenizer=None, offload_dtype=None, linear="auto",
         forward="auto", weights="model", estimate=lambda *a, **k: {"device": 0, "host": 0, "kv": 0, "tables": 0},
         row_setup=lambda b: {}, context_ids=lambda n: [1] * n, llamacpp_bytes_limit=lambda row: {})
-    row = decode._Run.measure(run, None, 256, 1, "dense", backend, "exact")
+    row = decode_rows.DecodeRun.measure(run, None, 256, 1, "dense", backend, "exact")
     assert row["fits"] is True and row["other_cpu_load"] == pytest.approx(0.92) and row["under_load"] is True

@@ -7,7 +7,7 @@ import yaml
 
 from magicpig.harness.report import build_report
 from magicpig.harness.report.build import table9
-from magicpig.harness.report.collect import canonical, load_reference
+from magicpig.harness.results_tree import canonical, load_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 

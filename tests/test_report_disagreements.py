@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from magicpig.harness.report import build_report
-from magicpig.harness.report.collect import collect_metrics, load_reference
+from magicpig.harness.results_tree import collect_metrics, load_reference
 from magicpig.harness.report.disagreements_section import ROWS_SHOWN, cell, disagreements_section
 from magicpig.harness.report.html import render_html
 from magicpig.harness.results_paths import method_dir

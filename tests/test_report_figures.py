@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from magicpig.harness.report import build_report, figures
-from magicpig.harness.report.collect import load_reference
+from magicpig.harness.results_tree import load_reference
 from magicpig.harness.report.figures import FIGURES, write_all
 from synthetic_sweeps import write_sweep_runs, write_token_tables
 
@@ -250,7 +250,7 @@ def test_whiskers_are_the_tables_intervals_and_never_collapse_at_one_sample(monk
 def test_per_task_whisker_is_the_table_cell(monkeypatch, tmp_path):
     """ruler_per_task: the whisker of one score of 100 runs from the table's 2.5 to 100."""
     from magicpig.harness.report.intervals import interval_table
-    from magicpig.harness.report.collect import collect_metrics
+    from magicpig.harness.results_tree import collect_metrics
 
     root = tmp_path / "results"
     write_run(root / "accuracy", "ruler/cwe", 1024, "dense", [100], 1.0)

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from magicpig.harness.report import build_report
-from magicpig.harness.report.collect import canonical, collect_metrics, load_reference
+from magicpig.harness.results_tree import canonical, collect_metrics, load_reference
 from magicpig.harness.report.paper_tables import paper_model
 
 from test_report import ROOT, write_metrics

@@ -1,7 +1,7 @@
 """The sweep figures read the sweeps tree and the accuracy tree's RULER runs at the same (task, length), and
 name what they lack on themselves."""
 from magicpig.harness.report import plots_sweeps
-from magicpig.harness.report.collect import load_reference
+from magicpig.harness.results_tree import load_reference, sweep_runs
 from synthetic_sweeps import SWEEP_LENGTH, write_sweep_runs
 from test_report_figures import description, write_run
 
@@ -11,7 +11,7 @@ def test_sweep_runs_prefer_the_sweep_and_add_the_accuracy_runs(tmp_path):
     write_sweep_runs(root, write_run)
     write_run(root / "accuracy", "ruler/cwe", SWEEP_LENGTH, "topk:budget=32", [0, 0, 0], 0.5)  # same run: sweep wins
     write_run(root / "accuracy", "ruler/cwe", SWEEP_LENGTH, "topk:budget=0.5", [100, 100, 100], 0.5)  # only here
-    runs = plots_sweeps.sweep_runs(root)
+    runs = sweep_runs(root)
     cwe = runs[(runs.task == "ruler/cwe") & (runs.family == "topk")].set_index("method")
     assert cwe.loc["topk:budget=32", "source"] == "sweeps" and cwe.loc["topk:budget=0.5", "source"] == "accuracy"
     mp = runs[(runs.family == "magicpig") & (runs.task == "ruler/fwe")]

@@ -79,7 +79,7 @@ def test_rescore_after_a_scorer_change_updates_metrics_only(written, monkeypatch
         scores = m["rescored"]["sample_scores"]
         assert scores == {f"{TASK}/384/0/{i}": (100.0 if i == 0 else 0.0) for i in range(3)}
     # the report's per-sample reader and compare read the re-scored scores, not the rows' stored ones
-    from magicpig.harness.report.collect import sample_scores
+    from magicpig.harness.results_tree import sample_scores
 
     assert sample_scores(written / TASK / "384" / "dense" / "metrics.json") == scores
     c = compare(Side(written, "dense"), Side(written, "magicpig:K=4,L=20,local=8"))

@@ -5,7 +5,8 @@ import re
 from pathlib import Path
 
 from magicpig.harness import result_files
-from magicpig.harness.commands.estimate import EXPERIMENTS
+from magicpig.harness.estimate_experiments import EXPERIMENTS
+from magicpig.harness.families import FAMILIES
 from magicpig.harness.result_files import EVAL_RULE_NAMES, EXPERIMENT_FILES, RESULT_FILES, TUNE_KL_JSON, ResultFile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,12 +48,13 @@ def test_the_check_finds_a_quoted_name():
 
 
 def workflow_rules() -> set[str]:
-    """Rule names of the workflow: ``rule NAME:`` and the rows of common.smk's eval job table (``EvalRule("NAME"``,
-    the ``("NAME", block, task, log)`` rows and ``return "NAME"``)."""
+    """Rule names of the workflow: ``rule NAME:`` and the rows of common.smk's eval job table (``EvalRule("NAME"``
+    and the eval rule of each benchmark family, which the table reads from ``families.FAMILIES``)."""
     text = "\n".join(p.read_text(encoding="utf-8") for p in WORKFLOW)
     common = (ROOT / "workflow" / "rules" / "common.smk").read_text(encoding="utf-8")
-    table = set(re.findall(r'(?:EvalRule\(|return |^\s*(?:for .* in )?\(+)"(\w+)"', common, re.MULTILINE))
-    return set(re.findall(r"^\s*rule (\w+):", text, re.MULTILINE)) | table
+    table = set(re.findall(r'EvalRule\("(\w+)"', common))
+    assert "in FAMILIES.values()" in common  # the table has a rule per family
+    return set(re.findall(r"^\s*rule (\w+):", text, re.MULTILINE)) | table | {f.rule for f in FAMILIES.values()}
 
 
 def test_each_declared_rule_is_a_rule_of_the_workflow():
@@ -76,14 +78,15 @@ def test_each_declared_reader_uses_its_entry():
 
 
 def test_the_experiment_tables_are_the_ones_estimate_writes():
-    """`magicpig estimate all` writes <stem>.csv and <stem>_summary.csv per experiment, and the extra tables it
-    names by their entries (the TopK vs oracle tables, the geometry histograms)."""
-    per_experiment = {f"{name.replace('-', '_')}{suffix}.csv" for name in EXPERIMENTS for suffix in ("", "_summary")}
-    names = {f.name for f in EXPERIMENT_FILES}
-    assert per_experiment <= names
-    estimate = (ROOT / "magicpig" / "harness" / "commands" / "estimate.py").read_text(encoding="utf-8")
-    extras = [CONSTANTS[id(f)] for f in EXPERIMENT_FILES if f.name not in per_experiment]
-    assert extras and all(re.search(rf"out\[{c}\.stem\] = ", estimate) for c in extras), extras
+    """`magicpig estimate all` writes, per experiment of its registry, <stem>.csv and <stem>_summary.csv and the
+    extra tables it declares (the TopK vs oracle tables, the geometry histograms): together every declared
+    experiment table, each written by one experiment."""
+    written = [f for e in EXPERIMENTS for f in e.writes]
+    assert len(written) == len(set(written)) and set(written) == set(EXPERIMENT_FILES)
+    for e in EXPERIMENTS:
+        stem = e.name.replace("-", "_")
+        assert (e.table.name, e.summary.name) == (f"{stem}.csv", f"{stem}_summary.csv")
+    assert any(e.extras for e in EXPERIMENTS)
 
 
 def test_names_and_paths():

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from magicpig import models, shapes
+from magicpig.gguf_header import gguf_data_extent
 from magicpig.harness.cli import main
 
 
@@ -82,7 +83,7 @@ def _write_gguf(path):
 def test_gguf_extent_matches_a_complete_file(tmp_path):
     path = tmp_path / "m.gguf"
     _write_gguf(path)
-    end, _ = models.gguf_data_extent(path)
+    end, _ = gguf_data_extent(path)
     assert end <= path.stat().st_size and end > 64 * 32 * 4
     assert models.resolve(str(path)).gguf_file == "m.gguf"
 

@@ -99,7 +99,7 @@ def test_canonical_spec_orders_fields_and_keeps_differences():
 
 
 def test_report_canonical_uses_canonical_spec():
-    from magicpig.harness.report.collect import canonical
+    from magicpig.harness.results_tree import canonical
 
     assert canonical("quest:page_size=16,ratio=0.04") == canonical("quest") == "quest"
     assert canonical("magicpig:dense_layers=16/0") == "magicpig:dense_layers=0/16"

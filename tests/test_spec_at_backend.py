@@ -25,7 +25,7 @@ def test_spec_at_backend_has_one_reader():
 
 def test_its_readers_agree():
     """bench decode, the throughput projection and the config check read the backend from the same split."""
-    from magicpig.harness.bench.decode import parse_method_arg
+    from magicpig.harness.bench.decode_options import parse_method_arg
     from magicpig.harness.pipeline_config import method_problems
 
     assert parse_method_arg("magicpig:K=8,L=75@reference") == ("magicpig:K=8,L=75", "reference")

@@ -1,9 +1,9 @@
 """The (K, L) ablation tables (paper Tables 10-13) beside ours, from a small results tree."""
 import json
 
-from magicpig.harness.report.collect import load_reference
+from magicpig.harness.results_tree import kl_grid_averages, load_reference
 from magicpig.harness.report.coverage_run import Run
-from magicpig.harness.report.tables_kl import kl_table_status, kl_tables_section, measured, paper_columns
+from magicpig.harness.report.tables_kl import kl_table_status, kl_tables_section, paper_columns
 
 
 def _metrics(root, folder, task, length, method, score, cost):
@@ -24,7 +24,7 @@ def _tree(tmp_path):
 
 
 def test_ours_average_the_grid_tasks_and_take_dense_from_the_same_tasks_and_length(tmp_path):
-    ours = measured(_tree(tmp_path)).set_index("method")
+    ours = kl_grid_averages(_tree(tmp_path)).set_index("method")
     assert ours.loc["dense", "score"] == 80.0 and ours.loc["dense", "tasks"] == 2
     assert ours.loc["magicpig:K=9,L=120", "score"] == 70.0
     assert ours.loc["magicpig", "score"] == 60.0  # (10, 150) is the default spec, written canonically

@@ -203,6 +203,36 @@ def test_report_reads_every_result_and_writes_every_figure():
     assert {f"figures/generated/cpu/{n}" for n in ["REPORT.md", "REPORT.html", *figures.FIGURES]} == set(report["output"])
 
 
+def test_report_inputs_are_what_its_sections_read():
+    """The report rule's results inputs are the files the report's sections declare (result_files.SECTION_READS,
+    which report.sections gives each section): each input is a file of a declared entry, and each declared entry
+    has its files among the inputs (the paper preset runs every block, shape-only models included)."""
+    from test_report_sections import declares
+
+    from magicpig.harness.result_files import SECTION_READS
+
+    [report] = [j for j in dry_run_jobs(dry_run("--config", "preset=paper").stdout) if j["rule"] == "report"]
+    inputs = [f.removeprefix("results/paper/") for f in report["input"] if f.startswith("results/paper/")]
+    assert sorted(set(report["input"]) - {f"results/paper/{f}" for f in inputs}) == [
+        "config/paper_reference.yaml", "workflow/scripts/report.py"]
+    declared = {file for files in SECTION_READS.values() for file in files}
+    assert [f for f in inputs if not any(declares(file, f) for file in declared)] == []
+    assert [file for file in declared if not any(declares(file, f) for f in inputs)] == []
+
+
+def test_report_captions_come_from_the_result_file_map():
+    """Each file the HTML report shows (REPORT.html, each figure) has the caption of its entry in result_files:
+    a dry run writes them where the report rule points Snakemake (common.smk report_caption)."""
+    from magicpig.harness.result_files import REPORT_FIGURES, REPORT_HTML
+
+    assert dry_run().returncode == 0
+    folder = ROOT / ".snakemake" / "report_captions"
+    for file in (REPORT_HTML, *REPORT_FIGURES):
+        assert file.caption and (folder / f"{file.name}.rst").read_text(encoding="utf-8") == file.caption + "\n"
+    assert "Speed-up of MagicPIG" in (folder / "speedup_paper_hardware.png.rst").read_text(encoding="utf-8")
+    assert [p.name for p in (ROOT / "workflow" / "report").iterdir()] == ["workflow.rst"]  # the report's own text
+
+
 def test_tune_kl_writes_its_result_once():
     """tune-kl writes tune_kl_<target>.json itself; the rule does not also capture its --json stdout as a second
     result file (the report would print the table twice)."""

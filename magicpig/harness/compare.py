@@ -29,10 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from magicpig.harness.disagreements import PairedUnit
-from magicpig.harness.predictions import read_rows
 from magicpig.harness.provenance import differences as provenance_differences
-from magicpig.harness.result_files import PREDICTIONS
-from magicpig.harness.report.collect import canonical, collect_metrics
+from magicpig.harness.results_tree import canonical, collect_metrics, prediction_rows
 from magicpig.harness.stats.bootstrap import Interval
 from magicpig.harness.stats.detectable import from_interval
 from magicpig.harness.stats.paired import interval_level, task_average, task_difference
@@ -167,10 +165,7 @@ def compare(a: Side, b: Side, *, margin: float | None = None, superiority: bool 
     units, problems, unchecked = [], [], 0
     for task, length in keys:
         ra, rb = runs_a[(task, length)], runs_b[(task, length)]
-        rows_a = read_rows(ra["path"].with_name(PREDICTIONS.name)) if ra["path"].with_name(
-            PREDICTIONS.name).is_file() else {}
-        rows_b = read_rows(rb["path"].with_name(PREDICTIONS.name)) if rb["path"].with_name(
-            PREDICTIONS.name).is_file() else {}
+        rows_a, rows_b = prediction_rows(ra["path"]), prediction_rows(rb["path"])
         sa, sb = _scores(rows_a, ra["metrics"]), _scores(rows_b, rb["metrics"])
         problems += _unit_problems(f"{task}@{length}", ra, rb, rows_a, rows_b, sa, sb)
         common = [i for i in sa if i in sb]

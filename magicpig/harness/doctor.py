@@ -101,8 +101,8 @@ def _size(path: Path) -> int:
 def model(name: str) -> Finding:
     """Is ``name`` present (or installable without a download), its size and context, read from headers."""
     from magicpig import model_parts
-    from magicpig.harness.pipeline_config import gguf_facts, model_facts
-    from magicpig.models import ASSEMBLED, EMBEDDED, embedded_gguf_path
+    from magicpig.gguf_header import gguf_facts
+    from magicpig.models import ASSEMBLED, EMBEDDED, embedded_gguf_path, model_facts
 
     try:
         if name == EMBEDDED:
@@ -194,7 +194,7 @@ def job_time(results: Path, preset: str, preset_config: dict, reference_root: Pa
     ``results``), the best estimate of a full rerun; on a fresh clone, the committed reference run's
     (``reference_runs``), saying on which machine it was measured and whether its config equals this one."""
     from magicpig.harness import reference_runs
-    from magicpig.harness.report.job_times import read_job_times
+    from magicpig.harness.results_tree import read_job_times
 
     try:
         df = read_job_times(results)

@@ -23,8 +23,7 @@ def model_context_length(cfg: Any, model: Any = None) -> int | None:
     """The model's trained context in tokens, from a loaded ``model`` or from its config file (no weights
     loaded); None when it cannot be read here (a hub id outside the local cache, a model that does not
     resolve: loading it reports that)."""
-    from magicpig.harness.pipeline_config import model_context
-    from magicpig.models import max_context
+    from magicpig.models import max_context, model_context
 
     if model is not None:
         config = getattr(model, "config", None)

@@ -18,24 +18,22 @@ from __future__ import annotations
 
 import copy
 import difflib
-import json
 import math
 import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
+from magicpig.harness.families import FAMILIES
 from magicpig.names import NAME_PATTERN, TASK_NAME_PATTERN, name_problem, task_name_problem
 
 SCHEMA_FILE = "pipeline_config.schema.yaml"  # in the package's data/ folder
 # the schema's name patterns ($defs name, task_name) -> the grammar's own message of a value
 NAME_PATTERNS = {NAME_PATTERN: name_problem, TASK_NAME_PATTERN: task_name_problem}
-# method lists of each preset block, as config paths below the preset: (block, key, runs magicpig eval)
-METHOD_LISTS = (("ruler", "methods", True), ("longbench", "methods", True), ("gsm8k", "methods", True),
-                ("ablations", "centering_methods", True), ("ablations", "kl_grid", True),
+# method lists of the preset blocks other than the benchmark families' (families.FAMILIES: each block's
+# `methods`, run by magicpig eval), as config paths below the preset: (block, key, runs magicpig eval)
+METHOD_LISTS = (("ablations", "centering_methods", True), ("ablations", "kl_grid", True),
                 ("decode_bench", "methods", False))
-# optional benchmark blocks (absent: not run): block -> the task-name prefix of its tasks
-OPTIONAL_BLOCKS = {"lm_eval": "", "reasoning": "infini_igsm/"}
 # a config holds a few thousand values; more is a mistake or a YAML alias bomb (aliases nesting aliases: a
 # small file standing for billions of values), refused before anything walks or prints it
 MAX_CONFIG_VALUES = 100_000
@@ -164,16 +162,22 @@ def data_problems(data: dict, warn: Callable[[str], None]) -> list[str]:
 
 
 def load_schema() -> dict:
-    """The pipeline config's JSON schema, shipped as package data of ``magicpig`` (its data/ folder)."""
+    """The pipeline config's JSON schema: package data of ``magicpig`` (its data/ folder), with the block of each
+    benchmark family (``families.FAMILIES``)."""
     import yaml
 
     source = resources.files("magicpig") / "data" / SCHEMA_FILE
     try:
-        return yaml.safe_load(source.read_text(encoding="utf-8"))
+        schema = yaml.safe_load(source.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise FileNotFoundError(f"the pipeline config schema {source} is missing from the installed magicpig "
                                 "package: it ships as package data (pyproject.toml, [tool.setuptools.package-data] "
                                 "data/*.yaml); reinstall magicpig from a complete checkout") from None
+    preset = schema["properties"]["presets"]["additionalProperties"]
+    for family in FAMILIES.values():  # each benchmark family's block, declared with its family
+        preset["properties"][family.block] = copy.deepcopy(family.schema)
+        preset["required"] += [] if family.optional else [family.block]
+    return schema
 
 
 def _filling_validator(schema: dict):
@@ -283,13 +287,9 @@ def preset_problems(path: str, p: dict) -> list[str]:
     from magicpig.lsh import check_kl, parse_kl
 
     out = []
-    for block, key, eval_specs in METHOD_LISTS:
+    for block, key, eval_specs in method_lists(p):
         out += method_problems(f"{path}.{block}.{key}", p[block][key], eval_specs=eval_specs,
                                eval_backend=p["backend"])
-    for block in OPTIONAL_BLOCKS:
-        if block in p:
-            out += method_problems(f"{path}.{block}.methods", p[block]["methods"], eval_specs=True,
-                                   eval_backend=p["backend"])
     out += length_method_problems(f"{path}.ruler", p["ruler"], p["backend"])
     ruler_names = [t.removeprefix("ruler/") for t in TASK_NAMES if t.startswith("ruler/")]
     if "sweeps" in p:
@@ -311,6 +311,12 @@ def preset_problems(path: str, p: dict) -> list[str]:
     for i, entry in enumerate(shapes):
         out += method_problems(f"{path}.decode_bench.shapes[{i}].methods", entry.get("methods", []), eval_specs=False)
     return out
+
+
+def method_lists(p: dict) -> list[tuple[str, str, bool]]:
+    """The method lists of preset ``p`` as (block, key, runs magicpig eval): the ``methods`` of each benchmark
+    family's block that ``p`` has, then ``METHOD_LISTS``."""
+    return [(f.block, "methods", True) for f in FAMILIES.values() if f.block in p] + list(METHOD_LISTS)
 
 
 def ruler_methods_by_length(ruler: dict) -> dict[int, list[str]]:
@@ -439,7 +445,7 @@ def layer_problems(path: str, p: dict, layers: int | None, label: str) -> list[s
     from magicpig.methods import parse_method
 
     out = []
-    lists = [(f"{block}.{key}", p[block][key]) for block, key, _ in METHOD_LISTS]
+    lists = [(f"{block}.{key}", p[block][key]) for block, key, _ in method_lists(p)]
     lists += [(f"ruler.length_methods[{i}].methods", e["methods"])
               for i, e in enumerate(p["ruler"].get("length_methods", []))]
     for where, specs in lists if layers else ():
@@ -457,6 +463,8 @@ def layer_problems(path: str, p: dict, layers: int | None, label: str) -> list[s
 def model_problems(path: str, p: dict, warn: Callable[[str], None]) -> list[str]:
     """The selected preset's model exists, its context holds every configured length and its layers every
     method's dense_layers."""
+    from magicpig.models import model_facts
+
     try:
         facts, label = model_facts(p["model"])
     except (ValueError, OSError) as exc:
@@ -475,8 +483,7 @@ def model_problems(path: str, p: dict, warn: Callable[[str], None]) -> list[str]
     for block in ("ablations", "sweeps"):
         if "length" in p.get(block, {}):  # set in the config (else ruler.lengths[0], checked above)
             checks.append((f"{path}.{block}.length", p[block]["length"], budget))
-    blocks = [("longbench", [f"longbench/{t}" for t in p["longbench"]["tasks"]]), ("gsm8k", ["gsm8k"])]
-    blocks += [(b, [prefix + t for t in p[b]["tasks"]]) for b, prefix in OPTIONAL_BLOCKS.items() if b in p]
+    blocks = [(f.block, f.task_names(p[f.block])) for f in FAMILIES.values() if f.block in p and not f.per_length]
     for block, tasks in blocks:
         if tasks and (p[block]["samples"] == "all" or p[block]["samples"] > 0):
             checks.append((f"{path}.{block}.max_length", p[block]["max_length"], answer_budget(tasks)))
@@ -490,58 +497,21 @@ def model_problems(path: str, p: dict, warn: Callable[[str], None]) -> list[str]
     return out
 
 
-def model_context(model: str) -> tuple[int | None, str]:
-    """(trained context in tokens, where it was read) without loading weights; (None, why) for a hub id
-    that is not in the local cache (``model_facts``)."""
-    facts, label = model_facts(model)
-    return (facts["context"] if facts else None), label
+# the pipeline's config files belong to the repository, not to the installed package: the checkout this package
+# is loaded from (an editable install), else the current folder's
+CONFIG_DIRS = (Path(__file__).resolve().parents[2] / "config", Path("config"))
 
 
-def model_facts(model: str) -> tuple[dict | None, str]:
-    """({'context': tokens, 'layers': decoder layers or None}, where they were read), from the GGUF header or
-    config.json, without loading weights; (None, why) for a hub id outside the local cache. Raises
-    FileNotFoundError / ValueError for a local path that is not there or not a model."""
-    from magicpig.models import resolve
+def all_presets(config_dir: Path | None = None) -> dict[str, dict]:
+    """Every preset block of the config files (``config/*.yaml`` of ``config_dir``, default the first of
+    ``CONFIG_DIRS`` that exists), by name: what another preset runs."""
+    import yaml
 
-    src = resolve(model)  # raises for a missing .gguf file or a path that is neither a folder nor a hub id
-    if src.gguf_file:
-        gguf = Path(src.path) / src.gguf_file
-        return gguf_facts(gguf), f"GGUF metadata of {gguf.name}"
-    folder = Path(src.path).expanduser()
-    if folder.is_dir():
-        return config_facts(folder / "config.json"), f"{folder / 'config.json'}"
-    from huggingface_hub import try_to_load_from_cache
-
-    cached = try_to_load_from_cache(src.path, "config.json")
-    if isinstance(cached, str):
-        return config_facts(Path(cached)), f"cached config.json of {src.path}"
-    return None, (f"{model!r} is taken as a hub id (no such local folder) and its config.json is not in the "
-                  "local Hugging Face cache; it is downloaded when a job loads it")
-
-
-def config_facts(path: Path) -> dict:
-    """Context (max_position_embeddings) and layers (num_hidden_layers, None if absent) of a config.json
-    (multimodal configs: of their text_config)."""
-    cfg = json.loads(path.read_text(encoding="utf-8"))
-    text = cfg.get("text_config") or {}
-    value = cfg.get("max_position_embeddings") or text.get("max_position_embeddings")
-    if not isinstance(value, int) or value < 1:
-        raise ValueError(f"{path} has no max_position_embeddings")
-    layers = cfg.get("num_hidden_layers") or text.get("num_hidden_layers")
-    return {"context": value, "layers": layers if isinstance(layers, int) and layers > 0 else None}
-
-
-def gguf_facts(path: Path) -> dict:
-    """Context (``<arch>.context_length``) and layers (``<arch>.block_count``) from a GGUF file's key-value
-    header (``models.gguf_metadata``: the header alone, the vocabulary arrays skipped)."""
-    from magicpig.models import gguf_metadata
-
-    try:
-        meta = gguf_metadata(path)
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
-    arch = meta.get("general.architecture")
-    value, layers = meta.get(f"{arch}.context_length"), meta.get(f"{arch}.block_count")
-    if not isinstance(value, int) or value < 1:
-        raise ValueError(f"{path}: no context_length in its GGUF metadata")
-    return {"context": value, "layers": layers if isinstance(layers, int) and layers > 0 else None}
+    if config_dir is None:
+        config_dir = next((d for d in CONFIG_DIRS if d.is_dir()), CONFIG_DIRS[0])
+    presets: dict[str, dict] = {}
+    for path in sorted(config_dir.glob("*.yaml")):
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if isinstance(raw, dict) and isinstance(raw.get("presets"), dict):
+            presets.update(raw["presets"])
+    return presets

@@ -5,7 +5,7 @@ One folder per run, ``figures/reference/<preset>-<YYYY-MM-DD>/``, written once b
 never by the pipeline (which writes ``figures/generated/`` and ``results/``):
 
     REPORT.md, REPORT.html, *.png   the report as the pipeline made it
-    job_times.csv                   one row per finished job (``report.job_times.read_job_times``)
+    job_times.csv                   one row per finished job (``results_tree.read_job_times``)
     machine.json                    ``machine.machine_record()`` of the machine that ran it
     run.json                        preset, date, commit, the preset's validated config and its sha256
 
@@ -66,7 +66,7 @@ def archive(preset: str, preset_config: dict, results: Path, report_dir: Path, *
     """Copy ``report_dir``'s report and figures and ``results``' job times into ``root/<preset>-<date>/``.
     Refuses an existing folder (a reference is never overwritten) and a report that is not there."""
     from magicpig.harness.machine import machine_record
-    from magicpig.harness.report.job_times import read_job_times
+    from magicpig.harness.results_tree import read_job_times
 
     date = date or dt.date.today().isoformat()
     out = Path(root) / folder_name(preset, date)

@@ -13,7 +13,8 @@ from pathlib import Path
 # the result files the rules name as their outputs (magicpig.harness.result_files: each file's name, its rule
 # and its readers); the Snakefile put the repository on sys.path
 from magicpig.harness.result_files import (CAPTURE, CPU_MODULE_TXT, DECODE_CSV, EXPERIMENT_FILES, INPUTS_FILES,
-                                           KERNEL_CSV, PROJECT_FILES, REPORT_HTML, REPORT_MD, TUNE_KL_CANDIDATES_CSV,
+                                           KERNEL_CSV, METHOD_DIR, PROJECT_FILES, REPORT_FIGURES, REPORT_HTML,
+                                           REPORT_MD, SECTION_READS, SHAPE_DECODE_CSV, TUNE_KL_CANDIDATES_CSV,
                                            TUNE_KL_JSON, tune_kl_target)
 
 
@@ -170,41 +171,45 @@ def fill(text, wildcards):
 
 def eval_rules(p, res):
     """The job table of preset ``p`` (results under ``res``): each `magicpig eval` rule that has jobs. Each
-    benchmark runs its own method list (the settings of its paper table): RULER (Tables 3-5 / Figure 1) per task
-    and length; LongBench (Table 2), GSM8K-CoT, CoQA and MMLU-CoT (Table 1) and infini_igsm (Table 6) per task,
-    at their prompt cap; the ablations (centering on/off: Figure 9a; the (K, L) grid; evaluation setup A vs B)
-    one job each, on all their tasks; the budget / cost sweeps (Figures 1, 6c, 9a, 9b/c) per task. The blocks
-    lm_eval, reasoning and sweeps are optional (absent: not run)."""
+    benchmark family (magicpig.harness.families) runs its own method list (the settings of its paper table):
+    RULER (Tables 3-5 / Figure 1) per task and length; LongBench (Table 2), GSM8K-CoT, CoQA and MMLU-CoT
+    (Table 1) and infini_igsm (Table 6) per task, at their prompt cap; the ablations (centering on/off: Figure 9a;
+    the (K, L) grid; evaluation setup A vs B) one job each, on all their tasks; the budget / cost sweeps (Figures
+    1, 6c, 9a, 9b/c) per task. The blocks lm_eval, reasoning and sweeps are optional (absent: not run)."""
+    from magicpig.harness.families import FAMILIES
     from magicpig.harness.pipeline_config import ruler_methods_by_length, sweep_methods
 
-    acc, abl, ruler, a = f"{res}/accuracy", f"{res}/ablations", p["ruler"], p["ablations"]
+    acc, abl, a = f"{res}/accuracy", f"{res}/ablations", p["ablations"]
 
     def each_task(block):
         return [{"task": t} for t in block["tasks"]] if runs(block["samples"]) else []
 
-    def rule_name(methods, lengths):
-        if list(methods) == ruler["methods"]:
-            return "eval_ruler"
-        return "_".join(["eval_ruler"] + [f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in lengths])
+    def rule_name(family, methods, lengths):
+        if list(methods) == p[family.block]["methods"]:
+            return family.rule
+        return "_".join([family.rule] + [f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in lengths])
 
-    # RULER: one rule per distinct method list over the lengths (`ruler.length_methods` adds settings at some
-    # lengths): `eval_ruler` runs the lengths of `methods` alone, `eval_ruler_<16k>_...` the others, each job
-    # decoding its whole list from one prefill per sample
-    groups = {}
-    for n, methods in ruler_methods_by_length(ruler).items():
-        groups.setdefault(tuple(methods), []).append(n)
-    table = [EvalRule(rule_name(methods, ns), acc, ["ruler/{task}"], "{length}", list(methods), ruler["samples"],
-                      jobs=[{**job, "length": n} for job in each_task(ruler) for n in ns],
-                      log="eval_ruler_{task}_{length}", runtime=1440) for methods, ns in groups.items()]
-    for name, block, task, log in (("eval_longbench", "longbench", "longbench/{task}", "eval_longbench_{task}"),
-                                   ("eval_gsm8k", "gsm8k", "gsm8k", "eval_gsm8k"),
-                                   ("eval_lm_eval", "lm_eval", "{task}", "eval_{task}"),
-                                   ("eval_reasoning", "reasoning", "infini_igsm/{task}", "eval_infini_igsm_{task}")):
-        if block in p:
-            b = p[block]
-            jobs = each_task(b) if "tasks" in b else [{}] if runs(b["samples"]) else []
-            table.append(EvalRule(name, acc, [task], b["max_length"], b["methods"], b["samples"], jobs=jobs,
-                                  log=log, runtime=2880))
+    def per_length(family):
+        """One rule per distinct method list over the block's lengths (`length_methods` adds settings at some
+        lengths): `eval_ruler` runs the lengths of `methods` alone, `eval_ruler_<16k>_...` the others, each job
+        decoding its whole list from one prefill per sample."""
+        b, groups = p[family.block], {}
+        for n, methods in ruler_methods_by_length(b).items():
+            groups.setdefault(tuple(methods), []).append(n)
+        return [EvalRule(rule_name(family, methods, ns), acc, [family.task], "{length}", list(methods), b["samples"],
+                         jobs=[{**job, "length": n} for job in each_task(b) for n in ns], log=family.log,
+                         runtime=family.runtime) for methods, ns in groups.items()]
+
+    def per_task(family):
+        """One rule, a job per task of the block (one job for a one-task family) at its prompt cap."""
+        b = p[family.block]
+        jobs = each_task(b) if "tasks" in b else [{}] if runs(b["samples"]) else []
+        return [EvalRule(family.rule, acc, [family.task], b["max_length"], b["methods"], b["samples"], jobs=jobs,
+                         log=family.log, runtime=family.runtime)]
+
+    # each benchmark family whose block the preset has (magicpig.harness.families)
+    table = [rule for family in FAMILIES.values() if family.block in p
+             for rule in (per_length(family) if family.per_length else per_task(family))]
     tasks = [f"ruler/{t}" for t in a["tasks"]]
     table += [
         EvalRule("ablation_centering", f"{abl}/centering", tasks, a["length"], a["centering_methods"],
@@ -299,6 +304,11 @@ def decode_shapes(preset):
     return [s["model"].removeprefix("shape:") for s in preset["decode_bench"]["shapes"]]
 
 
+def shape_decode_file(res, name):
+    """decode.csv of shape-only model ``name`` (a wildcard too: "{shape}"), result_files.SHAPE_DECODE_CSV."""
+    return f"{res}/{SHAPE_DECODE_CSV.folder.replace('<name>', name)}/{SHAPE_DECODE_CSV.name}"
+
+
 def shape_preset(preset, name):
     """The preset with its decode_bench pointed at shape-only model ``name``, that entry's lengths and methods."""
     db = preset["decode_bench"]
@@ -311,24 +321,54 @@ def shape_preset(preset, name):
 
 
 def report_figures():
-    """File names of the report's figures (magicpig.harness.report.figures.FIGURES)."""
-    from magicpig.harness.report.figures import FIGURES
-
-    return list(FIGURES)
+    """The report's figures (result_files.REPORT_FIGURES, the files magicpig.harness.report.figures draws)."""
+    return list(REPORT_FIGURES)
 
 
-def figure_caption(name):
-    """The caption of a figure in the HTML report: workflow/report/<stem>.rst, or the generic figure.rst for
-    a figure without its own caption yet."""
-    folder = Path(workflow.basedir) / "workflow" / "report"
-    own = folder / f"{Path(name).stem}.rst"
-    return str(own if own.is_file() else folder / "figure.rst")
+def report_caption(file):
+    """The caption file of a result file that the HTML report shows (REPORT.html, a figure): its ``caption``
+    (result_files), written to .snakemake/report_captions/<name>.rst when this file is read, since Snakemake's
+    report() takes a caption as a file; an absolute path, which Snakemake uses as it is."""
+    path = Path(".snakemake", "report_captions", f"{file.name}.rst").resolve()
+    text = f"{file.caption}\n"
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")  # whole or not at all, should two readers race
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    return str(path)
+
+
+def covers(rules, name):
+    """Whether the eval rule ``name`` is one of ``rules``, or the per-length rule of one (eval_ruler_16k)."""
+    return any(name == rule or name.startswith(f"{rule}_") for rule in rules)
+
+
+def result_paths(file, eval_rules, res, preset):
+    """The files of preset ``preset`` (results under ``res``) that a result-file entry names: for eval results
+    (result_files.eval_results) the metrics.json of every job of their rules in the job table ``eval_rules``;
+    tune-kl's files at the preset's target cost; decode.csv of each model measured by shape only; else the file
+    in its folder."""
+    if file.folder == METHOD_DIR:
+        return [path for rule in eval_rules if covers(file.rules, rule.name) for path in rule.targets()]
+    if file == SHAPE_DECODE_CSV:
+        return [shape_decode_file(res, shape) for shape in decode_shapes(preset)]
+    if file in (TUNE_KL_JSON, TUNE_KL_CANDIDATES_CSV):
+        return [f"{res}/{file.folder}/{file.format(target=tune_kl_target(preset['estimation']['target_cost']))}"]
+    return [f"{res}/{file.folder}/{file.name}"]
+
+
+def report_inputs(eval_rules, res, preset):
+    """The report rule's inputs: every file that a section of the report reads (result_files.SECTION_READS),
+    each once."""
+    files = dict.fromkeys(file for reads in SECTION_READS.values() for file in reads)
+    return list(dict.fromkeys(path for file in files for path in result_paths(file, eval_rules, res, preset)))
 
 
 def results_root(wildcards, input):
-    """The preset's results folder (`build_report --results`), from the report's inputs: two levels above the
-    kernel CSV, the first throughput input (RES/throughput/kernel.csv)."""
-    return str(Path(input.throughput[0]).parents[1])
+    """The preset's results folder (`build_report --results`), from the report's inputs: the folder that holds
+    them all (each lies in one of its subfolders: accuracy, estimation, throughput, ...)."""
+    return os.path.commonpath(input.results)
 
 
 def report_dir(wildcards, output):

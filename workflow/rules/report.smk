@@ -1,23 +1,22 @@
-# The report: every table and figure, each beside the paper's numbers. Its inputs are the results files it
-# reads, so it reruns when one of them changes; its outputs are REPORT.md, its HTML rendering REPORT.html and
-# each figure (magicpig.harness.report.figures.FIGURES). `snakemake --report report.html` shows REPORT.html
-# inline (a Markdown file would only be offered as a download) and each figure with its caption. The
+# The report: every table and figure, each beside the paper's numbers. Its inputs are the results files its
+# sections read (magicpig.harness.result_files.SECTION_READS), so it reruns when one of them changes; its outputs
+# are REPORT.md, its HTML rendering REPORT.html and each figure (result_files.REPORT_FIGURES).
+# `snakemake --report report.html` shows REPORT.html inline (a Markdown file would only be offered as a download)
+# and each figure with its caption (the ``caption`` of its entry in result_files). The
 # preset's config goes along as JSON: the report's coverage table computes each paper item's status from it.
 import json
 import shlex
 
 rule report:
     input:
-        metrics=EVAL_METRICS,
-        estimation=ESTIMATION_FILES,
-        throughput=THROUGHPUT_FILES,
+        results=report_inputs(EVAL_RULES, RES, P),
         reference="config/paper_reference.yaml",
         script="workflow/scripts/report.py",
     output:
         report=f"{FIG}/{REPORT_MD.name}",
-        html=report(f"{FIG}/{REPORT_HTML.name}", caption="../report/report_md.rst", category="Report"),
-        figures=[report(f"{FIG}/{name}", caption=figure_caption(name), category="Figures")
-                 for name in report_figures()],
+        html=report(f"{FIG}/{REPORT_HTML.name}", caption=report_caption(REPORT_HTML), category="Report"),
+        figures=[report(f"{FIG}/{figure.name}", caption=report_caption(figure), category="Figures")
+                 for figure in report_figures()],
     log:
         f"{RES}/logs/report.log",
     benchmark:

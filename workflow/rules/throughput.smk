@@ -4,7 +4,7 @@ THROUGHPUT = f"{RES}/throughput"
 THROUGHPUT_FILES = (
     [f"{THROUGHPUT}/{KERNEL_CSV.name}", f"{THROUGHPUT}/{DECODE_CSV.name}"]
     + [f"{THROUGHPUT}/{name}" for name in project_files()]
-    + [f"{THROUGHPUT}/shapes/{name}/{DECODE_CSV.name}" for name in decode_shapes(P)]
+    + [shape_decode_file(RES, name) for name in decode_shapes(P)]
 )
 
 
@@ -61,7 +61,7 @@ rule bench_decode_shape:
     input:
         rules.build_cpu_module.output,
     output:
-        f"{THROUGHPUT}/shapes/{{shape}}/{DECODE_CSV.name}",
+        shape_decode_file(RES, "{shape}"),
     log:
         f"{RES}/logs/bench_decode_{{shape}}.log",
     benchmark:

@@ -96,7 +96,7 @@ class _Batch:
 def time_llamacpp(gguf_path: str, ids: list[int], batch: int, steps: int, warmup: int, threads: int,
                   kv_type: str = "f16") -> dict:
     """Prefill ``ids`` with llama.cpp (or restore the last row's prefill of the same ids), copy the context to
-    ``batch`` sequences and time the decode steps. Returns the dict ``decode.time_engine`` returns, and
+    ``batch`` sequences and time the decode steps. Returns the dict ``timed_decode.time_engine`` returns, and
     ``first_token``: the prefill's greedy token; raises MemoryError when llama.cpp cannot allocate its
     context or a step fails."""
     import llama_cpp as lc

@@ -51,7 +51,7 @@ def _register_decode(sub) -> None:
     from magicpig.decode_linear import LINEAR_IMPLS
     from magicpig.decode_weights import WEIGHT_FORMATS
     from magicpig.decoders import OFFLOAD_DTYPE_CHOICES
-    from magicpig.harness.bench.decode import DTYPES, FILLS
+    from magicpig.harness.bench.decode_options import DTYPES, FILLS
     from magicpig.harness.bench.llamacpp import KV_TYPES
 
     p = sub.add_parser("decode", help="model decode throughput: batch x context x method, stock transformers "
@@ -105,9 +105,9 @@ def _register_decode(sub) -> None:
 def _run_decode(args) -> int:
     import sys
 
-    from magicpig.harness.bench import decode as bench_decode
+    from magicpig.harness.bench import decode as bench_decode, decode_options
 
-    methods = tuple(bench_decode.parse_method_arg(m) for m in args.method or ()) or bench_decode.METHODS
+    methods = tuple(decode_options.parse_method_arg(m) for m in args.method or ()) or decode_options.METHODS
     for name, values in (("--context", args.context), ("--batch", args.batch)):
         for v in values or ():
             if v < 1:
@@ -118,8 +118,8 @@ def _run_decode(args) -> int:
     if args.csv:
         check_writable_file(args.csv, "--csv")
     with heartbeat("bench decode"):  # a line at least every 30 s in a log
-        rows = bench_decode.run(args.model, tuple(args.context or bench_decode.CONTEXTS), methods,
-                                batches=tuple(args.batch or bench_decode.BATCHES), steps=args.steps,
+        rows = bench_decode.run(args.model, tuple(args.context or decode_options.CONTEXTS), methods,
+                                batches=tuple(args.batch or decode_options.BATCHES), steps=args.steps,
                                 warmup=args.warmup, fill=args.fill, tile_base=args.tile_base, device=args.device,
                                 dtype=args.dtype, csv_path=args.csv, prefill_chunk=args.prefill_chunk,
                                 max_throughput=args.max_throughput, max_batch=args.max_batch,

@@ -2,12 +2,12 @@
 
     magicpig estimate capture  --model smollm2 --context 8192      # one exact prefill -> .safetensors capture
     magicpig estimate spread|error|kl-grid|centering|geometry|mass-curve|... --capture PATH [--capture PATH2 ...]
-    magicpig estimate all --capture PATH [--capture PATH2 ...]     # every experiment of EXPERIMENTS
+    magicpig estimate all --capture PATH [--capture PATH2 ...]     # every experiment of the registry
     magicpig estimate inputs --model smollm2 --inputs 32 --sentences 50   # keys across many short inputs
 
-Each experiment writes ``<out-dir>/<name>.csv`` (rows per layer / head / key, one block per capture, named in
-the ``prompt`` column) and ``<name>_summary.csv`` (means over MagicPIG's sparse layers and the captures) and
-prints the summary.
+Each experiment (``magicpig.harness.estimate_experiments``: the registry) writes its table (rows per layer /
+head / key, one block per capture, named in the ``prompt`` column), its summary (means over MagicPIG's sparse
+layers and the captures) and its extra tables into ``<out-dir>``, and prints the summary.
 """
 from __future__ import annotations
 
@@ -16,16 +16,12 @@ import math
 import sys
 from pathlib import Path
 
+from magicpig.harness.estimate_experiments import BY_TABLE, NAMES, Settings, reads, selected
 from magicpig.harness.progress import heartbeat
-from magicpig.harness.result_files import ERROR_TOPK_VS_ORACLE_CSV, ERROR_TOPK_VS_ORACLE_HEADS_CSV, GEOMETRY_HIST_CSV
 
-# queries of the error, kl-grid and centering experiments (the costly ones), spread over the captures: 8 of one
-# capture, 4 of each of two, 2 (at least) of each of more
+# queries of the heavy experiments (``Experiment.heavy``: error, kl-grid, centering), spread over the captures:
+# 8 of one capture, 4 of each of two, 2 (at least) of each of more
 HEAVY_QUERIES = 8
-# the per-layer experiments (magicpig_tasks.experiments.experiments) and the per-key / per-token ones
-# (magicpig_tasks.experiments.token_level: Figs. 2a, 5c, 10, 11)
-EXPERIMENTS = ("spread", "error", "kl-grid", "centering", "geometry", "mass-curve", "sink-center", "value-output",
-               "value-norm")
 DEFAULT_OUT = "results/estimation"
 
 
@@ -84,7 +80,7 @@ def register(sub) -> None:
 
     add_inputs_parser(esub)
 
-    for name in EXPERIMENTS + ("all",):
+    for name in NAMES + ("all",):
         e = esub.add_parser(name, help=f"run the {name} experiment" if name != "all" else "run every experiment")
         e.add_argument("--capture", required=True, action="append",
                        help="capture file from `magicpig estimate capture`; repeat for several prompts (every "
@@ -99,16 +95,17 @@ def register(sub) -> None:
         e.add_argument("--seed", type=int, default=0)
         e.add_argument("--sinks", type=int, default=4)
         e.add_argument("--local", type=int, default=64)
-        if name in ("error", "all"):
+        groups = reads(name)
+        if "budgets" in groups:
             e.add_argument("--budgets", default="0.005,0.01,0.02,0.04,0.1", help="TopK/oracle budget fractions")
-        if name in ("error", "centering", "all"):
+        if "kl" in groups:
             e.add_argument("--kl", action="append", metavar="K,L",
                            help="a MagicPIG (K, L) setting written K,L; repeat for more (default: the paper's "
                                 "RULER/LongBench settings 10,150 10,170 9,120 8,75)")
-        if name in ("kl-grid", "all"):
+        if "grid" in groups:
             e.add_argument("--K", default="7,8,9,10,11")
             e.add_argument("--L", default="75,100,120,150,200,300")
-        if name in ("spread", "error", "all"):  # error: which heads are long-tailed (its per-head TopK/oracle table)
+        if "heads" in groups:  # error: which heads are long-tailed (its per-head TopK/oracle table)
             e.add_argument("--top-frac", type=float, default=0.2)
             e.add_argument("--sink-tokens", type=int, default=1)
         e.add_argument("--json", action="store_true", help="print the summary as JSON records")
@@ -160,11 +157,9 @@ def run_capture(args) -> int:
 def run_experiment(args) -> int:
     import pandas as pd
 
-    from magicpig_tasks.experiments import experiments as E
-    from magicpig_tasks.experiments import token_level as T
     from magicpig_tasks.experiments.capture import Capture
 
-    names = EXPERIMENTS if args.experiment_name == "all" else (args.experiment_name,)
+    experiments = selected(args.experiment_name)
     from magicpig.harness.argcheck import (check_fraction, check_kl_option, check_layer_spec, check_min,
                                            check_seed, check_writable_dir)
     from magicpig.lsh import check_kl
@@ -197,75 +192,55 @@ def run_experiment(args) -> int:
     if len(set(labels)) < len(labels):
         raise ValueError(f"--capture: two captures share a file name ({', '.join(labels)}); their rows would mix")
     out_dir = check_writable_dir(args.out_dir, "--out-dir")
-    tables: dict[str, list] = {}  # file stem -> one frame per capture, each with its `prompt` column
+    settings = Settings(args.layers, args.max_queries, args.seed, args.sinks, args.local,
+                        budgets=tuple(budgets) if budgets else None, kl=tuple(kl) if kl else None,
+                        Ks=tuple(Ks) if Ks else None, Ls=tuple(Ls) if Ls else None,
+                        top_frac=getattr(args, "top_frac", None), sink_tokens=getattr(args, "sink_tokens", None))
+    tables: dict = {}  # result file -> one frame per capture, each with its `prompt` column
     meta = {}
     with heartbeat(f"estimate {args.experiment_name}"):  # a line at least every 30 s in a log
         for path, label in zip(captures, labels):
             cap = Capture.load(path)
             meta = {"model": cap.meta.get("model", ""), "seed": args.seed}
             row_meta = {"prompt": label, "n_prompt": cap.n_prompt, "capture": path.name, **meta}
-            tables_of = _experiment_tables(cap, names, args, budgets=budgets, kl=kl, Ks=Ks, Ls=Ls,
+            tables_of = _experiment_tables(cap, experiments, settings,
                                            heavy_queries=max(2, math.ceil(HEAVY_QUERIES / len(captures))))
-            for stem, df in tables_of.items():
-                tables.setdefault(stem, []).append(df.assign(**row_meta))
+            for entry, df in tables_of.items():
+                tables.setdefault(entry, []).append(df.assign(**row_meta))
     report = {}
     all_meta = {**meta, "prompts": len(captures), "capture": ";".join(c.name for c in captures)}
-    for stem, frames in tables.items():
+    for entry, frames in tables.items():
         df = pd.concat(frames, ignore_index=True)
-        df.to_csv(out_dir / f"{stem}.csv", index=False)
-        name = stem.replace("_", "-")
-        if name not in names:  # the extra tables of an experiment (error_topk_vs_oracle, geometry_hist)
+        df.to_csv(out_dir / entry.name, index=False)
+        experiment = BY_TABLE.get(entry)
+        if experiment is None:  # the extra tables of an experiment (error_topk_vs_oracle, geometry_hist)
             continue
-        summary = (T.summary(name, df) if name in T.TOKEN_EXPERIMENTS else E.summary(name, df)).assign(**all_meta)
-        summary.to_csv(out_dir / f"{stem}_summary.csv", index=False)
+        name = experiment.name
+        summary = experiment.summarize(df).assign(**all_meta)
+        summary.to_csv(out_dir / experiment.summary.name, index=False)
         report[name] = summary
         if not args.json:
             print(f"== {name} (means over MagicPIG's sparse layers and {len(captures)} prompt(s)) -> "
-                  f"{out_dir / (stem + '.csv')}")
+                  f"{out_dir / entry.name}")
             print(summary.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     if args.json:
         print(json.dumps({k: json.loads(v.to_json(orient="records")) for k, v in report.items()}, indent=2))
     return 0
 
 
-def _experiment_tables(cap, names, args, *, budgets, kl, Ks, Ls, heavy_queries: int) -> dict:
-    """The tables of experiments ``names`` on one capture: file stem -> frame (the experiment's own table and
-    the extra ones: error_topk_vs_oracle[_heads], geometry_hist). ``heavy_queries``: the queries of the
-    error, kl-grid and centering experiments unless --max-queries says otherwise."""
-    from magicpig_tasks.experiments import experiments as E
-    from magicpig_tasks.experiments import token_level as T
+def _experiment_tables(cap, experiments, settings: Settings, *, heavy_queries: int) -> dict:
+    """The tables of ``experiments`` on one capture: result file -> frame (each experiment's own table and its
+    extra ones), in the order they run. ``heavy_queries``: the queries of the heavy experiments unless
+    --max-queries says otherwise."""
     from magicpig_tasks.experiments.capture import parse_layers
 
     out = {}
-    spread_df = None  # which heads are long-tailed: the spread experiment's table, read by the error one
-    for name in names:
-        heavy = name in ("error", "kl-grid", "centering")
-        layer_spec = args.layers or ("every:3" if heavy else "all")
+    for experiment in experiments:
+        layer_spec = settings.layers or ("every:3" if experiment.heavy else "all")
         layers = [i for i in parse_layers(layer_spec, cap.num_layers) if i in cap.layers]
-        mq = args.max_queries if args.max_queries is not None else (heavy_queries if heavy else None)
-        print(f"[{name}] {len(layers)} layers, {mq or cap.queries.shape[1]} queries, "
+        mq = settings.max_queries if settings.max_queries is not None else (
+            heavy_queries if experiment.heavy else None)
+        print(f"[{experiment.name}] {len(layers)} layers, {mq or cap.queries.shape[1]} queries, "
               f"{cap.n_keys} keys", file=sys.stderr, flush=True)
-        kw = dict(layers=layers, max_queries=mq)
-        if name == "spread":
-            df = spread_df = E.spread(cap, top_frac=args.top_frac, sink_tokens=args.sink_tokens, **kw)
-        elif name == "error":
-            df = E.error(cap, budgets=budgets, kl=kl, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
-        elif name == "kl-grid":
-            df = E.kl_grid(cap, Ks=Ks, Ls=Ls, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
-        elif name == "centering":
-            df = E.centering(cap, kl=kl, seed=args.seed, sinks=args.sinks, local=args.local, **kw)
-        elif name == "geometry":
-            df = E.geometry(cap, sinks=args.sinks, local=args.local, **kw)
-        else:
-            df = T.run(name, cap, **kw)
-        stem = name.replace("-", "_")
-        out[stem] = df
-        if name == "error":
-            out[ERROR_TOPK_VS_ORACLE_CSV.stem] = E.topk_vs_oracle(df)
-            if spread_df is None:  # `estimate error` alone; `estimate all` reuses its spread table
-                spread_df = E.spread(cap, top_frac=args.top_frac, sink_tokens=args.sink_tokens, **kw)
-            # spread_df: which heads are long-tailed
-            out[ERROR_TOPK_VS_ORACLE_HEADS_CSV.stem] = E.topk_vs_oracle_heads(df, spread_df)
-        if name == "geometry":  # the per-key distributions of Fig. 5
-            out[GEOMETRY_HIST_CSV.stem] = E.geometry_hist(cap, sinks=args.sinks, local=args.local, **kw)
+        out.update(experiment.run(cap, settings, dict(layers=layers, max_queries=mq), out))
     return out

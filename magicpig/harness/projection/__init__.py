@@ -1,5 +1,7 @@
 """The bandwidth model of a decode step fitted to this machine (``bandwidth``) and the throughput it
-PROJECTS on GPU servers we do not have (``hardware``): model outputs, labelled as such, never measurements."""
+PROJECTS on GPU servers we do not have (``hardware``): model outputs, labelled as such, never measurements.
+``measured_rows`` reads the benchmark CSVs the model is fitted to; ``fit_policy`` fits it, chooses the sparse
+efficiency the projections use and builds the tables of ``magicpig project``."""
 from magicpig.harness.projection.bandwidth import (COEFFICIENTS, EFFICIENCY, FAMILIES, MAX_LOO_ERROR, Fit,
                                                    SparseSetting, StepWork, dtype_bytes, features, fit,
                                                    leave_one_out, method_family, nnls, sparse_setting, step_work,

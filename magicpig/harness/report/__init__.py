@@ -3,6 +3,6 @@
 Nothing here holds a number of its own: reproduced values come from ``results/<preset>/`` and the paper's
 from ``config/paper_reference.yaml``.
 """
-from magicpig.harness.report.build import build_report
+from magicpig.harness.report.sections import build_report
 
 __all__ = ["build_report"]

@@ -1,80 +1,27 @@
-"""Assemble ``REPORT.md`` (and its HTML rendering ``REPORT.html``) and the figures of one preset from its results
-tree."""
+"""Sections of ``REPORT.md`` built from the results tree: the skipped items, RULER (Table 3), LongBench
+(Table 2), the ablations, the attention-level experiments and throughput (``sections.SECTIONS`` orders them)."""
 from __future__ import annotations
 
-import datetime as _dt
 import json
 from pathlib import Path
 
 import pandas as pd
 
 from magicpig.harness.report import figures
-from magicpig.harness.report.claims import claims_section
-from magicpig.harness.report.collect import collect_metrics, load_reference, read_csv
-from magicpig.harness.report.coverage import coverage_section, load_run
-from magicpig.harness.report.disagreements_section import disagreements_section
-from magicpig.harness.report.html import write_html
-from magicpig.harness.report.job_times import job_time_section
+from magicpig.harness.results_tree import collect_metrics, read_csv, tune_kl_files
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.report.paper_tables import (COST_HEADER, COST_NOTE, PAPER_COST_HEADER, intervals, paper_model,
-                                                  ruler_model_section, ruler_rows, skipped_notes, table1_section,
-                                                  table6_section, task_table)
-from magicpig.harness.report.sections_sweeps import sweep_section, token_section
+                                                  ruler_rows, skipped_notes, task_table)
 from magicpig.harness.report.tables_cpu import cpu_baselines_section
-from magicpig.harness.report.tables_kl import kl_tables_section
-from magicpig.harness.report.tables_system import (DECODE_COLUMNS, gpu_section, shapes_section, table7_section,
-                                                   table8_section)
+from magicpig.harness.report.tables_system import DECODE_COLUMNS
 from magicpig.harness.result_files import (ATTENTION_SPREAD_PNG, CENTERING_PNG, CENTERING_SUMMARY_CSV,
                                            CPU_BASELINES_PNG, DECODE_CSV, DECODE_PREDICTED_CSV, ERROR_SUMMARY_CSV,
                                            ERROR_TOPK_VS_ORACLE_CSV, ERROR_VS_BUDGET_PNG, FIT_CSV, GEOMETRY_PNG,
                                            GEOMETRY_SUMMARY_CSV, KERNEL_CSV, KL_GRID_PNG, KL_GRID_SUMMARY_CSV,
                                            PROJECTION_H200_CSV, PROJECTION_PAPER_HARDWARE_CSV,
-                                           PROJECTION_PAPER_LATENCY_CSV, REPORT_MD, RULER_PER_TASK_PNG,
+                                           PROJECTION_PAPER_LATENCY_CSV, RULER_PER_TASK_PNG,
                                            RULER_VS_COST_PNG, SPEEDUP_PAPER_HARDWARE_PNG, SPREAD_SUMMARY_CSV,
                                            THROUGHPUT_BATCH_PNG, THROUGHPUT_CONTEXT_PNG, TUNE_KL_JSON)
-
-
-def build_report(results: Path | str, out: Path | str, preset: str, preset_config: dict | None = None,
-                 gpu_results: Path | str | None = None) -> Path:
-    """Write ``out/REPORT.md``, its rendering ``out/REPORT.html`` and every figure of ``figures.FIGURES``
-    beside them from ``results``; returns the Markdown report's path. The coverage table of the paper's items
-    comes first, then the skipped items, the claims table, one section per benchmark / experiment and the
-    run's job times.
-    ``preset_config``: the preset's block of the pipeline config (default: the block of that name in
-    config/*.yaml), which the coverage statuses read. ``gpu_results``: the ``make gpu-check`` output folder
-    (default: ``gpu`` beside ``results``, i.e. results/gpu for results/<preset>)."""
-    results, out = Path(results), Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    ref = load_reference()
-    figs = figures.write_all(results, out, ref)
-    parts = [f"# MagicPIG reproduction report — preset `{preset}`",
-             f"Generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} from `{results}`. "
-             "Reproduced numbers come from the results files; paper numbers from `config/paper_reference.yaml` "
-             "(arXiv 2410.16179 v4). The paper's columns are for its models and context lengths; ours for the "
-             "model and lengths of this preset, so compare trends, not cells, unless the settings match."]
-    acc = collect_metrics(results / "accuracy") if (results / "accuracy").is_dir() else collect_metrics(out / "none")
-    run = load_run(preset, preset_config, results, figs, acc)
-    gpu_root = Path(gpu_results) if gpu_results is not None else results.parent / "gpu"
-    body = skipped_section(acc, results / "ablations")
-    body += claims_section(results, ref, gpu_root)
-    body += disagreements_section(acc, ref, out)
-    body += ruler_section(acc, ref, out, figs)
-    body += ruler_model_section(acc, ref, "ruler_table4", "RULER at 16K-256K on 512K-context models (paper Table 4)")
-    body += ruler_model_section(acc, ref, "ruler_table5", "RULER on Llama-3.1-70B-Instruct (paper Table 5)")
-    body += longbench_section(acc, ref)
-    body += table1_section(acc, ref)
-    body += table6_section(acc, ref)
-    body += ablation_section(results / "ablations", ref, out, figs) + kl_tables_section(results, ref)
-    body += sweep_section(results, figs)
-    body += csv_sections(results, out, ref, figs)
-    body += token_section(results, figs)
-    body += table7_section(results, ref) + table8_section(ref, run.config.get("model")) + shapes_section(results)
-    body += gpu_section(gpu_root)
-    parts += coverage_section(run, body) + body + job_time_section(results)
-    path = out / REPORT_MD.name
-    path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
-    write_html(path)
-    return path
 
 
 def skipped_section(acc: pd.DataFrame, ablations: Path) -> list[str]:
@@ -168,12 +115,7 @@ def ablation_section(root: Path, ref: dict, out: Path, figs: dict | None = None)
     if not setups:
         parts.append("Not run.")
     else:
-        frames = []
-        for p in setups:
-            d = collect_metrics(p)
-            d["setup"] = p.name.removeprefix("setup_")
-            frames.append(d)
-        df = pd.concat(frames)
+        df = pd.concat([collect_metrics(p).assign(setup=p.name.removeprefix("setup_")) for p in setups])
         ok = df[df["status"] == "ok"]
         piv = ok.pivot_table(index=["method", "setup"], columns="task", values="score", aggfunc="mean")
         parts.append(table(["method", "setup"] + [c.removeprefix("ruler/") for c in piv.columns],
@@ -246,29 +188,22 @@ THROUGHPUT_FIGURES = (THROUGHPUT_BATCH_PNG.name, THROUGHPUT_CONTEXT_PNG.name, SP
                       CPU_BASELINES_PNG.name)
 
 
-def tune_kl_files(est: Path) -> list[Path]:
-    """The tune-kl results, one per target cost (TUNE_KL_JSON, written by ``magicpig tune-kl``)."""
-    return sorted(est.glob(TUNE_KL_JSON.glob)) if est.is_dir() else []
-
-
 def tune_kl_section(path: Path) -> list[str]:
     try:
         t = json.loads(path.read_text())
     except json.JSONDecodeError:
         return [f"`{path.name}` is not valid JSON (the tune-kl run failed; see its log)."]
-    rows = [["chosen", t.get("K"), t.get("L"), fmt(t.get("measured_cost"), pct=True), fmt(t.get("relative_error"), digits=3)]]
-    for key in ("baseline", "matched_baseline"):
-        b = t.get(key) or {}
-        if b:
-            rows.append([key.replace("_", " "), b.get("K"), b.get("L"), fmt(b.get("measured_cost"), pct=True),
-                         fmt(b.get("relative_error"), digits=3)])
+    settings = [("chosen", t)] + [(key.replace("_", " "), t[key]) for key in ("baseline", "matched_baseline")
+                                  if t.get(key)]
+    rows = [[name, s.get("K"), s.get("L"), fmt(s.get("measured_cost"), pct=True),
+             fmt(s.get("relative_error"), digits=3)] for name, s in settings]
     return [f"### Automatic (K, L) for a target cost of {fmt(t.get('target_cost'), pct=True)} (`{path.name}`)",
             table(["setting", "K", "L", "measured cost", "relative error"], rows)]
 
 
-def csv_sections(results: Path, out: Path, ref: dict, figs: dict | None = None) -> list[str]:
-    """Estimation and throughput results, as tables with their figures (``figs``: name -> FigureResult
-    from ``figures.write_all``; every figure is embedded, those without data say so)."""
+def estimation_section(results: Path, figs: dict | None = None) -> list[str]:
+    """Estimation results, as tables with their figures (``figs``: name -> FigureResult from
+    ``figures.write_all``; every figure is embedded, those without data say so)."""
     parts = ["## Attention-level experiments"]
     shown, embedded = False, set()
     for file, title in ESTIMATION_TITLES.items():
@@ -286,8 +221,12 @@ def csv_sections(results: Path, out: Path, ref: dict, figs: dict | None = None) 
         parts += tune_kl_section(path)
     if not shown:
         parts.append("Not run.")
-    parts += figures.embed_all(figs, [f for f in ESTIMATION_FIGURES.values() if f not in embedded])
-    parts.append("## Throughput and latency")
+    return parts + figures.embed_all(figs, [f for f in ESTIMATION_FIGURES.values() if f not in embedded])
+
+
+def throughput_section(results: Path, figs: dict | None = None) -> list[str]:
+    """Throughput results (measured and projected), as tables with their figures."""
+    parts = ["## Throughput and latency"]
     shown = False
     for file, (title, cols) in THROUGHPUT_TITLES.items():
         df = read_csv(file.under(results))

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from magicpig.harness.results_tree import truthy
+
 
 @dataclass
 class FigureResult:
@@ -174,31 +176,6 @@ def save(fig, path: Path, title: str, missing: list[str]) -> FigureResult:
     fig.savefig(path, dpi=100, metadata={"Title": title, "Description": desc}, bbox_inches="tight")
     plt().close(fig)
     return FigureResult(path, title, list(missing))
-
-
-def read(path: Path) -> pd.DataFrame | None:
-    """A CSV as a frame; None when it is absent, empty or has no rows."""
-    path = Path(path)
-    if not path.is_file() or path.stat().st_size == 0:
-        return None
-    try:
-        df = pd.read_csv(path)
-    except pd.errors.EmptyDataError:
-        return None
-    return df if len(df) else None
-
-
-def rel(path: Path, root: Path) -> str:
-    """``path`` relative to the results root, for the "no data" text."""
-    try:
-        return str(Path(path).relative_to(root))
-    except ValueError:
-        return str(path)
-
-
-def truthy(series: pd.Series) -> pd.Series:
-    """A CSV boolean column (True/False, 'true'/'false', 1/0) as bools."""
-    return series.map(lambda v: str(v).strip().lower() in ("true", "1", "yes"))
 
 
 def sparse_layers(df: pd.DataFrame) -> pd.DataFrame:

@@ -20,8 +20,8 @@ from magicpig.harness.report.claims_system import error_ratio, speedup, table9
 from magicpig.harness.report.markdown import table
 from magicpig.harness.stats import detectable
 from magicpig.harness.stats.bootstrap import LEVEL
-from magicpig.harness.stats.paired import interval_level, recording_t_intervals
-from magicpig.harness.stats.verdicts import NOT_TESTABLE, Verdict, recording_tests, testable
+from magicpig.harness.stats.paired import recording_t_intervals
+from magicpig.harness.stats.verdicts import NOT_TESTABLE, Verdict, holm_step_down, recording_tests, testable
 
 
 @dataclass
@@ -85,43 +85,15 @@ def _run(claim: dict, ctx: Context) -> Run:
     return Run(measured, verdict, any(n >= min_n for n, min_n, _ in made))
 
 
-def holm(claims: list[dict], first: list[Run], ctx: Context,
-         alpha: float = 1.0 - LEVEL) -> list[tuple[Verdict, str, str]]:
-    """Holm's step-down correction over the family of claims (``FAMILY`` kinds) whose test ran at the unadjusted
-    level, decided or not (a claim without data to test is outside: it has no p-value): (verdict, note, measured
-    at the adjusted level) per claim; ('', '') for a claim outside the family.
+def holm(claims: list[dict], first: list[Run], ctx: Context) -> list[tuple[Verdict, str, str]]:
+    """Holm's correction (``verdicts.holm_step_down``) over the family of claims (``FAMILY`` kinds) whose test
+    ran at the unadjusted level, decided or not (a claim without data to test is outside: it has no p-value)."""
+    def rerun(i: int) -> tuple[Verdict, str]:
+        r = _run(claims[i], ctx)
+        return r.verdict, r.measured
 
-    Each claim's test is a two-sided interval test of its margin, so its p-value is at most alpha' exactly when
-    its test, re-run with 1 - alpha' intervals, decides the same way. With m claims in the family, each step
-    re-runs the k claims not yet confirmed at level 1 - alpha / k; those that keep a decided verdict are
-    confirmed (their ordered p-values are within alpha / k) and leave; when none does, the decided rest are not
-    testable after the correction (undecided ones never confirm). A claim made of several comparisons is decided
-    at a level as a whole (reproduced: all comparisons; not reproduced: any one)."""
-    out: list[tuple[Verdict, str, str]] = [(r.verdict, "", "") for r in first]
     family = [i for i, (c, r) in enumerate(zip(claims, first)) if c.get("kind") in FAMILY and r.tested]
-    m, step, remaining = len(family), 0, list(family)
-    while any(first[i].verdict.status != NOT_TESTABLE for i in remaining):
-        step += 1
-        level = 1.0 - alpha / len(remaining)
-        with interval_level(level):
-            rerun = {i: _run(claims[i], ctx) for i in remaining if first[i].verdict.status != NOT_TESTABLE}
-        kept = [i for i in rerun if rerun[i].verdict.status == first[i].verdict.status]
-        for i, r in rerun.items():
-            if i in kept:
-                out[i] = (r.verdict, f"Holm step {step}, family of {m}: holds at {level:.4g} "
-                                     f"(alpha {alpha:g} / {len(remaining)})", r.measured)
-            elif not kept:
-                note = (f"Holm: decided at the unadjusted {LEVEL:g} ({first[i].verdict.status}) but not at the "
-                        f"adjusted {level:.4g} (alpha {alpha:g} / {len(remaining)}, family of {m})")
-                out[i] = (testable(note + (f"; {r.verdict.reason}" if r.verdict.reason else ""),
-                                   r.verdict.mde or "none computed at the adjusted level"), note, r.measured)
-        if not kept:
-            break
-        remaining = [i for i in remaining if i not in kept]
-    for i in family:
-        if first[i].verdict.status == NOT_TESTABLE:
-            out[i] = (first[i].verdict, f"in Holm's family of {m} (tested, not decided)", "")
-    return out
+    return holm_step_down([r.verdict for r in first], family, rerun)
 
 
 def evaluate(results: Path | str, ref: dict, gpu_results: Path | str | None = None) -> list[ClaimResult]:

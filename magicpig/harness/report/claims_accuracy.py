@@ -13,15 +13,13 @@ from typing import Callable
 
 import pandas as pd
 
-import numpy as np
-
 from magicpig.harness.report.claims_context import Context, family, of_method
-from magicpig.harness.report.collect import canonical, run_samples
+from magicpig.harness.results_tree import canonical, run_samples
 from magicpig.harness.report.markdown import fmt
 from magicpig.harness.stats import detectable
 from magicpig.harness.stats.bootstrap import Interval
-from magicpig.harness.stats.paired import (SCORE_RANGE, TaskInterval, level_interval, methods_used,
-                                           paper_interval, task_average, task_difference)
+from magicpig.harness.stats.paired import (SCORE_RANGE, TaskInterval, level_interval, methods_used, paper_power,
+                                           task_average, task_difference)
 from magicpig.harness.stats.verdicts import NOT_REPRODUCED, NOT_TESTABLE, Verdict, combine, decide, testable
 
 FLOOR, CEILING = "floor", "ceiling"
@@ -41,12 +39,6 @@ def _written(runs: pd.DataFrame, method: str) -> str:
     return str(written.iloc[0]) if len(written) else method
 
 
-def _pair_variance(xa: dict, xb: dict) -> tuple[int, float]:
-    """(pairs, sample variance of the paired differences in points^2; NaN under 2 pairs) of one thin task."""
-    d = np.array([xa[i] - xb[i] for i in xa if i in xb], dtype=float)
-    return len(d), (float(d.var(ddof=1)) if len(d) > 1 else float("nan"))
-
-
 def paired_tasks(a: pd.DataFrame, b: pd.DataFrame, ctx: Context,
                  guard: str) -> tuple[list[TaskInterval], list[str], list[tuple[int, float]]]:
     """Per-task paired differences (A - B) on the tasks both ran, the notes on the tasks left out, and
@@ -58,7 +50,7 @@ def paired_tasks(a: pd.DataFrame, b: pd.DataFrame, ctx: Context,
         common = sum(1 for i in xa if i in xb) or min(len(xa), len(xb))
         if min(len(xa), len(xb), common) < ctx.min_samples:
             left_out.append(f"{_short(task)} (n={min(len(xa), len(xb), common)} < {ctx.min_samples})")
-            thin.append(_pair_variance(xa, xb))
+            thin.append(detectable.pair_variance(xa, xb))
             continue
         part = task_difference(task, xa, xb)
         if guard == FLOOR and part.base < ctx.floor_points:
@@ -86,7 +78,7 @@ def compare(label: str, a: pd.DataFrame, b: pd.DataFrame, ctx: Context, guard: s
     if not parts:
         return f"{label}: {where}", testable(f"{label}: no task with {ctx.min_samples}+ samples per method"
                                              + (" off the " + guard if guard else "") + f" ({where})",
-                                             thin_mde(label, thin, ctx))
+                                             detectable.thin_text(label, thin, ctx.min_samples))
     iv = task_average(parts)
     v = decide(iv, threshold, min_n=ctx.min_samples, above=True, strict=strict)
     line = f"{label}: {_signed(iv)} points (n={iv.n}) {where}"
@@ -100,22 +92,6 @@ def compare(label: str, a: pd.DataFrame, b: pd.DataFrame, ctx: Context, guard: s
     return line, v
 
 
-def thin_mde(label: str, thin: list[tuple[int, float]], ctx: Context) -> str:
-    """The MDE of a comparison whose tasks all had too few samples: at their n, from their pairs' variance
-    (assumed where they show none), and beside it at ``min_samples`` per task."""
-    head = f"{label}: " if label else ""
-    if not thin or not any(n for n, _ in thin):
-        at_min = detectable.from_pairs([(ctx.min_samples, float("nan"))])
-        return (f"{head}none at n=0 pairs; one task of min_samples={ctx.min_samples} 0/100 pairs disagreeing on "
-                f"{detectable.ASSUMED_DISCORDANCE:.0%} of them would give +-{at_min:.1f} points")
-    at_n = detectable.from_pairs(thin)
-    at_min = detectable.from_pairs([(ctx.min_samples, v) for _, v in thin])
-    ns = ", ".join(str(n) for n, _ in thin)
-    return (f"{head}+-{at_n:.1f} points around the margin at n={ns} pairs over {len(thin)} "
-            f"task{'s' * (len(thin) > 1)} (from their paired differences; below min_samples the test does not "
-            f"run), +-{at_min:.1f} at {ctx.min_samples} per task")
-
-
 def power_note(claim: dict, ctx: Context, threshold: float) -> str:
     """What the paper's own numbers would give at the paper's n (``power:`` of the claim), or ''."""
     spec = claim.get("power")
@@ -127,19 +103,8 @@ def power_note(claim: dict, ctx: Context, threshold: float) -> str:
     if pm is None or pb is None:
         return ""
     i = int(spec.get("index", 0))
-    m, b, n, t = float(pm[i]), float(pb[i]), int(spec["n_per_task"]), int(spec.get("tasks", 1))
-    best = paper_interval(m, b, n, t, agreement=True)
-    indep = paper_interval(m, b, n, t, agreement=False)
-
-    def passes(iv) -> bool:
-        return iv[1] > threshold if claim.get("kind") == "superior" else iv[1] >= threshold
-
-    verdict = ("would pass even if the methods erred independently" if passes(indep) else
-               "would pass only if their errors overlap closely" if passes(best) else
-               "would NOT pass this test even at best: the test is stricter than the paper's own evidence")
-    return (f"power: the paper's {m:g} vs {b:g} at its n ({n} x {t} task{'s' * (t > 1)}, scores as 0/100) "
-            f"give [{best[1]:+.1f}, {best[2]:+.1f}] with all discordant pairs one way, "
-            f"[{indep[1]:+.1f}, {indep[2]:+.1f}] with independent errors: {verdict}")
+    return paper_power(float(pm[i]), float(pb[i]), int(spec["n_per_task"]), int(spec.get("tasks", 1)), threshold,
+                       strict=claim.get("kind") == "superior")
 
 
 def _outcome(lines: list[str], verdicts: list[Verdict], power: str, nothing: str, missing: str,
@@ -147,7 +112,7 @@ def _outcome(lines: list[str], verdicts: list[Verdict], power: str, nothing: str
     """(measured, verdict) of a comparison test: its compared lines and the power note, the verdicts combined;
     with no comparison made, ``nothing`` (or the power note) and not testable for ``missing``."""
     if not verdicts:
-        return power or nothing, testable(missing, thin_mde("", [], ctx))
+        return power or nothing, testable(missing, detectable.thin_text("", [], ctx.min_samples))
     return "; ".join(lines + ([power] if power else [])), combine(verdicts)
 
 

@@ -19,8 +19,8 @@ import pandas as pd
 
 from magicpig.harness.report import canvas
 from magicpig.harness.report.claims_accuracy import levels_text, task_levels
-from magicpig.harness.report.claims_context import Context, empty_metrics, of_method
-from magicpig.harness.report.collect import collect_metrics
+from magicpig.harness.report.claims_context import Context, of_method
+from magicpig.harness.results_tree import ok_runs, read_table, truthy
 from magicpig.harness.report.markdown import fmt
 from magicpig.harness.result_files import CENTERING_CSV, CENTERING_SUMMARY_CSV
 from magicpig.harness.stats import detectable
@@ -41,18 +41,18 @@ def _where(df: pd.DataFrame, length_col: str) -> str:
 
 def fraction_units(ctx: Context, method) -> tuple[pd.Series | None, str]:
     """(one uncentered sampled fraction per unit, what the units are and where they ran)."""
-    rows = canvas.read(CENTERING_CSV.under(ctx.results))
+    rows = read_table(CENTERING_CSV.under(ctx.results))
     if rows is not None and {"K", "L", "centering", "cost2"} <= set(rows.columns):
         sel = canvas.sparse_layers(rows)
-        sel = sel[(sel["K"] == method.K) & (sel["L"] == method.L) & ~canvas.truthy(sel["centering"])]
+        sel = sel[(sel["K"] == method.K) & (sel["L"] == method.L) & ~truthy(sel["centering"])]
         if len(sel):
             prompt = sel["prompt"].astype(str) if "prompt" in sel else pd.Series("(one capture)", index=sel.index)
             per_prompt = sel.groupby(prompt)["cost2"].mean()
             return per_prompt, (f"attention-level, per captured prompt the mean over the sparse layers; "
                                 f"{_where(sel, 'n_prompt')}")
-    summ = canvas.read(CENTERING_SUMMARY_CSV.under(ctx.results))
+    summ = read_table(CENTERING_SUMMARY_CSV.under(ctx.results))
     if summ is not None:
-        sel = summ[(summ["K"] == method.K) & (summ["L"] == method.L) & ~canvas.truthy(summ["centering"])]
+        sel = summ[(summ["K"] == method.K) & (summ["L"] == method.L) & ~truthy(summ["centering"])]
         if len(sel):
             return pd.Series([float(sel["cost2"].mean())]), "attention-level summary, one value for all prompts"
     return None, ""
@@ -133,9 +133,7 @@ def centering(claim: dict, ctx: Context) -> tuple[str, Verdict]:
     """Both parts of the centering claim, combined (any part not reproduced: not reproduced)."""
     from magicpig.methods import parse_method
 
-    abl = ctx.results / "ablations" / "centering"
-    df = collect_metrics(abl) if abl.is_dir() else empty_metrics()
-    ok = df[df["status"] == "ok"]
+    ok = ok_runs(ctx.results / "ablations" / "centering")
     runs = of_method(ok, claim["method"])
     text, fv = fraction_part(claim, ctx, runs, parse_method(claim["method"]))
     niah_text, nv = niah_part(claim, ctx, ok, runs)

@@ -6,11 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from magicpig.harness.report.collect import canonical, collect_metrics
-
-
-def empty_metrics() -> pd.DataFrame:
-    return collect_metrics(Path("/nonexistent-results-root"))
+from magicpig.harness.results_tree import canonical, ok_runs
 
 
 class Context:
@@ -26,9 +22,7 @@ class Context:
         self.min_samples = int(claims.get("min_samples", 20))
         self.floor_points = float(claims.get("floor_points", 5))
         self.gpu_results = Path(gpu_results) if gpu_results is not None else self.results.parent / "gpu"
-        acc = self.results / "accuracy"
-        df = collect_metrics(acc) if acc.is_dir() else empty_metrics()
-        self.acc = df[df["status"] == "ok"]
+        self.acc = ok_runs(self.results / "accuracy")
 
     def runs(self, benchmark: str, tasks: list[str] | None = None, root: pd.DataFrame | None = None):
         df = self.acc if root is None else root

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from magicpig.harness.report import canvas
+from magicpig.harness.results_tree import gpu_decode_rows, read_table
 from magicpig.harness.report.claims_context import Context, family
 from magicpig.harness.report.markdown import fmt
 from magicpig.harness.result_files import (DECODE_CSV, ERROR_TOPK_VS_ORACLE_CSV, ERROR_TOPK_VS_ORACLE_HEADS_CSV,
@@ -49,16 +50,15 @@ def _decide_over_prompts(per_prompt: pd.Series, claim: dict, unit: str) -> tuple
 def error_ratio(claim: dict, ctx: Context) -> tuple[str, Verdict]:
     """Per prompt: the geometric-mean TopK/oracle error ratio over the long-tailed heads of the sparse layers
     (``error_topk_vs_oracle_heads.csv``; without it, over long-tailed layers); interval over prompts above 1."""
-    heads = canvas.read(ERROR_TOPK_VS_ORACLE_HEADS_CSV.under(ctx.results))
+    heads = read_table(ERROR_TOPK_VS_ORACLE_HEADS_CSV.under(ctx.results))
     if heads is not None:
         return _error_ratio_heads(claim, heads)
-    tv, sp = canvas.read(ERROR_TOPK_VS_ORACLE_CSV.under(ctx.results)), canvas.read(SPREAD_CSV.under(ctx.results))
+    tv, sp = read_table(ERROR_TOPK_VS_ORACLE_CSV.under(ctx.results)), read_table(SPREAD_CSV.under(ctx.results))
     if tv is None or sp is None:
         miss = [f.name for f, d in ((ERROR_TOPK_VS_ORACLE_CSV, tv), (SPREAD_CSV, sp)) if d is None]
         return "—", testable("missing data: estimation/" + ", estimation/".join(miss))
     bound = float(claim["long_tail_top_mass_below"])
-    sp = sp[~canvas.truthy(sp["dense_in_magicpig"])] if "dense_in_magicpig" in sp else sp
-    mass = sp.groupby("layer")["top_mass_without_sink"].mean()
+    mass = canvas.sparse_layers(sp).groupby("layer")["top_mass_without_sink"].mean()
     tail = set(mass[mass < bound].index)
     rows = tv[tv["layer"].isin(tail)]
     if rows.empty:
@@ -74,7 +74,7 @@ def error_ratio(claim: dict, ctx: Context) -> tuple[str, Verdict]:
 
 def _error_ratio_heads(claim: dict, heads: pd.DataFrame) -> tuple[str, Verdict]:
     bound = float(claim["long_tail_top_mass_below"])
-    sparse = heads[~canvas.truthy(heads["dense_in_magicpig"])] if "dense_in_magicpig" in heads else heads
+    sparse = canvas.sparse_layers(heads)
     tail = sparse[sparse["top_mass_without_sink"] < bound]
     if tail.empty:
         return (f"no long-tailed head in the sparse layers (top-20% mass without sink: "
@@ -96,7 +96,7 @@ def _error_ratio_heads(claim: dict, heads: pd.DataFrame) -> tuple[str, Verdict]:
 
 def table9(claim: dict, ctx: Context) -> tuple[str, Verdict]:
     """Share of Table 9 cells whose measured fraction is within ``within_factor`` of the paper's."""
-    df = canvas.read(KL_GRID_SUMMARY_CSV.under(ctx.results))
+    df = read_table(KL_GRID_SUMMARY_CSV.under(ctx.results))
     t9 = ctx.ref.get("sampled_fraction_table9", {})
     if df is None:
         return "—", testable(f"missing data: {KL_GRID_SUMMARY_CSV.rel}")
@@ -143,24 +143,6 @@ def paper_ratios(ref: dict) -> list[dict]:
                         "ratio": float(e["tokens_per_s"]) / float(dense[0]["tokens_per_s"]), "baseline": "gpu_full",
                         "source": "max throughput"})
     return out
-
-
-def gpu_rows(ctx: Context) -> tuple[pd.DataFrame, list[str]]:
-    """Every measured GPU decode row: the pipeline's throughput/decode.csv and each ``make gpu-check`` folder's
-    decode.csv under ``ctx.gpu_results``, with the files read."""
-    files = [DECODE_CSV.under(ctx.results)] + sorted(Path(ctx.gpu_results).glob(f"*/{DECODE_CSV.name}"))
-    frames, read = [], []
-    for f in files:
-        df = canvas.read(f)
-        if df is None or "device" not in df:
-            continue
-        df = df[df["device"].astype(str).str.startswith("cuda")]
-        if "fits" in df:
-            df = df[canvas.truthy(df["fits"])]
-        if len(df):
-            frames.append(df.assign(_source=str(f), _gpu=df.get("device_name", pd.Series("", index=df.index))))
-            read.append(str(f))
-    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), read
 
 
 def _ratio(g: pd.DataFrame, max_batch: bool) -> tuple[float, str] | None:
@@ -223,7 +205,7 @@ def speedup(claim: dict, ctx: Context) -> tuple[str, Verdict]:
     max(1, paper ratio / ``tolerance``) (above 1 strictly: the paper's "significantly improves"), not
     reproduced when it lies below. Projections are quoted beside the paper's ratios and never decide."""
     quoted = _projection_quote(ctx.results, ctx.ref)
-    rows, read = gpu_rows(ctx)
+    rows = gpu_decode_rows(ctx.results, ctx.gpu_results)
     where = f"GPU results read: {DECODE_CSV.rel}, {ctx.gpu_results}/*/{DECODE_CSV.name}"
     if rows.empty:
         return quoted or "—", testable(f"no GPU: no measured GPU rows ({where})")
@@ -279,7 +261,7 @@ INTERVAL = ("a run: one bench process, or one repeat's file, holding both method
 def _projection_quote(results: Path, ref: dict) -> str:
     """The projected speedups per CPU kernel efficiency, each over its baseline beside the paper's ratio, with
     where that efficiency comes from and why (``cpu_efficiency_basis``: e.g. the decode-row fit refused)."""
-    proj = canvas.read(PROJECTION_PAPER_HARDWARE_CSV.under(results))
+    proj = read_table(PROJECTION_PAPER_HARDWARE_CSV.under(results))
     if proj is None or "speedup" not in proj:
         return ""
     labels = {k: v.get("label", k) for k, v in (ref.get("system", {}).get("baselines") or {}).items()}

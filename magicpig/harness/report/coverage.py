@@ -12,10 +12,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from magicpig.harness.report.coverage_run import (NOT_PRODUCED, NOT_RUN, PARTIAL, REPRODUCED, Run, all_presets,
-                                                  not_run, partial)
+from magicpig.harness.pipeline_config import all_presets
+from magicpig.harness.report.coverage_run import NOT_PRODUCED, NOT_RUN, PARTIAL, REPRODUCED, Run, not_run, partial
 from magicpig.harness.report.markdown import table
 from magicpig.harness.report import paper_items
+
+
+def section_of(item, sections) -> str | None:
+    """The heading the coverage table links a paper item to: the title of the section of ``sections`` that lists
+    it, else the item's own ``section`` (the start of a subheading inside a section)."""
+    return next((s.title for s in sections if item.label in s.items), item.section)
+
 
 def anchor(heading: str) -> str:
     """The anchor GitHub gives a Markdown heading: lower case, punctuation dropped, spaces as hyphens."""
@@ -35,10 +42,10 @@ def figure_gaps(run: Run, names: tuple[str, ...]) -> list[str]:
     return gaps
 
 
-def item_status(item, run: Run) -> str:
+def item_status(item, run: Run, sections: tuple = ()) -> str:
     """The status of one paper item: its own check, then its figures' missing data on top."""
-    if item.check is None:
-        status = REPRODUCED if item.section or item.figures else not_run(NOT_PRODUCED)
+    if item.check is None:  # reproduced wherever a section or a figure shows it
+        status = REPRODUCED if section_of(item, sections) or item.figures else not_run(NOT_PRODUCED)
     else:
         status = item.check(run)
     gaps = figure_gaps(run, item.figures)
@@ -49,11 +56,13 @@ def item_status(item, run: Run) -> str:
     return status + "; " + "; ".join(gaps)
 
 
-def where(item, headings: list[str], status: str) -> str:
-    """Links to the item's section (by its anchor) and figures; '—' when this preset does not run it."""
+def where(item, headings: list[str], status: str, sections: tuple = ()) -> str:
+    """Links to the item's section (by its anchor: the section of ``sections`` that lists it, else the first
+    heading its ``section`` starts) and figures; '—' when this preset does not run it."""
     if status.startswith(NOT_RUN):
         return "—"
-    links = [f"[§ {h}](#{anchor(h)})" for h in headings if item.section and h.startswith(item.section)][:1]
+    title = section_of(item, sections)
+    links = [f"[§ {h}](#{anchor(h)})" for h in headings if title and h.startswith(title)][:1]
     links += [f"[{name}]({name})" for name in item.figures]
     return ", ".join(links) or "—"
 
@@ -63,18 +72,19 @@ def headings_of(parts: list[str]) -> list[str]:
     return [m.group(1).strip() for p in parts for m in re.finditer(r"^#{1,6} (.+)$", p, flags=re.M)]
 
 
-def coverage_rows(run: Run, parts: list[str]) -> list[tuple]:
-    """(item, where, status) per registered paper item, in the paper's order."""
+def coverage_rows(run: Run, parts: list[str], sections: tuple = ()) -> list[tuple]:
+    """(item, where, status) per registered paper item, in the paper's order; ``parts``: the report's sections
+    (``sections``: their entries, ``sections.SECTIONS``)."""
     heads = headings_of(parts)
     rows = []
     for item in paper_items.ITEMS:
-        status = item_status(item, run)
-        rows.append((item, where(item, heads, status), status))
+        status = item_status(item, run, sections)
+        rows.append((item, where(item, heads, status, sections), status))
     return rows
 
 
-def coverage_section(run: Run, parts: list[str]) -> list[str]:
-    rows = coverage_rows(run, parts)
+def coverage_section(run: Run, parts: list[str], sections: tuple = ()) -> list[str]:
+    rows = coverage_rows(run, parts, sections)
     counts = {k: sum(s.startswith(k) for _, _, s in rows) for k in (REPRODUCED, PARTIAL, NOT_RUN)}
     return ["## Coverage of the paper",
             f"Every table and figure of the paper (arXiv 2410.16179 v4) with its status in this run of preset "

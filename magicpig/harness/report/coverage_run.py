@@ -9,13 +9,11 @@ from typing import Callable
 import pandas as pd
 
 from magicpig.harness.report.canvas import FigureResult
+from magicpig.harness.results_tree import read_csv
 
 REPRODUCED = "reproduced here"
 PARTIAL = "partial"
 NOT_RUN = "not run in this preset"
-# the pipeline's config files belong to the repository, not to the installed package: the checkout this package
-# is loaded from (an editable install), else the current folder's
-CONFIG_DIRS = (Path(__file__).resolve().parents[3] / "config", Path("config"))
 NOT_PRODUCED = "not produced by this build (no table or figure of this report draws it yet)"
 
 
@@ -68,21 +66,6 @@ def not_run(*why: str) -> str:
     return f"{NOT_RUN}: " + "; ".join(w for w in why if w)
 
 
-def all_presets(config_dir: Path | None = None) -> dict[str, dict]:
-    """Every preset block of the config files (``config/*.yaml`` of ``config_dir``, default the first of
-    ``CONFIG_DIRS`` that exists), by name: what another preset runs."""
-    import yaml
-
-    if config_dir is None:
-        config_dir = next((d for d in CONFIG_DIRS if d.is_dir()), CONFIG_DIRS[0])
-    presets: dict[str, dict] = {}
-    for path in sorted(config_dir.glob("*.yaml")):
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        if isinstance(raw, dict) and isinstance(raw.get("presets"), dict):
-            presets.update(raw["presets"])
-    return presets
-
-
 @dataclass
 class Run:
     """What the coverage checks read: the preset, its config, the results root and the written figures."""
@@ -125,8 +108,6 @@ class Run:
         return acc[acc["task"].fillna("").map(task)]
 
     def csv(self, relative: str) -> pd.DataFrame | None:
-        from magicpig.harness.report.collect import read_csv
-
         return read_csv(self.results / relative)
 
 

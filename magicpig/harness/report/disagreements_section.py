@@ -25,9 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from magicpig.harness.disagreements import PairedUnit, write
-from magicpig.harness.predictions import read_rows
-from magicpig.harness.result_files import PREDICTIONS
-from magicpig.harness.report.collect import sample_scores
+from magicpig.harness.results_tree import prediction_rows, sample_scores
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.report.claims_context import family, of_method
 
@@ -79,17 +77,12 @@ def paired_units(acc: pd.DataFrame, a: str, b: str, tasks: set[str] | None) -> l
         if tasks is not None and task not in tasks:
             continue
         pa, pb = runs_a[(task, length)], runs_b[(task, length)]
-        rows_a, rows_b = _rows(pa), _rows(pb)
+        rows_a, rows_b = prediction_rows(pa, warn=lambda _: None), prediction_rows(pb, warn=lambda _: None)
         sa = {i: s for i, s in sample_scores(pa).items() if i in rows_a}
         sb = {i: s for i, s in sample_scores(pb).items() if i in rows_b}
         common = [i for i in sa if i in sb]
         units.append(PairedUnit(task, length, common, sa, sb, rows_a, rows_b))
     return units
-
-
-def _rows(metrics_path: Path) -> dict[str, dict]:
-    path = metrics_path.with_name(PREDICTIONS.name)
-    return read_rows(path, warn=lambda _: None) if path.is_file() else {}
 
 
 def cell(text, limit: int = CELL_CHARS) -> str:

@@ -2,15 +2,14 @@
 predictions beside each metrics.json. Per task: Clopper-Pearson when every score is 0 or 100, else the
 percentile bootstrap widened to an exact bound when almost every score is the same (``paired.level_interval``);
 task averages combine the task intervals by MOVER (``paired.task_average``). The accuracy figures draw the
-same intervals (``run_level``, ``runs_average``), so a whisker is as wide as its table cell: a percentile
+same intervals (``run_level``, MOVER over a method's runs), so a whisker is as wide as its table cell: a percentile
 bootstrap alone has no width at n = 1 or when every score is equal."""
 from __future__ import annotations
 
 import pandas as pd
 
-from magicpig.harness.report.collect import sample_scores
+from magicpig.harness.results_tree import sample_scores
 from magicpig.harness.report.markdown import table
-from magicpig.harness.stats.bootstrap import Interval
 from magicpig.harness.stats.paired import TaskInterval, level_interval, task_average
 
 # what the figures' whiskers are, said on each figure that draws them
@@ -59,11 +58,6 @@ def run_level(row) -> TaskInterval:
         v = float(row.score)
         return TaskInterval(str(row.task), 0, v, v, v, "no samples")
     return level_interval(str(row.task), scores)
-
-
-def runs_average(rows: pd.DataFrame) -> Interval:
-    """The task average of runs (one per task) with the MOVER interval the tables print for it."""
-    return task_average([run_level(r) for r in rows.itertuples()])
 
 
 def whisker(value: float, lo: float, hi: float) -> tuple[float, float]:

@@ -1,34 +1,13 @@
-"""What the run itself cost: each pipeline job's wall time, CPU time and peak memory, read from the benchmark
-files Snakemake writes for every rule (``<results>/benchmarks/<rule>/<job>.tsv``), summed per rule.
-
-A job that was interrupted and rerun keeps the file of its last attempt only, so a resumed run's total
-leaves out the time its killed attempts spent."""
+"""What the run itself cost: each pipeline job's wall time, CPU time and peak memory, summed per rule
+(``results_tree.read_job_times``: Snakemake's benchmark files)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
 from magicpig.harness.report.markdown import fmt, table
+from magicpig.harness.results_tree import read_job_times
 
 HEADING = "## Job time of this run"
-
-
-def read_job_times(results: Path) -> pd.DataFrame:
-    """One row per finished job: ``rule`` (the folder; a file directly under ``benchmarks/`` is its own rule),
-    ``job`` (the file's stem), ``seconds`` (wall), ``cpu_seconds``, ``max_rss_mb``. Empty without files."""
-    root = Path(results) / "benchmarks"
-    rows = []
-    for path in sorted(root.rglob("*.tsv")) if root.is_dir() else []:
-        df = pd.read_csv(path, sep="\t")
-        if df.empty or "s" not in df.columns:
-            raise ValueError(f"{path}: not a Snakemake benchmark file (no `s` column or no row)")
-        last = df.iloc[-1]  # `benchmark: repeat(...)` writes one row per repetition; the last is the kept run
-        rule = path.parent.name if path.parent != root else path.stem
-        rows.append({"rule": rule, "job": path.stem, "seconds": float(last["s"]),
-                     "cpu_seconds": float(last.get("cpu_time", float("nan"))),
-                     "max_rss_mb": float(last.get("max_rss", float("nan")))})
-    return pd.DataFrame(rows, columns=["rule", "job", "seconds", "cpu_seconds", "max_rss_mb"])
 
 
 def job_time_section(results: Path) -> list[str]:

@@ -1,8 +1,9 @@
 """Every table and figure of the paper (arXiv 2410.16179 v4), the one place a report item is declared.
 
-Each ``PaperItem`` names what the paper's item shows, the report section that holds ours (a heading prefix,
-or None), the report figures that draw it (names of ``figures.FIGURES``; every figure belongs to at least
-one item, which tests/test_coverage.py checks) and ``check``: its status from a ``coverage.Run`` (the
+Each ``PaperItem`` names what the paper's item shows, where in the report ours is (the section of
+``sections.SECTIONS`` that lists its label, or its own ``section``: the start of a subheading), the report
+figures that draw it (names of ``figures.FIGURES``; every figure belongs to at least one item, which
+tests/test_coverage.py checks) and ``check``: its status from a ``coverage.Run`` (the
 preset's config, the results present), computed at report time. An item with neither a section nor a
 figure is reported as not produced by this build. A new figure is named here, in ``figures.PLOTS`` and in the
 section that embeds it (CONTRIBUTING.md, "Add a figure").
@@ -14,8 +15,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from magicpig.harness.report.coverage_run import REPRODUCED, Run, cells_status, not_run, partial, reproduced
-from magicpig.harness.report.tables_kl import HEADING as KL_TABLES, kl_table_status
-from magicpig.harness.report.tables_system import TABLE7_TITLE, TABLE8_TITLE
+from magicpig.harness.families import FAMILIES
+from magicpig.harness.report.tables_kl import kl_table_status
 from magicpig.harness.result_files import (ATTENTION_MASS_CURVE_PNG, ATTENTION_SPREAD_PNG, CENTERING_PNG,
                                            CENTERING_SWEEP_PNG, CPU_BASELINES_PNG, DECODE_CSV, ERROR_SUMMARY_CSV,
                                            ERROR_TOPK_VS_ORACLE_CSV, ERROR_VS_BUDGET_PNG, GEOMETRY_PNG,
@@ -30,8 +31,6 @@ from magicpig.harness.result_files import (ATTENTION_MASS_CURVE_PNG, ATTENTION_S
 PAPER_MODEL = "Llama-3.1-8B-Instruct"
 HUB = {"ruler/qa_1": "SQuAD v2.0 dev", "ruler/qa_2": "HotpotQA dev", "longbench/": "THUDM/LongBench",
        "gsm8k": "openai/gsm8k", "coqa": "stanfordnlp/coqa", "mmlu": "cais/mmlu", "igsm": "infini_igsm"}
-SWEEPS = "Budget and cost sweeps"  # report headings (sections_sweeps)
-PER_TOKEN = "Attention per key and per token"
 LONG_WEIGHTS = "aws-prototyping/MegaBeam-Mistral-7B-512k, princeton-nlp/Llama-3-8B-ProLong-512k-Instruct"
 
 
@@ -39,7 +38,7 @@ LONG_WEIGHTS = "aws-prototyping/MegaBeam-Mistral-7B-512k, princeton-nlp/Llama-3-
 class PaperItem:
     label: str  # "Table 3", "Figure 5c"
     shows: str  # what the paper's item shows
-    section: str | None  # the report heading (a prefix of it) that holds ours
+    section: str | None  # the start of the subheading that holds ours; None: the section listing it (or none)
     figures: tuple[str, ...] = ()
     check: Callable[[Run], str] | None = None  # None: reproduced wherever its section or figure is
 
@@ -74,12 +73,15 @@ def _length_note(run: Run, ours: list[int], paper: list[int]) -> str:
     return text
 
 
-def benchmark(prefix: str, block: str, table_key: str, lengths: bool = False) -> Callable[[Run], str]:
-    """Status of an accuracy table: scheduled by the preset's ``block``, results under ``prefix``, the
-    paper's rows (settings) of ``table_key`` run, skipped tasks with their reason."""
+def benchmark(family: str, lengths: bool = False) -> Callable[[Run], str]:
+    """Status of a benchmark family's accuracy table (``families.FAMILIES[family]``): scheduled by the preset's
+    block of the family, results under its prefix, the paper's rows (settings) of its table run, skipped tasks
+    with their reason."""
     def check(run: Run) -> str:
-        from magicpig.harness.report.collect import canonical, load_reference
+        from magicpig.harness.results_tree import canonical, load_reference
 
+        fam = FAMILIES[family]
+        block, prefix, table_key = fam.block, fam.prefix, fam.table_key
         if not _configured(run.config.get(block, {})):
             return not_run(run.elsewhere(lambda p: _configured(p.get(block, {}))))
         df = run.rows(lambda t: t == prefix or t.startswith(prefix) and prefix.endswith("/"))
@@ -96,7 +98,7 @@ def benchmark(prefix: str, block: str, table_key: str, lengths: bool = False) ->
             names = ", ".join(t.split("/")[-1] for t in skipped)
             need = sorted({HUB.get(t, hub) for t in skipped} - {""})
             missing.append(f"{names} skipped" + (f" (needs hub data: {', '.join(need)})" if need else ""))
-        paper = load_reference()[table_key]
+        paper = load_reference().get(table_key) or {}  # a family whose table is not transcribed: {}
         ran = set(ok["method"]) | set(ok["method_effective"])
         not_ran = [s for s in paper.get("llama-3.1-8b-instruct", {}) if canonical(s) not in ran]
         if not_ran:
@@ -109,9 +111,9 @@ def benchmark(prefix: str, block: str, table_key: str, lengths: bool = False) ->
 
 
 def table3(run: Run) -> str:
-    from magicpig.harness.report.collect import load_reference
+    from magicpig.harness.results_tree import load_reference
 
-    status = benchmark("ruler/", "ruler", "ruler_table3", lengths=True)(run)
+    status = benchmark("ruler", lengths=True)(run)
     others = [m for m in load_reference()["ruler_table3"] if m not in ("lengths", "llama-3.1-8b-instruct")]
     if others and not status.startswith("not run") and not any(m.split("-")[0] in run.model.lower() for m in others):
         extra = f"the {', '.join(others)} rows need model weights (aws-prototyping/MegaBeam-Mistral-7B-512k)"
@@ -120,7 +122,7 @@ def table3(run: Run) -> str:
 
 
 def table1(run: Run) -> str:
-    status = benchmark("gsm8k", "gsm8k", "lm_eval_table1")(run)
+    status = benchmark("gsm8k")(run)
     cols = []
     for task, name in (("coqa", "COQA"), ("mmlu", "MMLU-CoT")):
         if run.rows(lambda t, task=task: t.startswith(task))["status"].eq("ok").sum() == 0:
@@ -137,7 +139,7 @@ def _longest_ruler(p: dict) -> int:
 def table4(run: Run) -> str:
     needed = 131072
     if _longest_ruler(run.config) >= needed:
-        return benchmark("ruler/", "ruler", "ruler_table3")(run)
+        return benchmark("ruler")(run)
     ctx = run.model_context()
     why = [f"needs a longer context than `{run.model}` has ({ctx} tokens; the paper 128K-256K)"] \
         if ctx is not None and ctx < needed else []
@@ -147,7 +149,7 @@ def table4(run: Run) -> str:
 
 def table5(run: Run) -> str:
     if "70b" in run.model.lower():
-        return benchmark("ruler/", "ruler", "ruler_table3", lengths=True)(run)
+        return benchmark("ruler", lengths=True)(run)
     return not_run("needs model weights (meta-llama/Llama-3.1-70B-Instruct) and GPUs",
                    run.elsewhere(lambda p: "70b" in str(p.get("model", "")).lower()))
 
@@ -173,7 +175,7 @@ def _kl_methods(df) -> set[str]:
 
 
 def table7(run: Run) -> str:
-    from magicpig.harness.report.collect import load_reference
+    from magicpig.harness.results_tree import load_reference
 
     df = run.csv(DECODE_CSV.rel)
     if df is None:
@@ -196,7 +198,7 @@ TABLE8_ROWS = 6  # the paper's Table 8 (App. E.2): three Llama-3.1-8B rows, 70B,
 def table8(run: Run) -> str:
     """Reproduced when the paper's six rows are transcribed and each cell of ours is within the stated
     tolerance (``tables_system.table8_cells``); partial otherwise, naming the rows and cells that are not."""
-    from magicpig.harness.report.collect import load_reference
+    from magicpig.harness.results_tree import load_reference
     from magicpig.harness.report.tables_system import table8_cells
 
     return cells_status(table8_cells(load_reference()), TABLE8_ROWS,
@@ -204,7 +206,7 @@ def table8(run: Run) -> str:
 
 
 def table9(run: Run) -> str:
-    from magicpig.harness.report.collect import load_reference
+    from magicpig.harness.results_tree import load_reference
 
     df = run.csv(KL_GRID_SUMMARY_CSV.rel)
     if df is None:
@@ -288,7 +290,7 @@ def centering(run: Run) -> str:
 def throughput(model: str, context: int, hardware: str) -> Callable[[Run], str]:
     """Fig. 8 panels: measured here (CPU or GPU), a GPU run of ``make gpu-check``, or the labelled projection."""
     def check(run: Run) -> str:
-        from magicpig.harness.report.tables_system import gpu_runs
+        from magicpig.harness.results_tree import gpu_runs
 
         decode_files = sorted(run.results.glob(f"{DECODE_CSV.folder}/**/{DECODE_CSV.name}"))
         frames = [run.csv(str(p.relative_to(run.results))) for p in decode_files]
@@ -331,37 +333,36 @@ def diagram(what: str) -> Callable[[Run], str]:
 
 ITEMS: tuple[PaperItem, ...] = (
     PaperItem("Table 1", "lm-eval accuracy (GSM8K-CoT, COQA, MMLU-CoT): full, MagicPIG (10,220)/(8,90), Quest",
-              "GSM8K-CoT", check=table1),
+              None, check=table1),
     PaperItem("Table 2", "LongBench accuracy on 6 tasks: full, MagicPIG (10,150)/(8,75), Quest (16,0.05)",
-              "LongBench", check=benchmark("longbench/", "longbench", "longbench_table2")),
+              None, check=benchmark("longbench")),
     PaperItem("Table 3", "RULER 13-task average at 16K-96K: full, MagicPIG, Quest (Llama-3.1-8B, MegaBeam-7B)",
-              "RULER", (RULER_PER_TASK_PNG.name, RULER_VS_COST_PNG.name), table3),
+              None, (RULER_PER_TASK_PNG.name, RULER_VS_COST_PNG.name), table3),
     PaperItem("Table 4", "RULER at 16K-256K on 512K-context models (MegaBeam-Mistral-7B, ProLong-8B): full, MagicPIG, Quest",
-              "RULER at 16K-256K", check=table4),
+              None, check=table4),
     PaperItem("Table 5", "RULER on Llama-3.1-70B-Instruct at 16K-96K: full vs MagicPIG (10,150), (9,110), (9,120)",
-              "RULER on Llama-3.1-70B", check=table5),
+              None, check=table5),
     PaperItem("Table 6", "reasoning (infini_igsm) accuracy: full vs MagicPIG (10,300), (10,220), (10,150)",
-              "infini_igsm reasoning", check=table6),
+              None, check=table6),
     PaperItem("Table 7", "(K, L) against ms/token at batch 1, max throughput, throughput under 200 ms/token",
-              TABLE7_TITLE, (CPU_BASELINES_PNG.name,), check=table7),
+              None, (CPU_BASELINES_PNG.name,), check=table7),
     PaperItem("Table 8", "LSH overhead, six rows (Llama-3.1-8B at 96K/64K incl. (11,300), 70B, CodeLlama-13B/34B): "
-              "projectors (KB), hash tables (GB), CO (projection over linear-layer compute, %)", TABLE8_TITLE,
-              check=table8),
+              "projectors (KB), hash tables (GB), CO (projection over linear-layer compute, %)", None, check=table8),
     PaperItem("Table 9", "measured sampled fraction B/n over K = 7..11, L = 75..300 (Llama-3.1-8B)",
               "Sampled fraction", (KL_GRID_PNG.name,), table9),
     PaperItem("Table 10", "RULER on MegaBeam-7B at 16K-256K: (11,300) beats (10,150) at the same ~2% cost",
-              KL_TABLES, check=kl_table("table10", "MegaBeam-Mistral-7B-512k")),
-    PaperItem("Table 11", "RULER at 64K, 8B and 70B: full, (10,150), (10,135), (9,120), (9,110)", KL_TABLES,
+              None, check=kl_table("table10", "MegaBeam-Mistral-7B-512k")),
+    PaperItem("Table 11", "RULER at 64K, 8B and 70B: full, (10,150), (10,135), (9,120), (9,110)", None,
               check=kl_table("table11", "Llama-3.1-8B-Instruct, Llama-3.1-70B-Instruct")),
-    PaperItem("Table 12", "RULER at 16K with cost fixed at ~4%: (10,240), (9,120), (8,65), (7,35)", KL_TABLES,
+    PaperItem("Table 12", "RULER at 16K with cost fixed at ~4%: (10,240), (9,120), (8,65), (7,35)", None,
               check=kl_table("table12")),
-    PaperItem("Table 13", "RULER at 16K with L = 120: K = 10, 9, 8, 7 and their costs", KL_TABLES,
+    PaperItem("Table 13", "RULER at 16K with L = 120: K = 10, 9, 8, 7 and their costs", None,
               check=kl_table("table13")),
     PaperItem("Figure 1", "exact TopK accuracy against the fraction of keys: fine on NIAH, degrades on CWE, FWE",
-              SWEEPS,
+              None,
               (TOPK_BUDGET_SWEEP_PNG.name,), sweep),
     PaperItem("Figure 2a", "long-tailed attention: mass covered by the top keys against the fraction kept (the "
-              "paper: top 20% covers only 70-80% in some layers)", PER_TOKEN,
+              "paper: top 20% covers only 70-80% in some layers)", None,
               (ATTENTION_MASS_CURVE_PNG.name,), estimation(MASS_CURVE_CSV)),
     PaperItem("Figure 2b", "the attention sink reshapes sparsity: attention looks sparser with the sink, spreads "
               "more evenly without it (top-key mass with vs without the sink)", "Attention spread",
@@ -375,9 +376,9 @@ ITEMS: tuple[PaperItem, ...] = (
     PaperItem("Figure 4", "TopK's relative output error against its budget, KV cache of 16K tokens (15-20% where "
               "the top 20% keys cover 70-80% of the mass, Sec. 3.1)", "Relative output error",
               (ERROR_VS_BUDGET_PNG.name,), estimation(ERROR_SUMMARY_CSV)),
-    PaperItem("Figure 5a", "the sink key's direction across 32 random inputs: mutual cosine > 0.99", PER_TOKEN,
+    PaperItem("Figure 5a", "the sink key's direction across 32 random inputs: mutual cosine > 0.99", None,
               (SINK_KEY_SIMILARITY_PNG.name,), estimation(INPUTS_SIMILARITY_CSV)),
-    PaperItem("Figure 5b", "the key mean's direction across 50 sentences: mutual cosine > 0.9", PER_TOKEN,
+    PaperItem("Figure 5b", "the key mean's direction across 50 sentences: mutual cosine > 0.9", None,
               (SINK_KEY_SIMILARITY_PNG.name,), estimation(INPUTS_SIMILARITY_CSV)),
     PaperItem("Figure 5c", "per head: cosine of the sink key and the key mean, between -0.9 and -0.8", "Geometry",
               (GEOMETRY_PNG.name, SINK_VS_MEAN_KEY_PNG.name), estimation(SINK_CENTER_CSV)),
@@ -388,7 +389,7 @@ ITEMS: tuple[PaperItem, ...] = (
               "below TopK's at small budgets", "TopK vs oracle", (ERROR_VS_BUDGET_PNG.name,),
               estimation(ERROR_TOPK_VS_ORACLE_CSV)),
     PaperItem("Figure 6c", "downstream accuracy of oracle sampling vs TopK against the fraction of keys: oracle "
-              "keeps accuracy at 0.002% of 16K (~32 keys)", SWEEPS, (ORACLE_VS_TOPK_BUDGET_PNG.name,), sweep),
+              "keeps accuracy at 0.002% of 16K (~32 keys)", None, (ORACLE_VS_TOPK_BUDGET_PNG.name,), sweep),
     PaperItem("Figure 7a", "memory hierarchy (a diagram): GPU VRAM fast and small, CPU DRAM large at 100-200 GB/s, "
               "PCIe narrow", None, check=diagram("the bandwidth model of `magicpig.harness.projection` uses these "
                                                   "memories' bandwidths")),
@@ -396,25 +397,25 @@ ITEMS: tuple[PaperItem, ...] = (
               "and sampled attention on the CPU", None,
               check=diagram("the offload backend implements this split")),
     PaperItem("Figure 8a", "throughput vs batch, A100, CodeLlama-34B, 16K: MagicPIG 1.5x GPU-only full attention",
-              "Throughput and latency", (THROUGHPUT_BATCH_PNG.name, SPEEDUP_PAPER_HARDWARE_PNG.name),
+              None, (THROUGHPUT_BATCH_PNG.name, SPEEDUP_PAPER_HARDWARE_PNG.name),
               throughput("codellama-34b", 16384, "A100")),
     PaperItem("Figure 8b", "throughput vs batch, L20, CodeLlama-13B, 16K: MagicPIG 5.0x",
-              "Throughput and latency", (THROUGHPUT_BATCH_PNG.name, SPEEDUP_PAPER_HARDWARE_PNG.name),
+              None, (THROUGHPUT_BATCH_PNG.name, SPEEDUP_PAPER_HARDWARE_PNG.name),
               throughput("codellama-13b", 16384, "L20")),
     PaperItem("Figure 8c", "simulated RTX 4090, Llama-3.1-8B, 96K: 54 ms/token at batch 1, up to 3.3x over full "
               "attention on the CPU at a theoretical 150 GB/s (Sec. 5.2, Baselines)",
-              "Throughput and latency", (THROUGHPUT_CONTEXT_PNG.name, SPEEDUP_PAPER_HARDWARE_PNG.name),
+              None, (THROUGHPUT_CONTEXT_PNG.name, SPEEDUP_PAPER_HARDWARE_PNG.name),
               throughput("llama-3.1-8b", 98304, "RTX 4090 (simulated)")),
     PaperItem("Figure 9a", "centering on/off: without it NIAH ~ 0, FWE ~ 65, under 0.1% of keys sampled",
               "Centering on", (CENTERING_PNG.name, CENTERING_SWEEP_PNG.name), centering),
     PaperItem("Figure 9b", "MagicPIG vs exact TopK on CWE across cost: MagicPIG up to 3 points higher",
-              SWEEPS, (MAGICPIG_VS_TOPK_COST_PNG.name,), sweep),
+              None, (MAGICPIG_VS_TOPK_COST_PNG.name,), sweep),
     PaperItem("Figure 9c", "MagicPIG vs exact TopK on FWE across cost: MagicPIG up to 8 points higher",
-              SWEEPS, (MAGICPIG_VS_TOPK_COST_PNG.name,), sweep),
+              None, (MAGICPIG_VS_TOPK_COST_PNG.name,), sweep),
     PaperItem("Figure 10", "log |v_i - o| against q·k_i/√d in one decode step: the former fluctuates far less",
-              PER_TOKEN, (VALUE_VS_LOGIT_PNG.name,),
+              None, (VALUE_VS_LOGIT_PNG.name,),
               estimation(VALUE_OUTPUT_CSV)),
     PaperItem("Figure 11", "value norm ||v_i|| per token: the sink's is much smaller than the others'",
-              PER_TOKEN, (VALUE_NORMS_PNG.name,),
+              None, (VALUE_NORMS_PNG.name,),
               estimation(VALUE_NORM_CSV)),
 )

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from magicpig.harness.report.collect import canonical
+from magicpig.harness.results_tree import canonical
 from magicpig.harness.report.intervals import interval_table
 from magicpig.harness.report.markdown import fmt, table
 
 PAPER_MODEL = "llama-3.1-8b-instruct"
+TABLE1_TITLE = "GSM8K-CoT, COQA, MMLU-CoT (paper Table 1, lm-evaluation-harness tasks)"
+TABLE6_TITLE = "infini_igsm reasoning (paper Table 6)"
 # Table 1's columns: our task name -> the paper's column name (lm_eval_table1.tasks)
 TABLE1_TASKS = {"gsm8k": "gsm8k_cot", "coqa": "coqa", "mmlu_cot": "mmlu_cot"}
 # the local window of the lm-eval tasks: what the paper says and how this suite reads it
@@ -129,9 +131,25 @@ def task_table(df: pd.DataFrame, tasks: list[str], paper: dict, model: str,
     return rows
 
 
+def family_section(family, acc: pd.DataFrame, ref: dict) -> list[str]:
+    """The generic section of a benchmark family (``families.BenchmarkFamily`` with a ``heading``): our score per
+    task of the family, their average and cost2 per method, beside the paper's rows of its table (when
+    ``config/paper_reference.yaml`` has it: ``tasks`` names its columns)."""
+    parts = [f"## {family.heading}"]
+    df = acc[acc["task"].fillna("").str.startswith(family.prefix)]
+    if df.empty:
+        return parts + [f"No results of block `{family.block}` in this run."]
+    paper = ref.get(family.table_key) or {}
+    tasks = sorted(df["task"].unique())
+    header = (["method"] + [f"ours {t.removeprefix(family.prefix) or t}" for t in tasks] + ["ours avg", "cost2"]
+              + [f"paper {t}" for t in paper.get("tasks", [])])
+    rows = task_table(df, tasks, paper, paper_model(df, ref))
+    return parts + [table(header, rows)] + intervals(df, family.prefix) + skipped_notes(df)
+
+
 def table1_section(acc: pd.DataFrame, ref: dict) -> list[str]:
     """Table 1: GSM8K-CoT, COQA (F1) and MMLU-CoT beside the paper's three columns."""
-    parts = ["## GSM8K-CoT, COQA, MMLU-CoT (paper Table 1, lm-evaluation-harness tasks)"]
+    parts = [f"## {TABLE1_TITLE}"]
     df = acc[acc["task"].fillna("").isin(list(TABLE1_TASKS))]
     if df.empty:
         return parts + ["No Table 1 results in this run (the preset runs none of gsm8k, coqa, mmlu_cot)."]
@@ -200,7 +218,7 @@ def ruler_model_section(acc: pd.DataFrame, ref: dict, table_key: str, title: str
 def table6_section(acc: pd.DataFrame, ref: dict) -> list[str]:
     """Table 6: infini_igsm accuracy by set and number of operations beside the paper's."""
     paper = ref["infini_igsm_table6"]
-    parts = ["## infini_igsm reasoning (paper Table 6)"]
+    parts = [f"## {TABLE6_TITLE}"]
     df = acc[acc["task"].fillna("").str.startswith("infini_igsm/")]
     if df.empty:
         return parts + ["Not run in this preset: needs the hub data sets YangZhoumill/infini_igsm_4k_noise_close "

@@ -8,18 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from magicpig.harness.report import canvas
-from magicpig.harness.report.collect import canonical, collect_metrics
-from magicpig.harness.report.intervals import WHISKERS, run_level, runs_average, whisker
+from magicpig.harness.results_tree import canonical, ok_runs, read_table, truthy
+from magicpig.harness.report.intervals import WHISKERS, run_level, whisker
 from magicpig.harness.result_files import CENTERING_SUMMARY_CSV, METRICS
-
-
-def ok_runs(root: Path, prefix: str = "ruler/") -> pd.DataFrame:
-    """The finished runs below ``root`` whose task starts with ``prefix``."""
-    df = collect_metrics(root) if root.is_dir() else collect_metrics(root / "__none__")
-    return df[(df["status"] == "ok") & df["task"].fillna("").str.startswith(prefix)]
+from magicpig.harness.stats.paired import task_average
 
 
 def _paper_rows(ref: dict, table: str = "ruler_table3", model: str = "llama-3.1-8b-instruct") -> dict:
@@ -31,7 +25,7 @@ def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     intervals; dashed lines: the paper's Table 3 average of the same setting at its first length (the paper
     prints no per-task cells)."""
     title = "RULER per task: our runs of Table 3's settings (paper: 13-task averages only)"
-    ok = ok_runs(results / "accuracy")
+    ok = ok_runs(results / "accuracy", "ruler/")
     lengths = sorted(ok["length"].unique())[:4]
     missing: list[str] = []
     fig, axes = canvas.subplots(max(1, len(lengths)), title, width=max(5.5, 0.9 * ok["task"].nunique() + 2))
@@ -45,19 +39,10 @@ def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         methods = list(dict.fromkeys(at["method"]))
         width = 0.8 / len(methods)
         for i, method in enumerate(methods):
-            vals, errs = [], [[], []]
-            for t in tasks:
-                rows = at[(at["task"] == t) & (at["method"] == method)]
-                if rows.empty:
-                    vals.append(np.nan)
-                    errs[0].append(0)
-                    errs[1].append(0)
-                    continue
-                iv = run_level(next(rows.itertuples()))
-                below, above = whisker(iv.value, iv.lo, iv.hi)
-                vals.append(iv.value)
-                errs[0].append(below)
-                errs[1].append(above)
+            runs = [at[(at["task"] == t) & (at["method"] == method)] for t in tasks]
+            ivs = [run_level(next(rows.itertuples())) if len(rows) else None for rows in runs]
+            vals = [np.nan if iv is None else iv.value for iv in ivs]
+            errs = np.array([(0, 0) if iv is None else whisker(iv.value, iv.lo, iv.hi) for iv in ivs]).T
             xs = np.arange(len(tasks)) + i * width
             ax.bar(xs, np.nan_to_num(vals), width, yerr=errs, capsize=2, label=method, color=f"C{i}")
             canvas.bar_values(ax, xs, vals)
@@ -80,7 +65,7 @@ def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     title = "RULER average vs cost (ours | paper Table 3)"
     missing: list[str] = []
     fig, (ax, axp) = canvas.subplots(2, title)
-    ok = ok_runs(results / "accuracy")
+    ok = ok_runs(results / "accuracy", "ruler/")
     if ok.empty:
         canvas.no_data(ax, f"accuracy/ruler/*/*/*/{METRICS.name}", missing)
     else:
@@ -88,7 +73,7 @@ def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         for j, (n, at) in enumerate(ok.groupby("length")):
             for i, (method, g) in enumerate(at.groupby("method", sort=False)):
                 parts = [run_level(r) for r in g.drop_duplicates("task").itertuples()]
-                iv = runs_average(g.drop_duplicates("task"))
+                iv = task_average(parts)
                 sampled = all(pt.n for pt in parts)  # every task has its per-sample scores
                 y = iv.value if sampled else g["score"].mean()
                 err = [[v] for v in whisker(y, iv.lo, iv.hi)] if sampled else None
@@ -167,11 +152,11 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         ax.set_ylabel("score (0-100)")
         ax.set_title(WHISKERS, fontsize=7)
         canvas.legend_below(ax, right=True)
-    df = canvas.read(CENTERING_SUMMARY_CSV.under(results))
+    df = read_table(CENTERING_SUMMARY_CSV.under(results))
     if df is None:
         canvas.no_data(axf, CENTERING_SUMMARY_CSV.rel, missing)
     else:
-        flag = canvas.truthy(df["centering"])
+        flag = truthy(df["centering"])
         labels = [f"({k},{l})" for k, l in zip(df["K"], df["L"])]
         order = list(dict.fromkeys(labels))
         xs = np.arange(len(order))

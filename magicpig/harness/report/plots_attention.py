@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from magicpig.harness.report import canvas
+from magicpig.harness.results_tree import read_table, truthy
 from magicpig.harness.result_files import (ERROR_SUMMARY_CSV, ERROR_TOPK_VS_ORACLE_CSV, GEOMETRY_CSV, GEOMETRY_HIST_CSV,
                                            KL_GRID_SUMMARY_CSV, SPREAD_CSV)
 
@@ -23,7 +24,7 @@ def attention_spread(results: Path, ref: dict, path: Path) -> canvas.FigureResul
     title = "Attention spread with and without the sink (paper Fig. 2b)"
     missing: list[str] = []
     fig, (ax, axh) = canvas.subplots(2, title)
-    df = canvas.read(SPREAD_CSV.under(results))
+    df = read_table(SPREAD_CSV.under(results))
     if df is None:
         canvas.no_data(ax, SPREAD_CSV.rel, missing)
         canvas.no_data(axh, SPREAD_CSV.rel, [])
@@ -58,7 +59,7 @@ def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult
     missing: list[str] = []
     fig, (ax, axr) = canvas.subplots(2, title)
     abl = ref.get("ablations", {})
-    df = canvas.read(ERROR_SUMMARY_CSV.under(results))
+    df = read_table(ERROR_SUMMARY_CSV.under(results))
     if df is None:
         canvas.no_data(ax, ERROR_SUMMARY_CSV.rel, missing)
     else:
@@ -80,11 +81,11 @@ def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult
         ax.set_xlabel("cost2 (fraction of keys used, measured)")
         ax.set_ylabel("relative output error ||ô-o||/||o|| (mean)")
         canvas.legend_below(ax)
-    tv = canvas.read(ERROR_TOPK_VS_ORACLE_CSV.under(results))
+    tv = read_table(ERROR_TOPK_VS_ORACLE_CSV.under(results))
     if tv is None:
         canvas.no_data(axr, ERROR_TOPK_VS_ORACLE_CSV.rel, missing)
     else:
-        dense = canvas.truthy(tv["dense_in_magicpig"]) if "dense_in_magicpig" in tv else tv["layer"] < 0
+        dense = truthy(tv["dense_in_magicpig"]) if "dense_in_magicpig" in tv else tv["layer"] < 0
         points = axr.scatter(tv.loc[~dense, "unique_keys"], tv.loc[~dense, "topk_over_oracle"],
                              c=tv.loc[~dense, "layer"], cmap="viridis", label="MagicPIG's sparse layers")
         fig.colorbar(points, ax=axr, label="layer", pad=0.02)
@@ -111,7 +112,7 @@ def geometry(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     title = "Query / key geometry (paper Fig. 5)"
     missing: list[str] = []
     fig, (ax, axc, axh) = canvas.subplots(3, title, width=4.8)
-    df = canvas.read(GEOMETRY_CSV.under(results))
+    df = read_table(GEOMETRY_CSV.under(results))
     if df is None:
         canvas.no_data(ax, GEOMETRY_CSV.rel, missing)
         canvas.no_data(axc, GEOMETRY_CSV.rel, [])
@@ -135,7 +136,7 @@ def geometry(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         axc.set_xlabel("layer")
         axc.set_ylabel("cosine seen by the hash (mean ± std)")
         canvas.legend_below(axc)
-    hist = canvas.read(GEOMETRY_HIST_CSV.under(results))
+    hist = read_table(GEOMETRY_HIST_CSV.under(results))
     if hist is None:
         canvas.no_data(axh, f"{GEOMETRY_HIST_CSV.rel}\n(per-key cosine distribution)", missing)
     else:  # columns: [layer, dense_in_magicpig,] quantity, bin_lo, bin_hi, count; summed over sparse layers
@@ -156,7 +157,7 @@ def kl_grid(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     title = "Sampled fraction over (K, L) (paper Table 9)"
     missing: list[str] = []
     fig, (ax,) = canvas.subplots(1, title, width=6.5, height=4.5)
-    df = canvas.read(KL_GRID_SUMMARY_CSV.under(results))
+    df = read_table(KL_GRID_SUMMARY_CSV.under(results))
     t9 = ref.get("sampled_fraction_table9", {})
     Ks = sorted(set(t9.get("K", {})) | (set() if df is None else {int(k) for k in df["K"]}))
     color = {K: f"C{i}" for i, K in enumerate(Ks)}

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from magicpig.harness.report import canvas
+from magicpig.harness.results_tree import read_table, truthy
 from magicpig.harness.result_files import (INPUTS_MATRIX_CSV, INPUTS_SIMILARITY_CSV, MASS_CURVE_CSV, SINK_CENTER_CSV,
                                            VALUE_NORM_CSV, VALUE_OUTPUT_CSV)
 
@@ -26,7 +27,7 @@ def attention_mass_curve(results: Path, ref: dict, path: Path) -> canvas.FigureR
     spread over heads (10th / 50th / 90th percentile, all prompts), sink removed."""
     title = "Attention mass vs fraction of keys (paper Fig. 2a)"
     fig, (ax, axh) = canvas.subplots(2, title, width=5.6, height=4.4)
-    df = canvas.read(MASS_CURVE_CSV.under(results))
+    df = read_table(MASS_CURVE_CSV.under(results))
     if df is None:
         return canvas.no_data_figure(fig, (ax, axh), MASS_CURVE_CSV.rel, path, title)
     sp = canvas.sparse_layers(df)
@@ -68,7 +69,7 @@ def sink_key_similarity(results: Path, ref: dict, path: Path) -> canvas.FigureRe
     title = "Sink key across random inputs, mean key across sentences (paper Figs. 5a, 5b)"
     missing: list[str] = []
     fig, (axa, axb, axl) = canvas.subplots(3, title, width=4.6, height=4.4)
-    mat = canvas.read(INPUTS_MATRIX_CSV.under(results))
+    mat = read_table(INPUTS_MATRIX_CSV.under(results))
     if mat is None:
         canvas.no_data(axa, INPUTS_MATRIX_CSV.rel, missing)
         canvas.no_data(axb, INPUTS_MATRIX_CSV.rel, [])
@@ -88,7 +89,7 @@ def sink_key_similarity(results: Path, ref: dict, path: Path) -> canvas.FigureRe
                          f"{n} inputs", fontsize=8)
             ax.set_xlabel("input")
             ax.set_ylabel("input")
-    sim = canvas.read(INPUTS_SIMILARITY_CSV.under(results))
+    sim = read_table(INPUTS_SIMILARITY_CSV.under(results))
     if sim is None:
         canvas.no_data(axl, INPUTS_SIMILARITY_CSV.rel, missing)
     else:
@@ -115,7 +116,7 @@ def sink_vs_mean_key(results: Path, ref: dict, path: Path) -> canvas.FigureResul
     over heads beside the typical key's cos(k_i, k_avg)."""
     title = "Sink key against the mean key, per head (paper Fig. 5c)"
     fig, (ax, axh) = canvas.subplots(2, title, width=5.4, height=4.4)
-    df = canvas.read(SINK_CENTER_CSV.under(results))
+    df = read_table(SINK_CENTER_CSV.under(results))
     if df is None:
         return canvas.no_data_figure(fig, (ax, axh), SINK_CENTER_CSV.rel, path, title)
     grid = df.groupby(["layer", "kv_head"])["sink_cos_center"].mean().unstack("kv_head")
@@ -143,7 +144,7 @@ def value_vs_logit(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """Fig. 10: ln ‖v_i − o‖ against q·k_i/√d over every visible key of one decode step, one panel per
     (layer, head) of the first prompt (at most 3), the sink marked; Spearman's rho in each title."""
     title = "Distance of each value to the output vs its logit, one decode step (paper Fig. 10)"
-    df = canvas.read(VALUE_OUTPUT_CSV.under(results))
+    df = read_table(VALUE_OUTPUT_CSV.under(results))
     if df is None:
         fig, axes = canvas.subplots(1, title, width=6, height=4.4)
         return canvas.no_data_figure(fig, axes, VALUE_OUTPUT_CSV.rel, path, title)
@@ -154,7 +155,7 @@ def value_vs_logit(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     fig, axes = canvas.subplots(len(pairs), title, width=4.6, height=4.4)
     for ax, (layer, head) in zip(axes, pairs):
         g = df[(df["layer"] == layer) & (df["head"] == head)]
-        sink = canvas.truthy(g["is_sink"])
+        sink = truthy(g["is_sink"])
         ax.scatter(g.loc[~sink, "logit"], g.loc[~sink, "log_dist"], s=3, alpha=0.4, color="C0", label="keys")
         ax.scatter(g.loc[sink, "logit"], g.loc[sink, "log_dist"], s=80, marker="*", color="crimson",
                    label="sink (key 0)", zorder=3)
@@ -173,14 +174,14 @@ def value_norms(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     marked; and per layer the sink's value norm over the median token's, every prompt."""
     title = "Value norm per token, the sink's marked (paper Fig. 11)"
     fig, (ax, axr) = canvas.subplots(2, title, width=5.8, height=4.4)
-    df = canvas.read(VALUE_NORM_CSV.under(results))
+    df = read_table(VALUE_NORM_CSV.under(results))
     if df is None:
         return canvas.no_data_figure(fig, (ax, axr), VALUE_NORM_CSV.rel, path, title)
     first = df[df["prompt"] == df["prompt"].iloc[0]] if "prompt" in df else df
     for i, (layer, g) in enumerate(first.groupby("layer")):
         g = g.sort_values("position")
         ax.plot(g["position"], g["value_norm"], lw=0.6, color=f"C{i}", label=f"layer {layer}")
-        s = g[canvas.truthy(g["is_sink"])]
+        s = g[truthy(g["is_sink"])]
         ax.plot(s["position"], s["value_norm"], "*", ms=12, color=f"C{i}", mec="k")
     ax.plot([], [], "*", ms=10, color="0.5", mec="k", label="sink (position 0)")
     ax.set_xscale("symlog", linthresh=10)
@@ -189,8 +190,8 @@ def value_norms(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     ax.set_title(f"prompt {first['prompt'].iloc[0] if 'prompt' in first else ''}", fontsize=8)
     ax.legend(fontsize=7)
     by = ["prompt", "layer"] if "prompt" in df else ["layer"]
-    sink = df[canvas.truthy(df["is_sink"])].groupby(by)["value_norm"].first()
-    med = df[~canvas.truthy(df["is_sink"])].groupby(by)["value_norm"].median()
+    sink = df[truthy(df["is_sink"])].groupby(by)["value_norm"].first()
+    med = df[~truthy(df["is_sink"])].groupby(by)["value_norm"].median()
     ratio = (sink / med).reset_index(name="ratio")
     for i, (layer, g) in enumerate(ratio.groupby("layer")):
         ax_x = np.full(len(g), layer)

@@ -13,41 +13,9 @@ import numpy as np
 import pandas as pd
 
 from magicpig.harness.report import canvas
-from magicpig.harness.report.collect import collect_metrics
+from magicpig.harness.results_tree import SWEEPS, sweep_runs
 from magicpig.harness.report.intervals import WHISKERS, run_level, whisker
 from magicpig.harness.result_files import METRICS
-
-SWEEPS = "sweeps"
-
-
-def _runs_below(root: Path, source: str) -> pd.DataFrame:
-    df = collect_metrics(root) if root.is_dir() else collect_metrics(root / "__none__")
-    df = df[(df["status"] == "ok") & df["task"].fillna("").str.startswith("ruler/")].copy()
-    df["source"] = source
-    return df
-
-
-def sweep_runs(results: Path) -> pd.DataFrame:
-    """Finished RULER runs of the sweeps and of the accuracy tree, one row per (task, length, method) (the
-    sweep's run first), with the method's parsed fields: family (dense / topk / oracle / magicpig / other),
-    budget, K, L, centering."""
-    from magicpig.methods import parse_method
-
-    df = pd.concat([_runs_below(results / SWEEPS, "sweeps"), _runs_below(results / "accuracy", "accuracy")],
-                   ignore_index=True)
-    df = df.drop_duplicates(["task", "length", "method"], keep="first")
-    fields = []
-    for spec in df["method"]:
-        try:
-            m = parse_method(spec)
-        except ValueError:
-            fields.append({"family": "other"})
-            continue
-        fields.append({"family": m.name if m.name in ("dense", "topk", "oracle", "magicpig") else "other",
-                       "budget": getattr(m, "budget", None), "K": getattr(m, "K", None), "L": getattr(m, "L", None),
-                       "centering": getattr(m, "centering", None)})
-    parsed = pd.DataFrame(fields, index=range(len(df)), columns=["family", "budget", "K", "L", "centering"])
-    return pd.concat([df.reset_index(drop=True), parsed], axis=1)
 
 
 def _line(ax, rows: pd.DataFrame, x: str, style: str, color: str, label: str) -> list[int]:

@@ -9,7 +9,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from magicpig.harness.projection import HARDWARE
 from magicpig.harness.report import canvas
+from magicpig.harness.report.tables_cpu import batch_one, system_label
+from magicpig.harness.results_tree import cpu_decode_rows, read_table, truthy
 from magicpig.harness.result_files import (DECODE_CSV, PROJECTION_H200_CSV, PROJECTION_PAPER_HARDWARE_CSV,
                                            PROJECTION_PAPER_LATENCY_CSV)
 
@@ -37,8 +40,6 @@ def baselines_caption(ref: dict) -> str:
 
 
 def _machine(key: str) -> str:
-    from magicpig.harness.projection import HARDWARE
-
     return HARDWARE[key].name if key in HARDWARE else str(key)
 
 
@@ -52,7 +53,7 @@ def _measured(ax, df, x: str, y: str, by: str) -> None:
     none, and gets no legend entry); rows under load hollow."""
     df = df[pd.to_numeric(df[y], errors="coerce").notna()]
     df = df.assign(_label=[_label(r) for r in df.itertuples()])
-    load = canvas.truthy(df["under_load"]) if "under_load" in df else df[x] < 0
+    load = truthy(df["under_load"]) if "under_load" in df else df[x] < 0
     for i, ((lab, b), g) in enumerate(df.groupby(["_label", by], sort=False)):
         g = g.sort_values(x)
         ax.plot(g[x], g[y], "o-", color=f"C{i % 10}", label=f"{lab}, {by} {b}")
@@ -77,7 +78,7 @@ def _panels(results: Path, title: str, x: str, y: str, by: str, xlabel: str, yla
     fig, axes = canvas.subplots(3, title, width=4.8, height=height)
     files = {"decode": DECODE_CSV, "projection_h200": PROJECTION_H200_CSV,
              "projection_paper_latency": PROJECTION_PAPER_LATENCY_CSV}
-    frames = {name: canvas.read(file.under(results)) for name, file in files.items()}
+    frames = {name: read_table(file.under(results)) for name, file in files.items()}
     for ax, name in zip(axes, frames):
         if frames[name] is None:
             canvas.no_data(ax, files[name].rel, missing)
@@ -185,7 +186,7 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
     title = "Throughput speed-up over the paper's baseline of each setting"
     missing: list[str] = []
     fig, (ax, axp) = canvas.subplots(2, title, width=6.0, height=6.0)
-    gpu = _gpu_rows(canvas.read(DECODE_CSV.under(results)))
+    gpu = _gpu_rows(read_table(DECODE_CSV.under(results)))
     if gpu is None or gpu.empty:
         canvas.no_data(ax, f"{DECODE_CSV.rel} rows on a GPU\n(this machine has none)", missing)
     else:
@@ -203,7 +204,7 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
     system = _system(ref)
     paper = system.get("throughput_speedup", [])
     labels = {k: v.get("label", k) for k, v in (system.get("baselines") or {}).items()}
-    proj = canvas.read(PROJECTION_PAPER_HARDWARE_CSV.under(results))
+    proj = read_table(PROJECTION_PAPER_HARDWARE_CSV.under(results))
     names = [f"{p['hardware']}\n{p['model']} {p['context'] // 1024}K\n"
              + textwrap.fill(f"over {labels.get(p.get('baseline'), p.get('baseline'))}", 30) for p in paper]
     xs = np.arange(len(paper))
@@ -254,20 +255,18 @@ def cpu_baselines(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """The CPU decoders against context: ms/token at batch 1 (solid; dashed: the step's bytes-limit) | tokens/s
     at the largest batch that fits (``--max-throughput`` rows, the batch written at each point). Stock
     transformers, llama.cpp on the same GGUF file, our dense decoder and MagicPIG, all measured here."""
-    from magicpig.harness.report.tables_cpu import batch_one, cpu_rows, system_label
-
     title = "CPU decoders: stock transformers, llama.cpp, our dense, MagicPIG"
     missing: list[str] = []
     fig, (ax, axm) = canvas.subplots(2, title, width=5.0, height=4.4)
-    df = cpu_rows(results)
+    df = cpu_decode_rows(results)
     if df is not None:
-        df = df[canvas.truthy(df["fits"])]
+        df = df[truthy(df["fits"])]
     if df is None or df.empty:
         canvas.no_data(ax, "throughput/decode.csv (CPU rows)", missing)
         canvas.no_data(axm, "throughput/decode.csv (CPU rows)", [])  # named once in the caption
         return canvas.save(fig, path, title, missing)
     one = batch_one(df)
-    load = canvas.truthy(df["under_load"]) if "under_load" in df else pd.Series(False, index=df.index)
+    load = truthy(df["under_load"]) if "under_load" in df else pd.Series(False, index=df.index)
     for i, ((m, b), g) in enumerate(one.groupby(["method", "backend"], sort=False)):
         g = g.sort_values("context")
         ax.plot(g["context"], g["ms_per_token"], "o-", color=f"C{i % 10}", label=system_label(m, b))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from magicpig.harness.report import figures
-from magicpig.harness.report.collect import collect_metrics, read_csv
+from magicpig.harness.results_tree import collect_metrics, read_csv
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.result_files import (ATTENTION_MASS_CURVE_PNG, CENTERING_SWEEP_PNG, MAGICPIG_VS_TOPK_COST_PNG,
                                            MASS_CURVE_SUMMARY_CSV, ORACLE_VS_TOPK_BUDGET_PNG, SINK_CENTER_SUMMARY_CSV,

@@ -7,12 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from magicpig.harness.report.canvas import read, truthy
 from magicpig.harness.report.markdown import fmt, table
-from magicpig.harness.result_files import DECODE_CSV
+from magicpig.harness.results_tree import cpu_decode_rows, truthy
 
 TITLE = "CPU decoders side by side (batch 1, measured)"
-NEEDED = {"device", "method", "backend", "context", "batch", "fits", "ms_per_token", "tokens_per_s"}
 SYSTEMS = (("dense", "stock", "stock transformers"), ("dense", "llamacpp", "llama.cpp"),
            ("dense", "reference", "our dense"))
 
@@ -24,16 +22,6 @@ def system_label(method: str, backend: str) -> str:
     return f"{method}@{backend}"
 
 
-def cpu_rows(results: Path) -> pd.DataFrame | None:
-    """The CPU rows of ``throughput/decode.csv`` (None: no file, or one without the bench's columns)."""
-    decode = read(DECODE_CSV.under(results))
-    if decode is None or not NEEDED <= set(decode.columns):
-        return None
-    if "search" not in decode:  # files written before the max-batch search existed
-        decode = decode.assign(search="")
-    return decode[decode["device"].astype(str) == "cpu"]
-
-
 def batch_one(decode: pd.DataFrame) -> pd.DataFrame:
     """The measured batch-1 rows (not max-batch searches), one per (system, context): the last written."""
     df = decode[(decode["batch"] == 1) & (decode["search"].astype(object).fillna("").astype(str) == "")]
@@ -41,7 +29,7 @@ def batch_one(decode: pd.DataFrame) -> pd.DataFrame:
 
 
 def cpu_baselines_section(results: Path) -> list[str]:
-    decode = cpu_rows(results)
+    decode = cpu_decode_rows(results)
     if decode is None:
         return [f"### {TITLE}", "Not run (no `throughput/decode.csv` with the bench's columns)."]
     df = batch_one(decode)

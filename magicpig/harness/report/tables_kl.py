@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
-from magicpig.harness.report.collect import canonical, collect_metrics, load_reference
+from magicpig.harness.results_tree import canonical, kl_grid_averages, load_reference, ruler_averages
 from magicpig.harness.report.coverage_run import Run, not_run, partial
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.lsh import parse_kl
@@ -57,38 +55,6 @@ def paper_columns(block: dict) -> tuple[list[str], list[str], list[list[float | 
     return settings, cols, values
 
 
-def measured(results: Path) -> pd.DataFrame:
-    """Our RULER average per method over the (K, L) grid's tasks and length: method, score, cost, tasks, length.
-    Dense comes from the RULER runs on those tasks and that length."""
-    grid = collect_metrics(results / "ablations" / "kl_grid") if (results / "ablations").is_dir() else None
-    if grid is None or grid.empty:
-        return pd.DataFrame(columns=["method", "score", "cost", "tasks", "length"])
-    grid = grid[grid["status"] == "ok"]
-    if grid.empty:
-        return pd.DataFrame(columns=["method", "score", "cost", "tasks", "length"])
-    length = int(grid["length"].max())
-    grid = grid[grid["length"] == length]
-    ruler = collect_metrics(results / "accuracy" / "ruler") if (results / "accuracy" / "ruler").is_dir() else None
-    if ruler is not None and not ruler.empty:
-        dense = ruler[(ruler["status"] == "ok") & (ruler["method"] == "dense") & (ruler["length"] == length)
-                      & ruler["task"].isin(set(grid["task"]))]
-        grid = pd.concat([grid, dense], ignore_index=True)
-    out = grid.groupby("method").agg(score=("score", "mean"), cost=("cost", "mean"), tasks=("task", "nunique"))
-    return out.reset_index().assign(length=length)
-
-
-def ruler_measured(results: Path) -> pd.DataFrame:
-    """Our RULER average per (method, length) over the tasks each finished: method, length, score, cost, tasks."""
-    folder = Path(results) / "accuracy" / "ruler"
-    df = collect_metrics(folder) if folder.is_dir() else None
-    if df is None or df.empty or (df["status"] == "ok").sum() == 0:
-        return pd.DataFrame(columns=["method", "length", "score", "cost", "tasks"])
-    ok = df[df["status"] == "ok"].assign(length=lambda d: d["length"].astype(int))
-    out = ok.groupby(["method", "length"]).agg(score=("score", "mean"), cost=("cost", "mean"),
-                                               tasks=("task", "nunique"))
-    return out.reset_index()
-
-
 def table_lengths(block: dict) -> list[int]:
     """The context lengths a paper table reports (Table 10: three; the others: one)."""
     return [int(n) for n in (block.get("lengths") or [block["length"]])]
@@ -97,7 +63,7 @@ def table_lengths(block: dict) -> list[int]:
 def kl_tables_section(results: Path, ref: dict) -> list[str]:
     parts = [f"### {HEADING} (paper Tables 10-13)"]
     paper = ref.get("kl_ablation_tables") or {}
-    ours, ruler = measured(Path(results)), ruler_measured(Path(results))
+    ours, ruler = kl_grid_averages(Path(results)), ruler_averages(Path(results))
     wanted = {n for block in paper.values() for n in table_lengths(block)}
     if ours.empty and not set(ruler["length"]) & wanted:
         return parts + ["Not run: no (K, L) grid results (`ablations.kl_grid`) and no RULER runs at the tables' "
@@ -136,12 +102,12 @@ def kl_table_status(run: Run, key: str, model_note: str) -> str:
         return not_run("the paper's cells are not in config/paper_reference.yaml")
     settings, _, _ = paper_columns(block)
     paper_lengths = table_lengths(block)
-    ruler = ruler_measured(run.results)
+    ruler = ruler_averages(run.results)
     ruler = ruler[ruler["length"].isin(paper_lengths)]
     at_lengths = {m for m, g in ruler.groupby("method") if set(g["length"]) >= set(paper_lengths)}
     if not at_lengths and not (run.config.get("ablations") or {}).get("kl_grid"):
         return not_run(run.elsewhere(lambda p: bool((p.get("ablations") or {}).get("kl_grid"))))
-    ours = measured(run.results)
+    ours = kl_grid_averages(run.results)
     if ours.empty and not at_lengths:
         return partial("no (K, L) grid results and no RULER runs at the table's lengths in this run yet")
     lengths_text = ", ".join(f"{n // 1024}K" for n in paper_lengths)

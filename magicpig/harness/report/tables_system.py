@@ -3,13 +3,12 @@
 of ``make gpu-check`` (``results/gpu/<name>/``), each beside the paper's numbers."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
 from magicpig.harness.overhead import overhead
-from magicpig.harness.report.collect import canonical, read_csv
+from magicpig.harness.results_tree import canonical, gpu_runs, read_csv, read_machine, truthy
 from magicpig.harness.report.coverage_run import CellCheck
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.result_files import DECODE_CSV, MACHINE_JSON
@@ -35,8 +34,7 @@ def kl_throughput(decode: pd.DataFrame, limit_ms: float) -> pd.DataFrame:
     they came from (a row that did not fit counts for none); ``*_under_load``: whether the row behind each
     of the three numbers was measured while another process shared the CPU (the bench's ``under_load``)."""
     ok = _fitted(decode).copy()
-    ok["_load"] = (ok["under_load"].astype(str).str.strip().str.lower().isin(("true", "1", "yes"))
-                   if "under_load" in ok.columns else False)
+    ok["_load"] = truthy(ok["under_load"]) if "under_load" in ok.columns else False
     ok["ms_per_token"] = ok["ms_per_token"].astype(float)
     ok["tokens_per_s"] = ok["tokens_per_s"].astype(float)
     rows = []
@@ -186,12 +184,6 @@ def table8_section(ref: dict, model: str | None = None) -> list[str]:
             table(header, table8_rows(ref, model))]
 
 
-def gpu_runs(root: Path) -> list[Path]:
-    """The ``make gpu-check`` output folders under ``root`` (``results/gpu/<name>/``)."""
-    root = Path(root)
-    return sorted(p for p in root.iterdir() if p.is_dir() and (p / DECODE_CSV.name).is_file()) if root.is_dir() else []
-
-
 def gpu_section(gpu_root: Path) -> list[str]:
     """The ``make gpu-check`` runs under ``gpu_root`` (results/gpu), one decode table each."""
     parts = [f"### {GPU_TITLE}"]
@@ -199,12 +191,7 @@ def gpu_section(gpu_root: Path) -> list[str]:
     if not runs:
         return parts + [f"None: no `{MACHINE_JSON.folder}/{DECODE_CSV.name}` (run `make gpu-check` on a GPU box)."]
     for run in runs:
-        machine = {}
-        if (run / MACHINE_JSON.name).is_file():
-            try:
-                machine = json.loads((run / MACHINE_JSON.name).read_text())
-            except json.JSONDecodeError:
-                machine = {}
+        machine = read_machine(run)
         label = machine.get("gpu") or machine.get("device") or run.name
         parts += [f"`{run}/` ({label}):", decode_table(read_csv(run / DECODE_CSV.name))]
     return parts

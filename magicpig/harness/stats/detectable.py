@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import Sequence
+from typing import Mapping, Sequence
+
+import numpy as np
 
 from magicpig.harness.stats.paired import SCORE_RANGE, current_level, t_ppf
 
@@ -58,6 +60,29 @@ def from_pairs(tasks: Sequence[tuple[int, float]], level: float | None = None) -
         return math.inf
     var = sum((v if v == v and v > 0 else ASSUMED_VARIANCE) / max(n, 1) for n, v in tasks)
     return (_q(level) + NormalDist().inv_cdf(POWER)) * math.sqrt(var) / len(tasks)
+
+
+def pair_variance(a: Mapping[str, float], b: Mapping[str, float]) -> tuple[int, float]:
+    """(pairs, sample variance of the paired differences a - b in points^2; NaN under 2 pairs) of one task, as
+    ``from_pairs`` takes them."""
+    d = np.array([a[i] - b[i] for i in a if i in b], dtype=float)
+    return len(d), (float(d.var(ddof=1)) if len(d) > 1 else float("nan"))
+
+
+def thin_text(label: str, thin: Sequence[tuple[int, float]], min_samples: int) -> str:
+    """The MDE of a comparison whose tasks all had too few samples (``thin``: their ``pair_variance``): at their
+    n, from their pairs' variance (assumed where they show none), and beside it at ``min_samples`` per task."""
+    head = f"{label}: " if label else ""
+    if not thin or not any(n for n, _ in thin):
+        at_min = from_pairs([(min_samples, float("nan"))])
+        return (f"{head}none at n=0 pairs; one task of min_samples={min_samples} 0/100 pairs disagreeing on "
+                f"{ASSUMED_DISCORDANCE:.0%} of them would give +-{at_min:.1f} points")
+    at_n = from_pairs(thin)
+    at_min = from_pairs([(min_samples, v) for _, v in thin])
+    ns = ", ".join(str(n) for n, _ in thin)
+    return (f"{head}+-{at_n:.1f} points around the margin at n={ns} pairs over {len(thin)} "
+            f"task{'s' * (len(thin) > 1)} (from their paired differences; below min_samples the test does not "
+            f"run), +-{at_min:.1f} at {min_samples} per task")
 
 
 def from_units(n: int, sd: float, level: float | None = None) -> float:

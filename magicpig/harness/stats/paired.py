@@ -444,3 +444,22 @@ def paper_interval(p_method: float, p_base: float, n_per_task: int, tasks: int, 
     part = TaskInterval("", n_per_task, d * 100, lo * 100, hi * 100, "Newcombe")
     value, lo, hi = mover([part] * tasks, [1.0 / tasks] * tasks)
     return value, lo, hi
+
+
+def paper_power(p_method: float, p_base: float, n_per_task: int, tasks: int, threshold: float, *,
+                strict: bool) -> str:
+    """What the paper's averages would give at its n (``paper_interval``, both ways) against a test whose
+    lower bound must clear ``threshold`` (strictly with ``strict``), in words."""
+    m, b, n, t = p_method, p_base, n_per_task, tasks
+    best = paper_interval(m, b, n, t, agreement=True)
+    indep = paper_interval(m, b, n, t, agreement=False)
+
+    def passes(iv) -> bool:
+        return iv[1] > threshold if strict else iv[1] >= threshold
+
+    verdict = ("would pass even if the methods erred independently" if passes(indep) else
+               "would pass only if their errors overlap closely" if passes(best) else
+               "would NOT pass this test even at best: the test is stricter than the paper's own evidence")
+    return (f"power: the paper's {m:g} vs {b:g} at its n ({n} x {t} task{'s' * (t > 1)}, scores as 0/100) "
+            f"give [{best[1]:+.1f}, {best[2]:+.1f}] with all discordant pairs one way, "
+            f"[{indep[1]:+.1f}, {indep[2]:+.1f}] with independent errors: {verdict}")

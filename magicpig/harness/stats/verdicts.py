@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
-from magicpig.harness.stats.bootstrap import Interval
-from magicpig.harness.stats.paired import collecting
+from magicpig.harness.stats.bootstrap import LEVEL, Interval
+from magicpig.harness.stats.paired import collecting, interval_level
 
 REPRODUCED, NOT_REPRODUCED, NOT_TESTABLE = "reproduced", "not reproduced", "not testable here"
 
@@ -91,3 +91,42 @@ def combine(verdicts: Iterable[Verdict]) -> Verdict:
         return Verdict(REPRODUCED)
     return testable("; ".join(dict.fromkeys(v.reason for v in open_ if v.reason)),
                     "; ".join(dict.fromkeys(v.mde for v in open_ if v.mde)))
+
+
+def holm_step_down(first: list[Verdict], family: list[int], rerun: Callable[[int], tuple[Verdict, str]],
+                   alpha: float = 1.0 - LEVEL) -> list[tuple[Verdict, str, str]]:
+    """Holm's step-down correction over the tests ``family`` (indices into ``first``, their verdicts at the
+    unadjusted level): (verdict, note, measured at the adjusted level) per test; (its first verdict, '', '')
+    for a test outside the family. ``rerun(i)``: test i again at the interval level in force, as
+    (verdict, what it measured).
+
+    Each test is a two-sided interval test of its margin, so its p-value is at most alpha' exactly when
+    it, re-run with 1 - alpha' intervals, decides the same way. With m tests in the family, each step
+    re-runs the k tests not yet confirmed at level 1 - alpha / k; those that keep a decided verdict are
+    confirmed (their ordered p-values are within alpha / k) and leave; when none does, the decided rest are not
+    testable after the correction (undecided ones never confirm). A test made of several comparisons is decided
+    at a level as a whole (reproduced: all comparisons; not reproduced: any one)."""
+    out: list[tuple[Verdict, str, str]] = [(v, "", "") for v in first]
+    m, step, remaining = len(family), 0, list(family)
+    while any(first[i].status != NOT_TESTABLE for i in remaining):
+        step += 1
+        level = 1.0 - alpha / len(remaining)
+        with interval_level(level):
+            again = {i: rerun(i) for i in remaining if first[i].status != NOT_TESTABLE}
+        kept = [i for i in again if again[i][0].status == first[i].status]
+        for i, (verdict, measured) in again.items():
+            if i in kept:
+                out[i] = (verdict, f"Holm step {step}, family of {m}: holds at {level:.4g} "
+                                   f"(alpha {alpha:g} / {len(remaining)})", measured)
+            elif not kept:
+                note = (f"Holm: decided at the unadjusted {LEVEL:g} ({first[i].status}) but not at the "
+                        f"adjusted {level:.4g} (alpha {alpha:g} / {len(remaining)}, family of {m})")
+                out[i] = (testable(note + (f"; {verdict.reason}" if verdict.reason else ""),
+                                   verdict.mde or "none computed at the adjusted level"), note, measured)
+        if not kept:
+            break
+        remaining = [i for i in remaining if i not in kept]
+    for i in family:
+        if first[i].status == NOT_TESTABLE:
+            out[i] = (first[i], f"in Holm's family of {m} (tested, not decided)", "")
+    return out

@@ -21,10 +21,11 @@ import sys
 import time
 from pathlib import Path
 
+from magicpig.harness.result_files import EVAL_RULE_NAMES
+
 # rules whose command is `magicpig eval` (resumable from predictions.jsonl): the rows of the job table
-# `eval_rules` in workflow/rules/common.smk
-EVAL_RULES = ("eval_ruler", "eval_longbench", "eval_gsm8k", "eval_lm_eval", "eval_reasoning", "ablation_centering",
-              "ablation_kl_grid", "ablation_setup", "sweep_ruler")
+# `eval_rules` in workflow/rules/common.smk, one per benchmark family plus the ablations' and sweeps'
+EVAL_RULES = EVAL_RULE_NAMES
 
 
 def is_eval_rule(rule: str) -> bool:

@@ -96,6 +96,13 @@ def test_at_least_eight_figures_cover_the_papers_list():
         assert needed in FIGURES
 
 
+def test_the_pipeline_expects_exactly_the_figures_the_report_draws():
+    """The report rule's figure outputs come from result_files (the Snakefile loads no plotting module); they
+    must be the figures write_all draws, or a run would wait for a file nobody writes."""
+    from magicpig.harness.result_files import REPORT_FIGURES
+    assert sorted(f.name for f in REPORT_FIGURES) == sorted(FIGURES)
+
+
 def test_every_figure_is_drawn_from_a_synthetic_tree(tmp_path):
     res = write_all(synthetic_tree(tmp_path / "results"), tmp_path / "fig", load_reference())
     assert list(res) == FIGURES

@@ -95,7 +95,7 @@ KERNEL_CSV = ResultFile("kernel.csv", THROUGHPUT, ("bench_kernel",), "magicpig b
                         (THROUGHPUT_SMK, REPORT + "build.py"))
 DECODE_CSV = ResultFile("decode.csv", THROUGHPUT, ("bench_decode",),
                         "magicpig bench decode --csv (also scripts/gpu_check.sh, in results/gpu/<name>)", (
-                            THROUGHPUT_SMK, REPORT + "build.py", REPORT + "tables_system.py", REPORT + "tables_cpu.py",
+                            THROUGHPUT_SMK, REPORT + "build.py", REPORT + "tables_system.py", "magicpig/harness/results_tree.py",
                             REPORT + "plots_throughput.py", REPORT + "claims_system.py", REPORT + "paper_items.py"))
 # decode.csv of each model that decode_bench.shapes measures by shape only
 SHAPE_DECODE_CSV = replace(DECODE_CSV, folder=f"{THROUGHPUT}/shapes/<name>", rules=("bench_decode_shape",),

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from magicpig.harness.result_files import EVAL_RULE_NAMES
+from magicpig.harness.result_files import EVAL_RULE_NAMES, rule_of
 
 # rules whose command is `magicpig eval` (resumable from predictions.jsonl): the rows of the job table
 # `eval_rules` in workflow/rules/common.smk, one per benchmark family plus the ablations' and sweeps'
@@ -29,9 +29,9 @@ EVAL_RULES = EVAL_RULE_NAMES
 
 
 def is_eval_rule(rule: str) -> bool:
-    """A rule of the job table: one of EVAL_RULES, or a RULER rule of settings run at some lengths only
-    (`eval_ruler_16k`, ...: common.smk's eval_rules names them after their lengths)."""
-    return rule in EVAL_RULES or re.fullmatch(r"eval_ruler(_\d+k?)+", rule) is not None
+    """A rule of the job table: one of EVAL_RULES, or the rule of settings one of them runs at some lengths only
+    (`eval_ruler_16k`, ...: result_files.rule_of, which the report rule's inputs use too)."""
+    return rule_of(EVAL_RULES, rule)
 
 
 # one rule of each kind the check must see run as a SLURM job: build, eval, estimation, bench, project, report

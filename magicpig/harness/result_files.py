@@ -70,6 +70,11 @@ class ResultFile:
 # settings run at some lengths only add a length suffix: eval_ruler_16k), then the ablations' and the sweeps'
 EVAL_RULE_NAMES = tuple(f.rule for f in FAMILIES.values()) + ("ablation_centering", "ablation_kl_grid",
                                                               "ablation_setup", "sweep_ruler")
+
+
+def rule_of(rules, name: str) -> bool:
+    """Whether the job-table rule ``name`` is one of ``rules`` or the per-length rule of one (eval_ruler_16k)."""
+    return any(name == rule or name.startswith(f"{rule}_") for rule in rules)
 REPORT = "magicpig/harness/report/"
 THROUGHPUT_SMK = "workflow/rules/throughput.smk"
 ESTIMATION_SMK = "workflow/rules/estimation.smk"

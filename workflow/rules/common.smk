@@ -15,7 +15,7 @@ from pathlib import Path
 from magicpig.harness.result_files import (CAPTURE, CPU_MODULE_TXT, DECODE_CSV, EXPERIMENT_FILES, INPUTS_FILES,
                                            KERNEL_CSV, METHOD_DIR, PROJECT_FILES, REPORT_FIGURES, REPORT_HTML,
                                            REPORT_MD, SECTION_READS, SHAPE_DECODE_CSV, TUNE_KL_CANDIDATES_CSV,
-                                           TUNE_KL_JSON, tune_kl_target)
+                                           TUNE_KL_JSON, rule_of, tune_kl_target)
 
 
 # ---- software and resources ------------------------------------------------------------------------------
@@ -339,18 +339,13 @@ def report_caption(file):
     return str(path)
 
 
-def covers(rules, name):
-    """Whether the eval rule ``name`` is one of ``rules``, or the per-length rule of one (eval_ruler_16k)."""
-    return any(name == rule or name.startswith(f"{rule}_") for rule in rules)
-
-
 def result_paths(file, eval_rules, res, preset):
     """The files of preset ``preset`` (results under ``res``) that a result-file entry names: for eval results
     (result_files.eval_results) the metrics.json of every job of their rules in the job table ``eval_rules``;
     tune-kl's files at the preset's target cost; decode.csv of each model measured by shape only; else the file
     in its folder."""
     if file.folder == METHOD_DIR:
-        return [path for rule in eval_rules if covers(file.rules, rule.name) for path in rule.targets()]
+        return [path for rule in eval_rules if rule_of(file.rules, rule.name) for path in rule.targets()]
     if file == SHAPE_DECODE_CSV:
         return [shape_decode_file(res, shape) for shape in decode_shapes(preset)]
     if file in (TUNE_KL_JSON, TUNE_KL_CANDIDATES_CSV):

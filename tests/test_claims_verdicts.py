@@ -293,13 +293,30 @@ def test_speedup_reads_the_gpu_check_folder_and_reports_both_batches(tmp_path):
     _decode(gpu, _run(2.5, "a") + _run(2.4, "b") + _run(2.6, "c"))
     c = verdict(results, "throughput_speedup")
     assert c.verdict.status == REPRODUCED, c.verdict.text()
-    assert "3 runs, max-batch ratio per run 2.50, 2.40, 2.60, geometric mean 2.50x [" in c.measured
+    assert ("3 runs, max-batch ratio per run 2.50 (batch 8 vs 4), 2.40 (batch 8 vs 4), 2.60 (batch 8 vs 4), "
+            "geometric mean 2.50x [") in c.measured
     assert "Student t interval (95% unless the report adjusts the level) of the mean log ratio" in c.measured
     _decode(gpu, _run(0.9, "a") + _run(0.95, "b") + _run(0.92, "c"))
     assert verdict(results, "throughput_speedup").verdict.status == NOT_REPRODUCED
     _decode(gpu, _run(0.6, "a") + _run(2.0, "b") + _run(1.4, "c"))  # runs disagree: the interval includes 1
     c = verdict(results, "throughput_speedup")
     assert c.verdict.status == NOT_TESTABLE and "includes the bar 1.00x" in c.verdict.reason
+
+
+def test_speedup_run_whose_max_batch_search_stopped_gives_no_max_batch_ratio(tmp_path):
+    """A run killed after dense's max-batch search row but before MagicPIG's has no max-batch ratio (MagicPIG's
+    batch-1 row is no stand-in for its largest batch); its batch-1 ratio still counts."""
+    results = tmp_path / "results" / "cpu"
+    (results / "throughput").mkdir(parents=True)
+    stopped = [dict(r, run_id="d") for r in _run(1.0)[:3]]  # batch 1 of both, dense's search; MagicPIG's missing
+    _decode(tmp_path / "results" / "gpu" / "h200" / "decode.csv",
+            _run(1.3, "a") + _run(1.25, "b") + stopped)
+    c = verdict(results, "throughput_speedup")
+    assert "2 runs, max-batch ratio per run 1.30 (batch 8 vs 4), 1.25 (batch 8 vs 4)," in c.measured, c.measured
+    assert "batch 1 geometric mean 0.75x" in c.measured
+    assert c.verdict.status == NOT_TESTABLE and "2 independent runs" in c.verdict.reason
+    _decode(tmp_path / "results" / "gpu" / "h200" / "decode.csv", _run(1.3, "a") + _run(1.25, "b") + _run(1.35, "c"))
+    assert verdict(results, "throughput_speedup").verdict.status == REPRODUCED
 
 
 def test_speedup_runs_are_files_when_each_run_id_holds_one_method(tmp_path):

@@ -25,6 +25,9 @@ METHOD_DIR = "<eval out>/<task>/<length>/<method dir>"
 GPU_RUN = "results/gpu/<name>"  # one run of scripts/gpu_check.sh (`make gpu-check`), outside any preset
 REPORT_DIR = "<report dir>"  # figures/generated/<preset>: build_report --out
 REFERENCE_RUN = "figures/reference/<preset>-<date>"  # a finished run kept by `magicpig archive`, outside the pipeline
+# a GPU run of scripts/gpu_check.sh committed as reference data (its folder of results/gpu, the rows of any reruns
+# appended to its decode.csv with their own run_id); reports read it beside results/gpu
+REFERENCE_GPU_RUN = "figures/reference/gpu-check-<gpu name>-<date>"
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,7 @@ PROJECTION_PAPER_LATENCY_CSV = ResultFile(
     (REPORT + "build.py", REPORT + "plots_throughput.py"))
 PROJECTION_H200_CSV = ResultFile("projection_h200.csv", THROUGHPUT, ("project_hardware",),
                                  "magicpig.harness.commands.project",
-                                 (REPORT + "build.py", REPORT + "plots_throughput.py"))
+                                 (REPORT + "build.py", REPORT + "plots_throughput.py", REPORT + "tables_system.py"))
 MACHINE_JSON = ResultFile("machine.json", GPU_RUN, (), "scripts/gpu_check.sh", (REPORT + "tables_system.py",))
 
 # ---- estimation: attention-level experiments on captured prefills ------------------------------------------
@@ -315,5 +318,7 @@ SECTION_READS: dict[str, tuple[ResultFile, ...]] = {
     "table7": (DECODE_CSV,),
     "table8": (),
     "shapes": (SHAPE_DECODE_CSV,),
-    "gpu": (),  # results/gpu, outside the preset's results: no job of the pipeline writes it
+    # the GPU runs (results/gpu, the committed figures/reference/gpu-check-*) are outside the preset's results:
+    # no job of the pipeline writes them; their rows are set beside the preset's H200 projection
+    "gpu": (PROJECTION_H200_CSV,),
 }

@@ -16,7 +16,8 @@ import pandas as pd
 
 
 from magicpig.harness.predictions import read_rows
-from magicpig.harness.result_files import DECODE_CSV, MACHINE_JSON, METRICS, PREDICTIONS, TUNE_KL_JSON
+from magicpig.harness.result_files import (DECODE_CSV, MACHINE_JSON, METRICS, PREDICTIONS, REFERENCE_GPU_RUN,
+                                           TUNE_KL_JSON)
 from magicpig_tasks.paper import load as load_reference  # noqa: F401 (re-exported: one reader of the paper numbers)
 
 
@@ -214,10 +215,24 @@ def ruler_averages(results: Path) -> pd.DataFrame:
     return out.reset_index()
 
 
-def gpu_runs(root: Path) -> list[Path]:
-    """The ``make gpu-check`` output folders under ``root`` (``results/gpu/<name>/``)."""
+def gpu_runs(root: Path, prefix: str = "") -> list[Path]:
+    """The ``make gpu-check`` output folders under ``root`` (``results/gpu/<name>/``) whose name starts with
+    ``prefix``."""
     root = Path(root)
-    return sorted(p for p in root.iterdir() if p.is_dir() and (p / DECODE_CSV.name).is_file()) if root.is_dir() else []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(prefix)
+                  and (p / DECODE_CSV.name).is_file()) if root.is_dir() else []
+
+
+def gpu_run_folders(results: Path, gpu_results: Path | None = None) -> list[Path]:
+    """The GPU runs a report of ``results`` (results/<preset>) reads: the ``make gpu-check`` folders under
+    ``gpu_results`` alone when given; by default those under results/gpu and the committed ones
+    (REFERENCE_GPU_RUN: figures/reference/gpu-check-*, beside results/)."""
+    if gpu_results is not None:
+        return gpu_runs(Path(gpu_results))
+    results = Path(results)
+    committed = Path(REFERENCE_GPU_RUN).parent
+    return gpu_runs(results.parent / "gpu") + gpu_runs(results.parent.parent / committed,
+                                                       Path(REFERENCE_GPU_RUN).name.split("<")[0])
 
 
 def read_machine(folder: Path) -> dict:
@@ -250,10 +265,10 @@ def truthy(series: pd.Series) -> pd.Series:
     return series.map(lambda v: str(v).strip().lower() in ("true", "1", "yes"))
 
 
-def gpu_decode_rows(results: Path, gpu_results: Path) -> pd.DataFrame:
-    """Every measured GPU decode row: the pipeline's throughput/decode.csv and each ``make gpu-check`` folder's
-    decode.csv under ``gpu_results``, each row with the file it came from (``_source``)."""
-    files = [DECODE_CSV.under(results)] + sorted(Path(gpu_results).glob(f"*/{DECODE_CSV.name}"))
+def gpu_decode_rows(results: Path, gpu_folders: list[Path]) -> pd.DataFrame:
+    """Every measured GPU decode row: the pipeline's throughput/decode.csv and the decode.csv of each GPU run
+    folder (``gpu_run_folders``), each row with the file it came from (``_source``)."""
+    files = [DECODE_CSV.under(results)] + [Path(f) / DECODE_CSV.name for f in gpu_folders]
     frames = []
     for f in files:
         df = read_table(f)

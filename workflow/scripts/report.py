@@ -14,7 +14,8 @@ parser.add_argument("--methods-module", action="append", default=[],
 parser.add_argument("--preset-config", type=json.loads, default=None,
                     help="the preset's config block as JSON (default: its block in config/*.yaml)")
 parser.add_argument("--gpu-results", default=None,
-                    help="folder of `make gpu-check` outputs (default: gpu beside --results, e.g. results/gpu)")
+                    help="the one folder of `make gpu-check` outputs read (default: results/gpu beside --results and "
+                         "the committed GPU runs, figures/reference/gpu-check-*)")
 args = parser.parse_args()
 load_methods(args.methods_module, "--methods-module")
 print(build_report(args.results, args.out, args.preset, args.preset_config, args.gpu_results))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from magicpig.harness.projection.bandwidth import EFFICIENCY, MAX_LOO_ERROR, fit, leave_one_out, trust_problems
-from magicpig.harness.projection.hardware import (HARDWARE, h200_rows, latency_rows, paper_projection_rows,
+from magicpig.harness.projection.hardware import (HARDWARE, Hardware, h200_rows, latency_rows, paper_projection_rows,
                                                   project_gpu_row)
 from magicpig.harness.projection.measured_rows import cell_number, decode_items, kernel_summary
 
@@ -95,6 +95,27 @@ def choose_efficiency(given: float | None, f, items: list[dict], kern: dict) -> 
     return Efficiency(ORIGINAL_KERNEL_EFFICIENCY, ORIGINAL, f"no unflagged kernel row measured ours; {verdict}")
 
 
+def predict_gpu_rows(items: list[dict], h200: Hardware) -> None:
+    """Set each modelled GPU row's ``predicted_s``: the H200 projection's step time for its (model, context,
+    batch, method) on ``h200`` (a check of the projection, never a fit)."""
+    for it in items:
+        if it["work"] is not None and it["device"].startswith("cuda"):
+            it["predicted_s"] = project_gpu_row(it["shape"], it["family"], it["context"], it["batch"], h200,
+                                                it["sparse"])
+
+
+def gpu_check_predictions(decode_csv, cpu_efficiency: float | None = None):
+    """The rows of one GPU run's decode CSV (``make gpu-check``), each beside the H200 projection of its
+    setting (``predicted_frame``'s columns). ``cpu_efficiency``: the sparse CPU part's efficiency the projection
+    assumes (default: ``HARDWARE["H200"]``'s)."""
+    h200 = HARDWARE["H200"]
+    if cpu_efficiency is not None:
+        h200 = replace(h200, cpu_efficiency=cpu_efficiency)
+    items = decode_items([decode_csv])
+    predict_gpu_rows(items, h200)
+    return predicted_frame(items)
+
+
 def predicted_frame(items: list[dict]):
     """One row per decode item: the measured row with its predicted ms/token, its errors and its role."""
     import pandas as pd
@@ -157,10 +178,7 @@ def project(inputs: ProjectionInputs, say: Callable[[str], None] = print) -> tup
         say("no decode row fitted: none unflagged and modelled, or no streaming bandwidth (give --kernel-csv "
             "or --stream-gbps)")
     eff = choose_efficiency(inputs.cpu_efficiency, f, items, kern)
-    for it in items:  # GPU rows: the H200 projection's step time for the row's (model, context, batch, method)
-        if it["work"] is not None and it["device"].startswith("cuda"):
-            it["predicted_s"] = project_gpu_row(it["shape"], it["family"], it["context"], it["batch"],
-                                                replace(h200, cpu_efficiency=eff.value), it["sparse"])
+    predict_gpu_rows(items, replace(h200, cpu_efficiency=eff.value))
     pred = predicted_frame(items)
 
     sampled = inputs.sampled_fraction

@@ -98,8 +98,8 @@ def holm(claims: list[dict], first: list[Run], ctx: Context) -> list[tuple[Verdi
 
 def evaluate(results: Path | str, ref: dict, gpu_results: Path | str | None = None) -> list[ClaimResult]:
     """Every claim of ``ref['claims']['items']`` decided on the results tree, the decided ones after Holm's
-    correction (``holm``); ``gpu_results``: the ``make gpu-check`` output folder (default: ``gpu`` beside
-    ``results``)."""
+    correction (``holm``); ``gpu_results``: the one ``make gpu-check`` output folder to read (default:
+    results/gpu beside ``results`` and the committed GPU runs, ``results_tree.gpu_run_folders``)."""
     ctx = Context(Path(results), ref, Path(gpu_results) if gpu_results is not None else None)
     claims = list(ref.get("claims", {}).get("items", []))
     first = [_run(c, ctx) for c in claims]

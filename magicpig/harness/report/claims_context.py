@@ -6,22 +6,22 @@ from pathlib import Path
 
 import pandas as pd
 
-from magicpig.harness.results_tree import canonical, ok_runs
+from magicpig.harness.results_tree import canonical, gpu_run_folders, ok_runs
 
 
 class Context:
     """What the tests read: the results root, the finished accuracy runs, the reference, ``min_samples``
     (per task, per method, per length), ``floor_points`` and where the GPU check's results are.
 
-    ``gpu_results``: the folder of ``make gpu-check`` outputs (``results/gpu/<gpu-name>/decode.csv``); by
-    default ``gpu`` beside the preset's results folder (``results/<preset>/../gpu``)."""
+    ``gpu_folders``: the GPU runs read (``results_tree.gpu_run_folders``: by default those under results/gpu and
+    the committed ones; ``gpu_results``, when given, names the one folder of ``make gpu-check`` outputs read)."""
 
     def __init__(self, results: Path, ref: dict, gpu_results: Path | None = None):
         self.results, self.ref = Path(results), ref
         claims = ref.get("claims", {})
         self.min_samples = int(claims.get("min_samples", 20))
         self.floor_points = float(claims.get("floor_points", 5))
-        self.gpu_results = Path(gpu_results) if gpu_results is not None else self.results.parent / "gpu"
+        self.gpu_folders = gpu_run_folders(self.results, gpu_results)
         self.acc = ok_runs(self.results / "accuracy")
 
     def runs(self, benchmark: str, tasks: list[str] | None = None, root: pd.DataFrame | None = None):

@@ -147,22 +147,28 @@ def paper_ratios(ref: dict) -> list[dict]:
 
 def _ratio(g: pd.DataFrame, max_batch: bool) -> tuple[float, str] | None:
     """MagicPIG's tokens/s over GPU-only full attention's (dense, stock backend first) within one run, at batch 1,
-    or each at its largest batch (the max-throughput search's row, else its best measured batch)."""
+    or each at its largest batch: the max-throughput search's row, else (a run without a search) its best
+    measured batch. None where one method's search row is missing (the run stopped before it finished)."""
+    def searched(rows: pd.DataFrame) -> pd.DataFrame:
+        return rows[rows["search"].notna() & (rows["search"].astype(str).str.strip() != "")] \
+            if "search" in rows else rows.iloc[:0]
+
     def pick(rows: pd.DataFrame) -> pd.Series | None:
         if rows.empty:
             return None
         if not max_batch:
             one = rows[rows["batch"] == 1]
             return None if one.empty else one.loc[one["tokens_per_s"].idxmax()]
-        searched = rows[rows["search"].notna() & (rows["search"].astype(str).str.strip() != "")] \
-            if "search" in rows else rows.iloc[:0]
-        pool = searched if len(searched) else rows
+        pool = searched(rows) if len(searched(rows)) else rows
         return pool.loc[pool["tokens_per_s"].idxmax()]
 
     dense = g[g["method"].map(family) == "dense"]
     if "backend" in dense and (dense["backend"] == "stock").any():
         dense = dense[dense["backend"] == "stock"]
-    mp, dn = pick(g[g["method"].map(family) == "magicpig"]), pick(dense)
+    magicpig = g[g["method"].map(family) == "magicpig"]
+    if max_batch and searched(magicpig).empty != searched(dense).empty:
+        return None
+    mp, dn = pick(magicpig), pick(dense)
     if mp is None or dn is None or not dn["tokens_per_s"] > 0:
         return None
     return float(mp["tokens_per_s"] / dn["tokens_per_s"]), f"batch {int(mp['batch'])} vs {int(dn['batch'])}"
@@ -193,8 +199,8 @@ def _paper_ratio(paper: list[dict], gpu: str, model: str, context: int) -> tuple
     return ref, [p for p in same if p["baseline"] != "gpu_full"]
 
 
-def _fmt_ratios(xs: list[float]) -> str:
-    return ", ".join(f"{x:.2f}" for x in xs)
+def _fmt_ratios(xs: list[tuple[float, str]]) -> str:
+    return ", ".join(f"{x:.2f} ({batches})" for x, batches in xs)
 
 
 def speedup(claim: dict, ctx: Context) -> tuple[str, Verdict]:
@@ -205,8 +211,8 @@ def speedup(claim: dict, ctx: Context) -> tuple[str, Verdict]:
     max(1, paper ratio / ``tolerance``) (above 1 strictly: the paper's "significantly improves"), not
     reproduced when it lies below. Projections are quoted beside the paper's ratios and never decide."""
     quoted = _projection_quote(ctx.results, ctx.ref)
-    rows = gpu_decode_rows(ctx.results, ctx.gpu_results)
-    where = f"GPU results read: {DECODE_CSV.rel}, {ctx.gpu_results}/*/{DECODE_CSV.name}"
+    rows = gpu_decode_rows(ctx.results, ctx.gpu_folders)
+    where = f"GPU results read: {', '.join([DECODE_CSV.rel] + [str(f) for f in ctx.gpu_folders])}"
     if rows.empty:
         return quoted or "—", testable(f"no GPU: no measured GPU rows ({where})")
     tol, min_runs = float(claim.get("tolerance", 2.0)), int(claim.get("min_runs", 3))
@@ -215,11 +221,11 @@ def speedup(claim: dict, ctx: Context) -> tuple[str, Verdict]:
     lines, verdicts = [], []
     for (gpu, model, context), g in rows.groupby(["_gpu", rows["model"].map(model_key), "context"], sort=True):
         per_run = [(_ratio(r, max_batch=False), _ratio(r, max_batch=True)) for r in runs(g)]
-        mx = [m[0] for _, m in per_run if m is not None]
+        mx = [m for _, m in per_run if m is not None]
         if not mx:
             continue
         b1 = [b[0] for b, _ in per_run if b is not None]
-        iv = log_t_interval(mx)
+        iv = log_t_interval([m[0] for m in mx])
         label = f"{gpu or 'GPU'}, {model}, {int(context)} tokens"
         line = (f"{label}: {iv.n} run{'s' * (iv.n != 1)}, max-batch ratio per run {_fmt_ratios(mx)}, geometric mean "
                 f"{iv.value:.2f}x" + (f" [{iv.lo:.2f}, {iv.hi:.2f}]" if iv.n > 1 else "")

@@ -290,13 +290,13 @@ def centering(run: Run) -> str:
 def throughput(model: str, context: int, hardware: str) -> Callable[[Run], str]:
     """Fig. 8 panels: measured here (CPU or GPU), a GPU run of ``make gpu-check``, or the labelled projection."""
     def check(run: Run) -> str:
-        from magicpig.harness.results_tree import gpu_runs
+        from magicpig.harness.results_tree import gpu_run_folders
 
         decode_files = sorted(run.results.glob(f"{DECODE_CSV.folder}/**/{DECODE_CSV.name}"))
         frames = [run.csv(str(p.relative_to(run.results))) for p in decode_files]
         measured = any(f is not None and "model" in f.columns and f["model"].astype(str).str.contains(model, case=False, regex=False).any()
                        for f in frames)
-        gpu = bool(gpu_runs(run.results.parent / "gpu"))
+        gpu = bool(gpu_run_folders(run.results))
         if measured and run.on_gpu:
             return partial(f"on this run's GPU, not the paper's {hardware}") if hardware else REPRODUCED
         if run.csv(PROJECTION_PAPER_HARDWARE_CSV.rel) is None and not any(f is not None for f in frames):

@@ -17,7 +17,7 @@ import pandas as pd
 from magicpig.harness.families import FAMILIES
 from magicpig.harness.report import build, figures, paper_tables, sections_sweeps, tables_kl, tables_system
 from magicpig.harness.report.claims import claims_section
-from magicpig.harness.results_tree import collect_metrics, load_reference
+from magicpig.harness.results_tree import collect_metrics, gpu_run_folders, load_reference
 from magicpig.harness.report.coverage import coverage_section, load_run
 from magicpig.harness.report.coverage_run import Run
 from magicpig.harness.report.disagreements_section import disagreements_section
@@ -29,8 +29,9 @@ from magicpig.harness.result_files import CENTERING_PNG, REPORT_MD, SECTION_READ
 @dataclass(frozen=True)
 class ReportInputs:
     """What a section reads: the results root, the report's folder, the paper's numbers, the written figures
-    (``figures.write_all``), the accuracy rows (``collect_metrics``), the coverage ``Run`` and the GPU runs'
-    folder."""
+    (``figures.write_all``), the accuracy rows (``collect_metrics``), the coverage ``Run`` and the folder of
+    ``make gpu-check`` outputs given to ``build_report`` (None: the default GPU runs,
+    ``results_tree.gpu_run_folders``)."""
 
     results: Path
     out: Path
@@ -38,7 +39,7 @@ class ReportInputs:
     figs: dict
     acc: pd.DataFrame
     run: Run
-    gpu_root: Path
+    gpu_results: Path | None
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ TABLE5_TITLE = "RULER on Llama-3.1-70B-Instruct (paper Table 5)"
 
 SECTIONS: list[Section] = [
     Section("skipped", "Skipped or incomplete", lambda r: build.skipped_section(r.acc, r.results / "ablations")),
-    Section("claims", "Claims", lambda r: claims_section(r.results, r.ref, r.gpu_root)),
+    Section("claims", "Claims", lambda r: claims_section(r.results, r.ref, r.gpu_results)),
     Section("disagreements", "Where methods disagree", lambda r: disagreements_section(r.acc, r.ref, r.out)),
     Section("ruler", "RULER (paper Table 3)", lambda r: build.ruler_section(r.acc, r.ref, r.out, r.figs), ("Table 3",),
             build.RULER_FIGURES, ("ruler",)),
@@ -102,7 +103,7 @@ SECTIONS: list[Section] = [
     Section("table8", tables_system.TABLE8_TITLE,
             lambda r: tables_system.table8_section(r.ref, r.run.config.get("model")), ("Table 8",)),
     Section("shapes", tables_system.SHAPES_TITLE, lambda r: tables_system.shapes_section(r.results)),
-    Section("gpu", tables_system.GPU_TITLE, lambda r: tables_system.gpu_section(r.gpu_root)),
+    Section("gpu", tables_system.GPU_TITLE, lambda r: tables_system.gpu_section(gpu_run_folders(r.results, r.gpu_results), r.results)),
 ]
 
 
@@ -123,8 +124,8 @@ def build_report(results: Path | str, out: Path | str, preset: str, preset_confi
     comes first, then the sections of ``report_sections()`` (the skipped items, the claims table, one section
     per benchmark / experiment) and the run's job times.
     ``preset_config``: the preset's block of the pipeline config (default: the block of that name in
-    config/*.yaml), which the coverage statuses read. ``gpu_results``: the ``make gpu-check`` output folder
-    (default: ``gpu`` beside ``results``, i.e. results/gpu for results/<preset>)."""
+    config/*.yaml), which the coverage statuses read. ``gpu_results``: the one ``make gpu-check`` output folder
+    read (default: results/gpu beside ``results`` and the committed GPU runs, ``results_tree.gpu_run_folders``)."""
     results, out = Path(results), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ref = load_reference()
@@ -136,8 +137,8 @@ def build_report(results: Path | str, out: Path | str, preset: str, preset_confi
              "model and lengths of this preset, so compare trends, not cells, unless the settings match."]
     acc = collect_metrics(results / "accuracy") if (results / "accuracy").is_dir() else collect_metrics(out / "none")
     run = load_run(preset, preset_config, results, figs, acc)
-    gpu_root = Path(gpu_results) if gpu_results is not None else results.parent / "gpu"
-    inputs = ReportInputs(results, out, ref, figs, acc, run, gpu_root)
+    gpu_results = Path(gpu_results) if gpu_results is not None else None
+    inputs = ReportInputs(results, out, ref, figs, acc, run, gpu_results)
     sections = report_sections()
     body = [part for section in sections for part in section.build(inputs)]
     parts += coverage_section(run, body, sections) + body + job_time_section(results)

@@ -1,6 +1,7 @@
 """The report's system tables in the paper's shape: Table 7 ((K, L) against latency and throughput, from
 ``bench decode`` rows), Table 8 (memory and compute overhead, computed from model shapes) and the GPU runs
-of ``make gpu-check`` (``results/gpu/<name>/``), each beside the paper's numbers."""
+of ``make gpu-check`` (``results/gpu/<name>/`` and the committed ones), each beside the paper's numbers
+or the projection."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,10 +9,12 @@ from pathlib import Path
 import pandas as pd
 
 from magicpig.harness.overhead import overhead
-from magicpig.harness.results_tree import canonical, gpu_runs, read_csv, read_machine, truthy
+from magicpig.harness.projection.fit_policy import gpu_check_predictions
+from magicpig.harness.projection.hardware import HARDWARE
+from magicpig.harness.results_tree import canonical, read_csv, read_machine, read_table, truthy
 from magicpig.harness.report.coverage_run import CellCheck
 from magicpig.harness.report.markdown import fmt, table
-from magicpig.harness.result_files import DECODE_CSV, MACHINE_JSON
+from magicpig.harness.result_files import DECODE_CSV, MACHINE_JSON, PROJECTION_H200_CSV
 
 TABLE7_TITLE = "Table 7: (K, L) against latency and throughput"
 TABLE8_TITLE = "Table 8: memory and compute overhead of the hash tables"
@@ -184,16 +187,38 @@ def table8_section(ref: dict, model: str | None = None) -> list[str]:
             table(header, table8_rows(ref, model))]
 
 
-def gpu_section(gpu_root: Path) -> list[str]:
-    """The ``make gpu-check`` runs under ``gpu_root`` (results/gpu), one decode table each."""
+def gpu_section(folders: list[Path], results: Path) -> list[str]:
+    """One table per GPU run (``results_tree.gpu_run_folders``): its decode rows, each beside the H200
+    projection of its setting at the sparse CPU part's efficiency this preset projects with."""
     parts = [f"### {GPU_TITLE}"]
-    runs = gpu_runs(gpu_root)
-    if not runs:
+    if not folders:
         return parts + [f"None: no `{MACHINE_JSON.folder}/{DECODE_CSV.name}` (run `make gpu-check` on a GPU box)."]
-    for run in runs:
+    h200 = read_table(PROJECTION_H200_CSV.under(results))
+    eff = float(h200["cpu_efficiency"].iloc[0]) if h200 is not None and "cpu_efficiency" in h200 else None
+    parts.append(
+        "Measured rows (the decode step of `bench decode`, after its warm-up), each beside the H200 PROJECTION of "
+        "the same model, context, batch and method (`magicpig.harness.projection`, a bandwidth model with stated "
+        f"assumptions, at a sparse CPU efficiency of {HARDWARE['H200'].cpu_efficiency if eff is None else eff:.0%}"
+        f"{' (the model default: this preset projected none)' if eff is None else ' (this preset’s projection)'}); "
+        "projection error = projected / measured − 1; — where the projection says the batch does not fit. "
+        "MagicPIG over GPU-only full attention per run, and the verdict: the claims table's "
+        "`throughput_speedup` row.")
+    for run in folders:
         machine = read_machine(run)
-        label = machine.get("gpu") or machine.get("device") or run.name
-        parts += [f"`{run}/` ({label}):", decode_table(read_csv(run / DECODE_CSV.name))]
+        label = machine.get("gpu_name") or machine.get("device") or run.name
+        host = ", ".join(f"{unit[0]}{machine[k]}{unit[1]}" for k, unit in (
+            ("cpu_cores_logical", ("", " CPU threads")), ("host_memory_gb", ("", " GB host memory")),
+            ("torch_version", ("torch ", "")), ("transformers_version", ("transformers ", ""))) if k in machine)
+        pred = gpu_check_predictions(run / DECODE_CSV.name, eff)
+        pred = pred[pred["device"].astype(str).str.startswith("cuda")] if "device" in pred else pred.iloc[:0]
+        rows = [[r.get("context"), r.get("batch"), f"{r.get('method')}@{r.get('backend')}", r.get("search") or "",
+                 fmt(r.get("ms_per_token"), digits=1), fmt(r.get("tokens_per_s"), digits=2),
+                 fmt(r.get("predicted_ms_per_token"), digits=1), fmt(r.get("prediction_error"), pct=True),
+                 str(r.get("run_id") or "")[-6:], r.get("reason") or ""]
+                for r in pred.to_dict("records")]
+        parts += [f"`{run}/` ({label}; {host}):",
+                  table(["context", "batch", "method", "search", "ms/token", "tokens/s", "projected ms/token",
+                         "projection error", "run", "note"], rows) if rows else "No GPU rows."]
     return parts
 
 

@@ -73,7 +73,7 @@ clean-results:
 check-transformers:
 	bash scripts/check_transformers.sh
 
-# One CUDA GPU, no network, under 8 minutes: CUDA tests + the throughput experiment on a shape-only
+# One CUDA GPU, no network, about 9 minutes: CUDA tests + the throughput experiment on a shape-only
 # Llama-3.1-8B (scripts/gpu_check.sh). Installs nothing; PYTHON=... picks the interpreter (default
 # .venv/bin/python, else python3); DRY=1 rehearses on the CPU in seconds.
 gpu-check:

@@ -118,3 +118,26 @@ def test_runs_with_other_prompts_are_refused_naming_the_provenance(written, tiny
     text = str(err.value)
     assert "provenance prompt_sha256 differs on 3 of 3 pairs" in text
     assert "provenance chat_template differs on 3 of 3 pairs" in text and '"tokenizer" vs "none"' in text
+
+
+def test_an_eval_parses_each_method_spec_once(tiny, tmp_path, monkeypatch):
+    """The spec strings are read at the edge (EvalConfig.check) and passed on parsed: over a whole eval of two
+    methods, three samples, the prefill, decode, folders and metrics, each text goes through the parser once."""
+    from collections import Counter
+
+    from magicpig.harness import evaluate
+    from magicpig.methods import registry, spec_names
+
+    calls = Counter()
+    parse = registry.read_spec
+
+    def counted(text):
+        calls[text] += 1
+        return parse(text)
+
+    for module in (registry, evaluate, spec_names):
+        monkeypatch.setattr(module, "read_spec", counted)
+    specs = ["dense", "magicpig:K=4,L=20,local=8"]
+    run_tiny(tiny, tmp_path, specs)
+    assert (tmp_path / TASK / "384" / "dense" / "predictions.jsonl").is_file()
+    assert calls == Counter(specs), calls

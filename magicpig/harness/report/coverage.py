@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from magicpig.harness.pipeline_config import all_presets
-from magicpig.harness.report.coverage_run import NOT_PRODUCED, NOT_RUN, PARTIAL, REPRODUCED, Run, not_run, partial
+from magicpig.harness.report.coverage_run import NOT_PRODUCED, NOT_RUN, PARTIAL, REPRODUCED, Run, add_gaps, not_run
 from magicpig.harness.report.markdown import table
 from magicpig.harness.report import paper_items
 
@@ -48,12 +48,7 @@ def item_status(item, run: Run, sections: tuple = ()) -> str:
         status = REPRODUCED if section_of(item, sections) or item.figures else not_run(NOT_PRODUCED)
     else:
         status = item.check(run)
-    gaps = figure_gaps(run, item.figures)
-    if not gaps or status.startswith(NOT_RUN):
-        return status
-    if status.startswith(REPRODUCED):
-        return partial(*gaps)
-    return status + "; " + "; ".join(gaps)
+    return add_gaps(status, *figure_gaps(run, item.figures))
 
 
 def where(item, headings: list[str], status: str, sections: tuple = ()) -> str:

@@ -71,11 +71,8 @@ def coverage_rows(run: Run, parts: list[str], sections: tuple = ()) -> list[tupl
     """(item, where, status) per registered paper item, in the paper's order; ``parts``: the report's sections
     (``sections``: their entries, ``sections.SECTIONS``)."""
     heads = headings_of(parts)
-    rows = []
-    for item in paper_items.ITEMS:
-        status = item_status(item, run, sections)
-        rows.append((item, where(item, heads, status, sections), status))
-    return rows
+    statuses = [(item, item_status(item, run, sections)) for item in paper_items.ITEMS]
+    return [(item, where(item, heads, status, sections), status) for item, status in statuses]
 
 
 def coverage_section(run: Run, parts: list[str], sections: tuple = ()) -> list[str]:

@@ -16,7 +16,6 @@ from magicpig.harness.result_files import (INPUTS_MATRIX_CSV, INPUTS_SIMILARITY_
                                            VALUE_NORM_CSV, VALUE_OUTPUT_CSV)
 
 
-
 def _prompts(df) -> int:
     return int(df["prompt"].nunique()) if "prompt" in df else 1
 

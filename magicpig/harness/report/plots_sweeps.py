@@ -37,10 +37,9 @@ def _dense_line(ax, runs: pd.DataFrame, task: str, length: int, color: str = "k"
         ax.axhline(run_level(next(d.itertuples())).value, color=color, ls="--", lw=1, label=label)
 
 
-def _main_length(runs: pd.DataFrame, family: str) -> int | None:
-    """The context length with the most runs of ``family`` (the sweep's length)."""
-    fam = runs[runs["family"] == family]
-    return None if fam.empty else int(fam.groupby("length").size().idxmax())
+def _most_runs(rows: pd.DataFrame, column: str) -> int | None:
+    """The value of ``column`` with the most of ``rows`` (a sweep's length, its K); None without rows."""
+    return None if rows.empty else int(rows.groupby(column).size().idxmax())
 
 
 def _samples_text(counts: list[int]) -> str:
@@ -88,7 +87,7 @@ def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResu
     missing: list[str] = []
     fig, (ax,) = canvas.subplots(1, title, width=7.5, height=4.8)
     runs = sweep_runs(results)
-    length = _main_length(runs, "topk")
+    length = _most_runs(runs[runs["family"] == "topk"], "length")
     tasks = [] if length is None else _family_tasks(runs, length, ("niah", "cwe", "fwe"))
     topk = runs[(runs["family"] == "topk") & (runs["length"] == length)]
     if topk.empty or not tasks:
@@ -97,9 +96,8 @@ def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResu
     for i, task in enumerate(tasks):
         counts += _line(ax, topk[topk["task"] == task], "cost", "o-", f"C{i}", f"TopK, {_short(task)}")
         _dense_line(ax, runs, task, length, f"C{i}", f"dense, {_short(task)}")
-    for word in ("niah", "cwe", "fwe"):
-        if not any(word in _short(t) for t in tasks):
-            missing.append(f"{SWEEPS}/ruler/{word}*/{length}/topk@*")
+    missing += [f"{SWEEPS}/ruler/{word}*/{length}/topk@*" for word in ("niah", "cwe", "fwe")
+                if not any(word in _short(t) for t in tasks)]
     ax.set_xscale("log")
     canvas.readable_log(ax, "x")
     ax.set_ylim(-3, 105)
@@ -118,7 +116,7 @@ def oracle_vs_topk_budget(results: Path, ref: dict, path: Path) -> canvas.Figure
     title = "Oracle sampling vs TopK: accuracy vs budget (paper Fig. 6c)"
     missing: list[str] = []
     runs = sweep_runs(results)
-    length = _main_length(runs, "oracle")
+    length = _most_runs(runs[runs["family"] == "oracle"], "length")
     tasks = [] if length is None else _family_tasks(runs, length, ("niah", "cwe", "fwe"))
     fig, axes = canvas.subplots(max(1, len(tasks)), title, width=4.6, height=4.4)
     if not tasks:
@@ -152,8 +150,8 @@ def centering_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult
     runs = sweep_runs(results)
     mp = runs[runs["family"] == "magicpig"]
     off = mp[mp["centering"] == False]  # noqa: E712 (a column of bools and None)
-    length = None if off.empty else int(off.groupby("length").size().idxmax())
-    K = None if off.empty else int(off[off["length"] == length].groupby("K").size().idxmax())
+    length = _most_runs(off, "length")
+    K = _most_runs(off[off["length"] == length], "K")
     # the NIAH / FWE tasks with an uncentered run (the accuracy tree's RULER runs add centered points only)
     swept = set(off.loc[off["length"] == length, "task"]) if length is not None else set()
     tasks = [] if length is None else [t for t in _family_tasks(runs, length, ("niah", "fwe")) if t in swept]
@@ -202,7 +200,7 @@ def magicpig_vs_topk_cost(results: Path, ref: dict, path: Path) -> canvas.Figure
     missing: list[str] = []
     runs = sweep_runs(results)
     mp_all = runs[(runs["family"] == "magicpig") & (runs["centering"] != False)]  # noqa: E712
-    length = None if mp_all.empty else int(mp_all.groupby("length").size().idxmax())
+    length = _most_runs(mp_all, "length")
     fig, axes = canvas.subplots(2, title, width=5.2, height=4.6)
     gains = ref.get("ablations", {}).get("magicpig_vs_topk_16k", {})
     for ax, word in zip(axes, ("cwe", "fwe")):

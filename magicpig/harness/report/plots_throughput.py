@@ -23,11 +23,15 @@ def _system(ref: dict) -> dict:
     return ref.get("system", {}) or {}
 
 
+def _baseline_labels(ref: dict) -> dict:
+    """The paper's baselines (``system.baselines``) by key: the label each is named by."""
+    return {k: v.get("label", k) for k, v in (_system(ref).get("baselines") or {}).items()}
+
+
 def baselines_caption(ref: dict) -> str:
     """What each of the paper's ratios is over (``system.baselines`` and ``throughput_speedup`` of the paper
     reference, Sec. 5.2) and how the projection models the CPU baseline."""
-    system = _system(ref)
-    labels = {k: v.get("label", k) for k, v in (system.get("baselines") or {}).items()}
+    system, labels = _system(ref), _baseline_labels(ref)
     per = "; ".join(f"{e['hardware']}: {labels.get(e.get('baseline'), e.get('baseline'))}"
                     for e in system.get("throughput_speedup", []))
     text = f"paper's baselines (Sec. 5.2): {per}."
@@ -64,10 +68,6 @@ def _measured(ax, df, x: str, y: str, by: str) -> None:
         ax.plot([], [], "o", mfc="white", color="k", label="under load (not fitted)")
     canvas.legend_below(ax, fontsize=6)
     canvas.log_if_wide(ax, df[y])
-
-
-def _gpu_rows(df):
-    return df[df["device"].astype(str).str.startswith("cuda")] if df is not None and "device" in df else None
 
 
 def _panels(results: Path, title: str, x: str, y: str, by: str, xlabel: str, ylabel: str, height: float = 4.4):
@@ -186,7 +186,9 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
     title = "Throughput speed-up over the paper's baseline of each setting"
     missing: list[str] = []
     fig, (ax, axp) = canvas.subplots(2, title, width=6.0, height=6.0)
-    gpu = _gpu_rows(read_table(DECODE_CSV.under(results)))
+    decode = read_table(DECODE_CSV.under(results))
+    gpu = decode[decode["device"].astype(str).str.startswith("cuda")] if decode is not None and "device" in decode \
+        else None
     if gpu is None or gpu.empty:
         canvas.no_data(ax, f"{DECODE_CSV.rel} rows on a GPU\n(this machine has none)", missing)
     else:
@@ -201,9 +203,7 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
         ax.set_ylabel("max tokens/s ratio")
         canvas.legend_below(ax)
     ax.set_title("MEASURED on a GPU (over GPU-only full attention)")
-    system = _system(ref)
-    paper = system.get("throughput_speedup", [])
-    labels = {k: v.get("label", k) for k, v in (system.get("baselines") or {}).items()}
+    paper, labels = _system(ref).get("throughput_speedup", []), _baseline_labels(ref)
     proj = read_table(PROJECTION_PAPER_HARDWARE_CSV.under(results))
     names = [f"{p['hardware']}\n{p['model']} {p['context'] // 1024}K\n"
              + textwrap.fill(f"over {labels.get(p.get('baseline'), p.get('baseline'))}", 30) for p in paper]
@@ -262,9 +262,7 @@ def cpu_baselines(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     if df is not None:
         df = df[truthy(df["fits"])]
     if df is None or df.empty:
-        canvas.no_data(ax, "throughput/decode.csv (CPU rows)", missing)
-        canvas.no_data(axm, "throughput/decode.csv (CPU rows)", [])  # named once in the caption
-        return canvas.save(fig, path, title, missing)
+        return canvas.no_data_figure(fig, (ax, axm), "throughput/decode.csv (CPU rows)", path, title)
     one = batch_one(df)
     load = truthy(df["under_load"]) if "under_load" in df else pd.Series(False, index=df.index)
     for i, ((m, b), g) in enumerate(one.groupby(["method", "backend"], sort=False)):

@@ -71,7 +71,8 @@ def paper_only_rows(section: dict, matched: set, n_ours: int, model: str = PAPER
     row of the paper's table is listed: ``paper_values`` picks the columns shown from a row, ``extra`` gives
     the cells after them by canonical spec."""
     return [[f"`{spec}` (paper only)"] + ["—"] * n_ours + [fmt(x) for x in paper_values(values)]
-            + extra(canonical(spec)) for spec, values in (section.get(model) or {}).items() if canonical(spec) not in matched]
+            + extra(canonical(spec)) for spec, values in (section.get(model) or {}).items()
+            if canonical(spec) not in matched]
 
 
 def paper_table(header: list[str], section: dict) -> str:

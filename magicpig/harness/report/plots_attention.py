@@ -64,14 +64,11 @@ def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult
         canvas.no_data(ax, ERROR_SUMMARY_CSV.rel, missing)
     else:
         kinds = df["setting"].astype(str).map(lambda s: _SETTING.match(s))
-        for i, name in enumerate(("topk", "oracle")):
-            sel = [bool(m and m.group(1) == name and m.group(2) == "@") for m in kinds]
-            g = df[sel].sort_values("cost2")
-            ax.plot(g["cost2"], g["rel_error_mean"], "o-", color=f"C{i}", label=f"{name} (budget)")
-            sel = [bool(m and m.group(1) == name and m.group(2) == "=") for m in kinds]
-            g = df[sel].sort_values("cost2")
-            ax.plot(g["cost2"], g["rel_error_mean"], "o", mfc="none", color=f"C{i}",
-                    label=f"{name} at MagicPIG's key count")
+        for i, name in enumerate(("topk", "oracle")):  # at a budget ("@"), and at MagicPIG's key count ("=")
+            for sep, style, face, label in (("@", "o-", {}, f"{name} (budget)"),
+                                            ("=", "o", {"mfc": "none"}, f"{name} at MagicPIG's key count")):
+                g = df[[bool(m and m.group(1) == name and m.group(2) == sep) for m in kinds]].sort_values("cost2")
+                ax.plot(g["cost2"], g["rel_error_mean"], style, color=f"C{i}", label=label, **face)
         mp = df[df["setting"].astype(str).str.startswith("magicpig")]
         ax.plot(mp["cost2"], mp["rel_error_mean"], "*", ms=11, color="C2", label="MagicPIG (K, L)")
         for k, r in enumerate(mp.sort_values("cost2").itertuples()):  # labels alternate above / below

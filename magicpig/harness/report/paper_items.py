@@ -158,16 +158,12 @@ def table6(run: Run) -> str:
                   f"needs hub data ({HUB['igsm']})")
 
 
-def _kl_methods(df) -> set[str]:
-    return {str(m) for m, f in zip(df["method"], df.get("fits", [True] * len(df)))
-            if str(m).startswith("magicpig") and str(f).lower() != "false"}
-
-
 def table7(run: Run) -> str:
     df = run.csv(DECODE_CSV.rel)
     if df is None:
         return absent(run, lambda p: bool(p.get("decode_bench")), f"`{DECODE_CSV.rel}`")
-    settings = _kl_methods(df)
+    settings = {str(m) for m, f in zip(df["method"], df.get("fits", [True] * len(df)))  # measured (K, L): rows that fit
+                if str(m).startswith("magicpig") and str(f).lower() != "false"}
     all_six = [f"`{name}`" for name, preset in run.presets.items() if name != run.preset and sum(
         str(m).startswith("magicpig") for m in (preset.get("decode_bench") or {}).get("methods", [])) >= 6]
     missing = [f"{len(settings)} of the paper's 6 (K, L) settings measured"

@@ -95,7 +95,6 @@ def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         for j, n in enumerate(lengths):
             for m in settings:
                 axp.plot(costs[m], paper[m][j], marker[m], color=f"C{j}", mfc="none" if j else None, ms=6)
-        for j, n in enumerate(lengths):
             axp.plot([], [], "s", color=f"C{j}", label=f"paper {n // 1024}K")
         for m in settings:
             axp.plot([], [], marker[m], color="0.3", mfc="none", label=written.get(m, m))

@@ -193,8 +193,7 @@ def value_norms(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     med = df[~truthy(df["is_sink"])].groupby(by)["value_norm"].median()
     ratio = (sink / med).reset_index(name="ratio")
     for i, (layer, g) in enumerate(ratio.groupby("layer")):
-        ax_x = np.full(len(g), layer)
-        axr.plot(ax_x, g["ratio"], "o", color="C0", alpha=0.6, label="one prompt" if i == 0 else None)
+        axr.plot(np.full(len(g), layer), g["ratio"], "o", color="C0", alpha=0.6, label="one prompt" if i == 0 else None)
     axr.axhline(1, color="k", lw=0.8)
     axr.set_yscale("log")
     axr.set_xlabel("layer")

@@ -73,7 +73,8 @@ def _measured(ax, df, x: str, y: str, by: str) -> None:
 def _panels(results: Path, title: str, x: str, y: str, by: str, xlabel: str, ylabel: str, height: float = 4.4):
     """The three panels of a throughput figure: MEASURED ``y`` vs ``x`` per (method, ``by``) from decode.csv,
     then the H200 and the paper's-machine panels, titled PROJECTION, left for the caller to draw with the
-    projection CSVs (None where absent: the panel says so). Returns (fig, axes, frames, missing)."""
+    projection CSVs (None where absent: the panel says so). Returns (fig, axes, (decode.csv, the H200
+    projection, the paper's-machine projection), missing)."""
     missing: list[str] = []
     fig, axes = canvas.subplots(3, title, width=4.8, height=height)
     files = {"decode": DECODE_CSV, "projection_h200": PROJECTION_H200_CSV,
@@ -88,7 +89,7 @@ def _panels(results: Path, title: str, x: str, y: str, by: str, xlabel: str, yla
     if df is not None:
         _measured(axes[0], df, x, y, by)
     axes[1].set_title("H200: " + PROJECTED, color="darkorange", fontsize=9)
-    return fig, axes, frames, missing
+    return fig, axes, tuple(frames.values()), missing
 
 
 def _paper_title(ax, paper_rows: list[dict]) -> None:
@@ -101,9 +102,8 @@ def throughput_batch(results: Path, ref: dict, path: Path) -> canvas.FigureResul
     """Tokens/s vs batch: measured on this machine | PROJECTION on one H200 | the paper's L20: its numbers
     beside the projection of the same settings (each machine on its own axes)."""
     title = "Decoding throughput vs batch"
-    fig, (ax, axp, axl), frames, missing = _panels(results, title, "batch", "tokens_per_s", "context", "batch",
-                                                   "tokens / s")
-    df, proj, lat = frames["decode"], frames["projection_h200"], frames["projection_paper_latency"]
+    fig, (ax, axp, axl), (df, proj, lat), missing = _panels(results, title, "batch", "tokens_per_s", "context",
+                                                            "batch", "tokens / s")
     if df is not None:
         canvas.fit_single(ax, df["batch"])
     ax.set_title("MEASURED on this machine (" + ("no rows" if df is None else
@@ -136,9 +136,8 @@ def throughput_context(results: Path, ref: dict, path: Path) -> canvas.FigureRes
     """ms per token vs context: measured on this machine | PROJECTION (H200, batch 1) | the paper's
     latency beside the projection of the same setting on the paper's machine."""
     title = "Decoding latency vs context"
-    fig, (ax, axp, axl), frames, missing = _panels(results, title, "context", "ms_per_token", "batch",
-                                                   "context (tokens)", "ms / token", height=6.0)
-    df, proj, lat = frames["decode"], frames["projection_h200"], frames["projection_paper_latency"]
+    fig, (ax, axp, axl), (df, proj, lat), missing = _panels(results, title, "context", "ms_per_token", "batch",
+                                                            "context (tokens)", "ms / token", height=6.0)
     if df is not None:
         ax.set_xscale("log", base=2)
         canvas.fit_single(ax, df["context"], log=True)

@@ -74,7 +74,6 @@ def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                 err = [[v] for v in whisker(y, iv.lo, iv.hi)] if sampled else None
                 ax.errorbar(g["cost"].mean(), y, yerr=err, fmt="os^vD"[j % 5], color=f"C{i}", capsize=3,
                             label=f"{method} @ {n}" + ("" if g["task"].nunique() == ntasks else " (partial)"))
-        ax.set_xscale("log")
         canvas.readable_log(ax, "x")
         canvas.fit_single(ax, ok.groupby("method")["cost"].mean(), log=True)
         ax.set_xlabel("cost2: fraction of offloaded keys used (measured)")
@@ -98,7 +97,6 @@ def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
             axp.plot([], [], "s", color=f"C{j}", label=f"paper {n // 1024}K")
         for m in settings:
             axp.plot([], [], marker[m], color="0.3", mfc="none", label=written.get(m, m))
-        axp.set_xscale("log")
         canvas.readable_log(axp, "x")
         axp.set_xlabel("nominal cost2 (paper Sec. 5, Table 9)")
         axp.set_title("paper (Llama-3.1-8B-Instruct)")

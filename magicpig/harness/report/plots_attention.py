@@ -166,7 +166,6 @@ def kl_grid(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
             ax.plot(g["L"], g["measured"], "o-", color=f"C{i}", label=f"K={K} measured")
             if "formula" in g:
                 ax.plot(g["L"], g["formula"], ":", color=f"C{i}")
-    ax.set_yscale("log")
     ax.set_xlabel("L")
     ax.set_ylabel("sampled fraction")
     for j, K in enumerate(sorted(t9.get("K", {}))):

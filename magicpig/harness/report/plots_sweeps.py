@@ -66,7 +66,6 @@ def _score_panel(ax, xlabel: str, task: str, length: int, counts: list[int], log
     """A panel of scores (0-100) of one task: its x axis (log unless ``log_x`` is false), a title naming the
     task, the length and the samples per point, and the legend."""
     if log_x:
-        ax.set_xscale("log")
         canvas.readable_log(ax, "x")
     ax.set_ylim(-3, 105)
     ax.set_xlabel(xlabel)
@@ -98,7 +97,6 @@ def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResu
         _dense_line(ax, runs, task, length, f"C{i}", f"dense, {_short(task)}")
     missing += [f"{SWEEPS}/ruler/{word}*/{length}/topk@*" for word in ("niah", "cwe", "fwe")
                 if not any(word in _short(t) for t in tasks)]
-    ax.set_xscale("log")
     canvas.readable_log(ax, "x")
     ax.set_ylim(-3, 105)
     ax.set_xlabel("fraction of keys TopK keeps (cost2, measured)")
@@ -184,7 +182,6 @@ def centering_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult
     if "sampled_fraction_below" in paper:
         axf.axhline(paper["sampled_fraction_below"], color="crimson", ls=":", lw=1,
                     label=f"paper: < {100 * paper['sampled_fraction_below']:g}% without centering")
-    axf.set_yscale("log")
     canvas.readable_log(axf, "y")
     axf.set_xlabel(f"L (K = {K})")
     axf.set_ylabel("sampled fraction (cost2, measured in the run)")

@@ -112,7 +112,6 @@ def throughput_batch(results: Path, ref: dict, path: Path) -> canvas.FigureResul
         for i, ((m, n), g) in enumerate(proj.groupby(["method", "context"], sort=False)):
             g = g.sort_values("batch")
             axp.plot(g["batch"], g["tokens_per_s"], "o-", color=f"C{i % 10}", label=f"{m}, {n // 1024}K")
-        axp.set_yscale("log")
         canvas.readable_log(axp)
         canvas.legend_below(axp, fontsize=6)
     paper_rows = _system(ref).get("max_throughput_tokens_per_s", [])

@@ -138,8 +138,7 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                 if word in t and key in paper:
                     ax.plot(x, paper[key], "kx", ms=10, mew=2)
         ax.plot([], [], "kx", label="paper, no centering")
-        ax.set_xticks(xs)
-        ax.set_xticklabels([t.removeprefix("ruler/") for t in tasks], rotation=30, ha="right")
+        ax.set_xticks(xs, [t.removeprefix("ruler/") for t in tasks], rotation=30, ha="right")
         ax.set_ylim(0, 105)
         ax.set_ylabel("score (0-100)")
         ax.set_title(WHISKERS, fontsize=7)
@@ -161,8 +160,7 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
             axf.axhline(paper["sampled_fraction_below"], color="k", ls="--", lw=1,
                         label=f"paper: no centering < {100 * paper['sampled_fraction_below']:g}%")
         axf.set_yscale("log")
-        axf.set_xticks(xs + 0.2)
-        axf.set_xticklabels(order)
+        axf.set_xticks(xs + 0.2, order)
         axf.set_xlabel("(K, L)")
         canvas.readable_log(axf)
         axf.set_ylabel("sampled fraction (sparse layers)")

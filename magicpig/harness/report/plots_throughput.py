@@ -185,8 +185,8 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
     missing: list[str] = []
     fig, (ax, axp) = canvas.subplots(2, title, width=6.0, height=6.0)
     decode = read_table(DECODE_CSV.under(results))
-    gpu = decode[decode["device"].astype(str).str.startswith("cuda")] if decode is not None and "device" in decode \
-        else None
+    has_device = decode is not None and "device" in decode
+    gpu = decode[decode["device"].astype(str).str.startswith("cuda")] if has_device else None
     if gpu is None or gpu.empty:
         canvas.no_data(ax, f"{DECODE_CSV.rel} rows on a GPU\n(this machine has none)", missing)
     else:
@@ -239,8 +239,7 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
                 else:
                     axp.text(xi, min(v, cap), f"{v:.1f}x", ha="center", va="bottom", fontsize=6)
         xs = xs + width * len(kernels) / 2
-    axp.set_xticks(xs)
-    axp.set_xticklabels(names, fontsize=6)
+    axp.set_xticks(xs, names, fontsize=6)
     axp.set_ylabel("speed-up (x)")
     axp.set_title(PROJECTED, color="darkorange")
     handles, names = axp.get_legend_handles_labels()

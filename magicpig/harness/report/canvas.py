@@ -142,6 +142,12 @@ def paper_note(ax, ref: dict, figure: str) -> None:
     note(ax, (ref.get("figures", {}).get(figure, {}) or {}).get("note", ""))
 
 
+def save_noted(fig, ref: dict, figure: str, path: Path, title: str, missing: list[str]) -> FigureResult:
+    """``save`` with the paper's caption of ``figure`` (``paper_note``) under the figure."""
+    paper_note(fig.axes[0], ref, figure)
+    return save(fig, path, title, missing)
+
+
 def no_data_figure(fig, axes, what: str, path: Path, title: str) -> FigureResult:
     """Save ``fig`` with every panel marked "no data: <what>" (``what`` recorded once as missing)."""
     missing: list[str] = []

@@ -165,5 +165,4 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         canvas.readable_log(axf)
         axf.set_ylabel("sampled fraction (sparse layers)")
         canvas.legend_below(axf)
-    canvas.paper_note(axf, ref, "centering")
-    return canvas.save(fig, path, title, missing)
+    return canvas.save_noted(fig, ref, "centering", path, title, missing)

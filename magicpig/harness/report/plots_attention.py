@@ -99,8 +99,7 @@ def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult
         axr.set_xlabel("distinct keys (oracle sampling's unique draws)")
         axr.set_ylabel("TopK / oracle error, equal keys")
         canvas.legend_below(axr)
-    canvas.paper_note(axr, ref, "error_vs_budget")
-    return canvas.save(fig, path, title, missing)
+    return canvas.save_noted(fig, ref, "error_vs_budget", path, title, missing)
 
 
 def geometry(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -144,8 +143,7 @@ def geometry(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         axh.set_xlabel("cosine")
         axh.set_ylabel("share of keys")
         canvas.legend_below(axh)
-    canvas.paper_note(axh, ref, "geometry")  # a caption of the whole figure
-    return canvas.save(fig, path, title, missing)
+    return canvas.save_noted(fig, ref, "geometry", path, title, missing)
 
 
 def kl_grid(results: Path, ref: dict, path: Path) -> canvas.FigureResult:

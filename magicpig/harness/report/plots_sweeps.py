@@ -76,8 +76,7 @@ def _score_panel(ax, xlabel: str, task: str, length: int, counts: list[int], log
 def _save_panels(fig, axes, ref: dict, figure: str, path: Path, title: str, missing: list[str]) -> canvas.FigureResult:
     """The score label on the first panel, the paper's caption of ``figure``, and the figure saved."""
     axes[0].set_ylabel(f"score ({WHISKERS})", fontsize=8)
-    canvas.paper_note(axes[0], ref, figure)
-    return canvas.save(fig, path, title, missing)
+    return canvas.save_noted(fig, ref, figure, path, title, missing)
 
 
 def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -104,8 +103,7 @@ def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResu
     ax.set_title(f"TopK budgets {_budgets_text(topk)} (< 1: fraction, >= 1: keys); {_samples_text(counts)}; "
                  f"{WHISKERS}", fontsize=7)
     ax.legend(fontsize=7, ncol=2)
-    canvas.paper_note(ax, ref, "topk_budget_sweep")
-    return canvas.save(fig, path, title, missing)
+    return canvas.save_noted(fig, ref, "topk_budget_sweep", path, title, missing)
 
 
 def oracle_vs_topk_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult:

@@ -228,33 +228,29 @@ def capture_lengths(run: Run, df=None) -> tuple[list[int], str]:
         else ([], "")
 
 
-def estimation(file: ResultFile, one_capture_note: str = "") -> Callable[[Run], str]:
+def estimation(file: ResultFile) -> Callable[[Run], str]:
     """An attention-level figure from the estimation table ``file``: partial when drawn from one capture or at
     another length than the paper's 16K (the status names the length the captures have)."""
     def check(run: Run) -> str:
         df = run.csv(file.rel)
         if df is None:
             return absent(run, lambda p: bool(p.get("estimation")), f"`{file.rel}`")
-        lengths, source = ([], "")
         if "inputs" in df.columns:  # drawn over many short inputs (Fig. 5a/b), not over captured prompts
-            captures = 2
+            return partial(_model_note(run)) if _model_note(run) else reproduced("over short inputs, as the paper's")
+        lengths, source = capture_lengths(run, df)
+        if "prompt" in df.columns:
+            captures = df["prompt"].nunique()
+        elif "prompts" in df.columns:  # a summary over the captures
+            captures = int(df["prompts"].max())
         else:
-            lengths, source = capture_lengths(run, df)
-            if "prompt" in df.columns:
-                captures = df["prompt"].nunique()
-            elif "prompts" in df.columns:  # a summary over the captures
-                captures = int(df["prompts"].max())
-            else:
-                captures = df["capture"].nunique() if "capture" in df.columns else 1
-        at = ", ".join(str(n) for n in lengths)
-        length = "" if "inputs" in df.columns else (
-            "capture length unknown (no capture file, no `estimation.length`)" if not lengths else
-            _length_note(run, lengths, [PAPER_ATTENTION_LENGTH]).replace(" tokens,", f" tokens{source},", 1))
+            captures = df["capture"].nunique() if "capture" in df.columns else 1
+        length = (_length_note(run, lengths, [PAPER_ATTENTION_LENGTH]).replace(" tokens,", f" tokens{source},", 1)
+                  if lengths else "capture length unknown (no capture file, no `estimation.length`)")
         gaps = [length, f"from {captures} capture (one prompt; the paper's units are prompts)" if captures < 2 else "",
-                one_capture_note if captures < 2 else "", _model_note(run)]
+                _model_note(run)]
         if any(gaps):
             return partial(*gaps)
-        return reproduced(f"at {at} tokens, the paper's length" if lengths else "over short inputs, as the paper's")
+        return reproduced(f"at {', '.join(str(n) for n in lengths)} tokens, the paper's length")
     return check
 
 

@@ -53,12 +53,11 @@ def ruler_section(acc: pd.DataFrame, ref: dict, out: Path, figs: dict | None = N
         return parts + ["No RULER results in this run."] + skipped_notes(df) + \
             figures.embed_all(figs, RULER_FIGURES)
     lengths = sorted(ok["length"].unique())
-    tasks = sorted(ok["task"].unique())
     paper = ref["ruler_table3"]
     model = paper_model(ok, ref)
     header = ["method"] + [f"ours {n}" for n in lengths] + ["tasks", "cost2"] + \
              [f"paper {n // 1024}K" for n in paper["lengths"]]
-    rows = ruler_rows(ok, lengths, len(tasks), paper, model)
+    rows = ruler_rows(ok, lengths, ok["task"].nunique(), paper, model)
     parts.append("Average score over tasks (string match ×100); `cost2` = mean fraction of offloaded keys used. "
                  f"Paper rows: `{model}`.")
     parts.append(table(header, rows))
@@ -67,9 +66,7 @@ def ruler_section(acc: pd.DataFrame, ref: dict, out: Path, figs: dict | None = N
         parts.append(f"Per task at {n} tokens:")
         parts.append(table(["task"] + [f"`{c}`" for c in s.columns],
                            [[t.removeprefix("ruler/")] + [fmt(v) for v in r] for t, r in s.iterrows()]))
-    parts += intervals(ok, "ruler/")
-    parts += figures.embed_all(figs, RULER_FIGURES)
-    return parts + skipped_notes(df)
+    return parts + intervals(ok, "ruler/") + figures.embed_all(figs, RULER_FIGURES) + skipped_notes(df)
 
 
 def longbench_section(acc: pd.DataFrame, ref: dict) -> list[str]:

@@ -16,8 +16,8 @@ from typing import Callable
 
 from magicpig.harness import results_tree
 from magicpig.harness.families import FAMILIES
-from magicpig.harness.report.coverage_run import (REPRODUCED, Run, add_gaps, cells_status, not_run, partial,
-                                                  partial_or_reproduced, reproduced)
+from magicpig.harness.report.coverage_run import (Run, add_gaps, cells_status, not_run, partial, partial_or_reproduced,
+                                                  reproduced)
 from magicpig.harness.report.tables_kl import kl_table_status
 from magicpig.harness.result_files import (ATTENTION_MASS_CURVE_PNG, ATTENTION_SPREAD_PNG, CENTERING_PNG,
                                            CENTERING_SWEEP_PNG, CPU_BASELINES_PNG, DECODE_CSV, ERROR_SUMMARY_CSV,
@@ -162,7 +162,8 @@ def table7(run: Run) -> str:
     df = run.csv(DECODE_CSV.rel)
     if df is None:
         return absent(run, lambda p: bool(p.get("decode_bench")), f"`{DECODE_CSV.rel}`")
-    settings = {str(m) for m, f in zip(df["method"], df.get("fits", [True] * len(df)))  # measured (K, L): rows that fit
+    # the (K, L) settings measured: MagicPIG rows that fit
+    settings = {str(m) for m, f in zip(df["method"], df.get("fits", [True] * len(df)))
                 if str(m).startswith("magicpig") and str(f).lower() != "false"}
     all_six = [f"`{name}`" for name, preset in run.presets.items() if name != run.preset and sum(
         str(m).startswith("magicpig") for m in (preset.get("decode_bench") or {}).get("methods", [])) >= 6]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
 
@@ -21,7 +22,7 @@ from magicpig.harness.result_files import (ATTENTION_SPREAD_PNG, CENTERING_PNG, 
                                            PROJECTION_H200_CSV, PROJECTION_PAPER_HARDWARE_CSV,
                                            PROJECTION_PAPER_LATENCY_CSV, RULER_PER_TASK_PNG,
                                            RULER_VS_COST_PNG, SPEEDUP_PAPER_HARDWARE_PNG, SPREAD_SUMMARY_CSV,
-                                           THROUGHPUT_BATCH_PNG, THROUGHPUT_CONTEXT_PNG, TUNE_KL_JSON)
+                                           THROUGHPUT_BATCH_PNG, THROUGHPUT_CONTEXT_PNG, TUNE_KL_JSON, ResultFile)
 
 
 def skipped_section(acc: pd.DataFrame, ablations: Path) -> list[str]:
@@ -52,12 +53,11 @@ def ruler_section(acc: pd.DataFrame, ref: dict, out: Path, figs: dict | None = N
         return parts + ["No RULER results in this run."] + skipped_notes(df) + \
             figures.embed_all(figs, RULER_FIGURES)
     lengths = sorted(ok["length"].unique())
-    tasks = sorted(ok["task"].unique())
     paper = ref["ruler_table3"]
     model = paper_model(ok, ref)
     header = ["method"] + [f"ours {n}" for n in lengths] + ["tasks", "cost2"] + \
              [f"paper {n // 1024}K" for n in paper["lengths"]]
-    rows = ruler_rows(ok, lengths, len(tasks), paper, model)
+    rows = ruler_rows(ok, lengths, ok["task"].nunique(), paper, model)
     parts.append("Average score over tasks (string match ×100); `cost2` = mean fraction of offloaded keys used. "
                  f"Paper rows: `{model}`.")
     parts.append(table(header, rows))
@@ -66,9 +66,7 @@ def ruler_section(acc: pd.DataFrame, ref: dict, out: Path, figs: dict | None = N
         parts.append(f"Per task at {n} tokens:")
         parts.append(table(["task"] + [f"`{c}`" for c in s.columns],
                            [[t.removeprefix("ruler/")] + [fmt(v) for v in r] for t, r in s.iterrows()]))
-    parts += intervals(ok, "ruler/")
-    parts += figures.embed_all(figs, RULER_FIGURES)
-    return parts + skipped_notes(df)
+    return parts + intervals(ok, "ruler/") + figures.embed_all(figs, RULER_FIGURES) + skipped_notes(df)
 
 
 def longbench_section(acc: pd.DataFrame, ref: dict) -> list[str]:
@@ -86,30 +84,26 @@ def longbench_section(acc: pd.DataFrame, ref: dict) -> list[str]:
 
 def ablation_section(root: Path, ref: dict, out: Path, figs: dict | None = None) -> list[str]:
     parts = ["## Ablations"]
+    centering_figure = figures.embed_all(figs, (CENTERING_PNG.name,))
     if not root.is_dir():
-        return parts + ["No ablation results in this run."] + figures.embed_all(figs, (CENTERING_PNG.name,))
+        return parts + ["No ablation results in this run."] + centering_figure
     for name, title in [("centering", "Centering on / off (paper Figure 9a: without centering NIAH ≈ 0, "
                                       "FWE ≈ 65, under 0.1% of keys sampled)"),
                         ("kl_grid", "(K, L) grid: score and measured cost beside the paper's Table 9 fraction")]:
         df = collect_metrics(root / name)
         parts.append(f"### {title}")
+        figure = centering_figure if name == "centering" else []
         if df.empty:
-            parts.append("Not run.")
-            parts += figures.embed_all(figs, (CENTERING_PNG.name,)) if name == "centering" else []
+            parts += ["Not run."] + figure
             continue
         ok = df[df["status"] == "ok"]
         piv = ok.pivot_table(index="method", columns="task", values="score", aggfunc="mean")
         cost = ok.groupby("method")["cost"].mean()
         header = ["method"] + [c.removeprefix("ruler/") for c in piv.columns] + ["cost2 (ours)", "Table 9"]
-        rows = []
-        for method, r in piv.iterrows():
-            rows.append([f"`{method}`"] + [fmt(v) for v in r] + [fmt(cost.get(method), pct=True),
-                                                                 fmt(table9(ref, method), pct=True)])
-        parts.append(table(header, rows))
-        parts += intervals(df, "ruler/")
-        if name == "centering":
-            parts += figures.embed_all(figs, (CENTERING_PNG.name,))
-        parts += skipped_notes(df)
+        rows = [[f"`{method}`"] + [fmt(v) for v in r] + [fmt(cost.get(method), pct=True),
+                                                         fmt(table9(ref, method), pct=True)]
+                for method, r in piv.iterrows()]
+        parts += [table(header, rows)] + intervals(df, "ruler/") + figure + skipped_notes(df)
     setups = sorted(p for p in root.glob("setup_*") if p.is_dir())
     parts.append("### Evaluation setup A (question prefilled) vs B (question decoded sparsely)")
     if not setups:
@@ -132,15 +126,13 @@ def table9(ref: dict, method: str) -> float | None:
         m = parse_method(method)
     except ValueError:
         return None
-    if m.name != "magicpig":
-        return None
     t = ref["sampled_fraction_table9"]
-    row = t["K"].get(m.K)
-    if row is None or m.L not in t["L"]:
+    if m.name != "magicpig" or t["K"].get(m.K) is None or m.L not in t["L"]:
         return None
-    return row[t["L"].index(m.L)]
+    return t["K"][m.K][t["L"].index(m.L)]
 
 
+# columns that describe the run, not the result (left out of a table that names no columns)
 META_COLUMNS = {"model", "n_prompt", "capture", "seed", "load_avg", "prompts"}
 ESTIMATION_TITLES = {
     SPREAD_SUMMARY_CSV: "Attention spread (Figure 2b): mass in the top 20% of keys, with and without the sink",
@@ -176,9 +168,20 @@ THROUGHPUT_TITLES = {
 }
 
 
-def _csv_table(df: pd.DataFrame, columns: list[str] | None = None, limit: int = 40) -> str:
+def csv_table(df: pd.DataFrame, columns: list[str] | None = None, limit: int = 40) -> str:
+    """The first ``limit`` rows of a result table: its ``columns`` that it has, else all but ``META_COLUMNS``."""
     cols = [c for c in columns if c in df.columns] if columns else [c for c in df.columns if c not in META_COLUMNS]
     return table(cols, [[fmt(v, digits=3) for v in r] for r in df[cols].head(limit).itertuples(index=False)])
+
+
+def present_tables(results: Path, files: dict) -> Iterator[tuple[ResultFile, str]]:
+    """(file, its '### title' and table) for each result file of ``files`` (file -> title, or (title, columns
+    shown)) that ``results`` holds, in that order."""
+    for file, entry in files.items():
+        title, columns = entry if isinstance(entry, tuple) else (entry, None)
+        df = read_csv(file.under(results))
+        if df is not None:
+            yield file, f"### {title}\n\n{csv_table(df, columns)}"
 
 
 # the figure drawn from each estimation CSV, shown under its table
@@ -204,38 +207,17 @@ def tune_kl_section(path: Path) -> list[str]:
 def estimation_section(results: Path, figs: dict | None = None) -> list[str]:
     """Estimation results, as tables with their figures (``figs``: name -> FigureResult from
     ``figures.write_all``; every figure is embedded, those without data say so)."""
-    parts = ["## Attention-level experiments"]
-    shown, embedded = False, set()
-    for file, title in ESTIMATION_TITLES.items():
-        df = read_csv(file.under(results))
-        if df is None:
-            continue
-        shown = True
-        parts += [f"### {title}", _csv_table(df)]
-        fig = ESTIMATION_FIGURES.get(file)
-        if fig:
-            parts += figures.embed_all(figs, [fig])
-            embedded.add(fig)
-    for path in tune_kl_files(results / TUNE_KL_JSON.folder):
-        shown = True
-        parts += tune_kl_section(path)
-    if not shown:
-        parts.append("Not run.")
-    return parts + figures.embed_all(figs, [f for f in ESTIMATION_FIGURES.values() if f not in embedded])
+    parts, shown = ["## Attention-level experiments"], []
+    for file, text in present_tables(results, ESTIMATION_TITLES):  # each table with its figure under it
+        shown.append(file)
+        parts += [text] + figures.embed_all(figs, [ESTIMATION_FIGURES[file]] if file in ESTIMATION_FIGURES else [])
+    tune_kl = [part for path in tune_kl_files(results / TUNE_KL_JSON.folder) for part in tune_kl_section(path)]
+    parts += tune_kl if shown or tune_kl else ["Not run."]
+    return parts + figures.embed_all(figs, [fig for file, fig in ESTIMATION_FIGURES.items() if file not in shown])
 
 
 def throughput_section(results: Path, figs: dict | None = None) -> list[str]:
     """Throughput results (measured and projected), as tables with their figures."""
-    parts = ["## Throughput and latency"]
-    shown = False
-    for file, (title, cols) in THROUGHPUT_TITLES.items():
-        df = read_csv(file.under(results))
-        if df is None:
-            continue
-        shown = True
-        parts += [f"### {title}", _csv_table(df, cols)]
-    if not shown:
-        parts.append("Not run.")
-    parts += cpu_baselines_section(results)
-    parts += figures.embed_all(figs, THROUGHPUT_FIGURES)
-    return parts
+    tables = [text for _, text in present_tables(results, THROUGHPUT_TITLES)]
+    return (["## Throughput and latency"] + (tables or ["Not run."]) + cpu_baselines_section(results)
+            + figures.embed_all(figs, THROUGHPUT_FIGURES))

@@ -58,11 +58,12 @@ def legend_below(ax, ncol: int = 2, fontsize: float = 7, right: bool = False) ->
 
 
 def readable_log(ax, axis: str = "y") -> None:
-    """A log axis with plain tick labels at 1, 2, 5 x 10^k, and 3 x 10^k too when the axis spans under 1.5
-    decades (matplotlib's minor labels such as 3x10^1 and 4x10^1 run into each other). Call it after plotting:
-    it reads the axis' limits."""
+    """``axis`` on a log scale with plain tick labels at 1, 2, 5 x 10^k, and 3 x 10^k too when the axis spans
+    under 1.5 decades (matplotlib's minor labels such as 3x10^1 and 4x10^1 run into each other). Call it after
+    plotting: it reads the axis' limits."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+    (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
     a = ax.yaxis if axis == "y" else ax.xaxis
     lo, hi = sorted(ax.get_ylim() if axis == "y" else ax.get_xlim())
     narrow = lo > 0 and hi / lo < 10 ** 1.5
@@ -76,7 +77,6 @@ def log_if_wide(ax, values, axis: str = "y", decades: float = 1.0) -> bool:
     axis flattens the small ones to its floor); returns whether it did."""
     v = np.asarray([x for x in np.asarray(values, dtype=float).ravel() if np.isfinite(x) and x > 0])
     if len(v) and v.max() / v.min() >= 10 ** decades:
-        (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
         readable_log(ax, axis)
         return True
     return False
@@ -142,6 +142,12 @@ def paper_note(ax, ref: dict, figure: str) -> None:
     note(ax, (ref.get("figures", {}).get(figure, {}) or {}).get("note", ""))
 
 
+def save_noted(fig, ref: dict, figure: str, path: Path, title: str, missing: list[str]) -> FigureResult:
+    """``save`` with the paper's caption of ``figure`` (``paper_note``) under the figure."""
+    paper_note(fig.axes[0], ref, figure)
+    return save(fig, path, title, missing)
+
+
 def no_data_figure(fig, axes, what: str, path: Path, title: str) -> FigureResult:
     """Save ``fig`` with every panel marked "no data: <what>" (``what`` recorded once as missing)."""
     missing: list[str] = []
@@ -152,8 +158,6 @@ def no_data_figure(fig, axes, what: str, path: Path, title: str) -> FigureResult
 
 def loglog(ax) -> None:
     """Both axes on a log scale with plain tick labels (``readable_log``)."""
-    ax.set_xscale("log")
-    ax.set_yscale("log")
     readable_log(ax, "x")
     readable_log(ax, "y")
 

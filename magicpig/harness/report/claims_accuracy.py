@@ -16,6 +16,7 @@ import pandas as pd
 from magicpig.harness.report.claims_context import Context, family, of_method
 from magicpig.harness.results_tree import canonical, run_samples
 from magicpig.harness.report.markdown import fmt
+from magicpig.harness.report.paper_tables import PAPER_MODEL, paper_rows
 from magicpig.harness.stats import detectable
 from magicpig.harness.stats.bootstrap import Interval
 from magicpig.harness.stats.paired import (SCORE_RANGE, TaskInterval, level_interval, methods_used, paper_power,
@@ -97,8 +98,7 @@ def power_note(claim: dict, ctx: Context, threshold: float) -> str:
     spec = claim.get("power")
     if not spec:
         return ""
-    section = ctx.ref.get(spec["section"], {})
-    rows = {canonical(k): v for k, v in section.get(spec.get("model", "llama-3.1-8b-instruct"), {}).items()}
+    rows = paper_rows(ctx.ref.get(spec["section"], {}), spec.get("model", PAPER_MODEL))
     pm, pb = rows.get(canonical(spec["method"])), rows.get(canonical(spec["baseline"]))
     if pm is None or pb is None:
         return ""

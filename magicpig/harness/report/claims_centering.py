@@ -47,9 +47,8 @@ def fraction_units(ctx: Context, method) -> tuple[pd.Series | None, str]:
         sel = sel[(sel["K"] == method.K) & (sel["L"] == method.L) & ~truthy(sel["centering"])]
         if len(sel):
             prompt = sel["prompt"].astype(str) if "prompt" in sel else pd.Series("(one capture)", index=sel.index)
-            per_prompt = sel.groupby(prompt)["cost2"].mean()
-            return per_prompt, (f"attention-level, per captured prompt the mean over the sparse layers; "
-                                f"{_where(sel, 'n_prompt')}")
+            return sel.groupby(prompt)["cost2"].mean(), ("attention-level, per captured prompt the mean over the "
+                                                         f"sparse layers; {_where(sel, 'n_prompt')}")
     summ = read_table(CENTERING_SUMMARY_CSV.under(ctx.results))
     if summ is not None:
         sel = summ[(summ["K"] == method.K) & (summ["L"] == method.L) & ~truthy(summ["centering"])]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from magicpig.harness.pipeline_config import all_presets
-from magicpig.harness.report.coverage_run import NOT_PRODUCED, NOT_RUN, PARTIAL, REPRODUCED, Run, not_run, partial
+from magicpig.harness.report.coverage_run import NOT_PRODUCED, NOT_RUN, PARTIAL, REPRODUCED, Run, add_gaps, not_run
 from magicpig.harness.report.markdown import table
 from magicpig.harness.report import paper_items
 
@@ -48,12 +48,7 @@ def item_status(item, run: Run, sections: tuple = ()) -> str:
         status = REPRODUCED if section_of(item, sections) or item.figures else not_run(NOT_PRODUCED)
     else:
         status = item.check(run)
-    gaps = figure_gaps(run, item.figures)
-    if not gaps or status.startswith(NOT_RUN):
-        return status
-    if status.startswith(REPRODUCED):
-        return partial(*gaps)
-    return status + "; " + "; ".join(gaps)
+    return add_gaps(status, *figure_gaps(run, item.figures))
 
 
 def where(item, headings: list[str], status: str, sections: tuple = ()) -> str:
@@ -76,11 +71,8 @@ def coverage_rows(run: Run, parts: list[str], sections: tuple = ()) -> list[tupl
     """(item, where, status) per registered paper item, in the paper's order; ``parts``: the report's sections
     (``sections``: their entries, ``sections.SECTIONS``)."""
     heads = headings_of(parts)
-    rows = []
-    for item in paper_items.ITEMS:
-        status = item_status(item, run, sections)
-        rows.append((item, where(item, heads, status, sections), status))
-    return rows
+    statuses = [(item, item_status(item, run, sections)) for item in paper_items.ITEMS]
+    return [(item, where(item, heads, status, sections), status) for item, status in statuses]
 
 
 def coverage_section(run: Run, parts: list[str], sections: tuple = ()) -> list[str]:

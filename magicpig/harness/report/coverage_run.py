@@ -21,6 +21,21 @@ def partial(*what: str) -> str:
     return f"{PARTIAL}: " + "; ".join(w for w in what if w)
 
 
+def partial_or_reproduced(*gaps: str) -> str:
+    """``partial`` naming the ``gaps`` (empty ones ignored), ``reproduced here`` when there is none."""
+    return partial(*gaps) if any(gaps) else REPRODUCED
+
+
+def add_gaps(status: str, *gaps: str) -> str:
+    """``status`` with ``gaps`` added: a reproduced status becomes partial, a partial one names them too, a not
+    run one stays as it is."""
+    if not any(gaps) or status.startswith(NOT_RUN):
+        return status
+    if status.startswith(REPRODUCED):
+        return partial(*gaps)
+    return partial(status.removeprefix(f"{PARTIAL}: "), *gaps)
+
+
 def reproduced(*how: str) -> str:
     """``reproduced here``, with what the check compared when it says so (``reproduced here: ...``)."""
     notes = "; ".join(w for w in how if w)

@@ -76,13 +76,15 @@ def paired_units(acc: pd.DataFrame, a: str, b: str, tasks: set[str] | None) -> l
     for task, length in sorted(set(runs_a) & set(runs_b)):
         if tasks is not None and task not in tasks:
             continue
-        pa, pb = runs_a[(task, length)], runs_b[(task, length)]
-        rows_a, rows_b = prediction_rows(pa, warn=lambda _: None), prediction_rows(pb, warn=lambda _: None)
-        sa = {i: s for i, s in sample_scores(pa).items() if i in rows_a}
-        sb = {i: s for i, s in sample_scores(pb).items() if i in rows_b}
-        common = [i for i in sa if i in sb]
-        units.append(PairedUnit(task, length, common, sa, sb, rows_a, rows_b))
+        (sa, rows_a), (sb, rows_b) = _scored(runs_a[(task, length)]), _scored(runs_b[(task, length)])
+        units.append(PairedUnit(task, length, [i for i in sa if i in sb], sa, sb, rows_a, rows_b))
     return units
+
+
+def _scored(run: Path) -> tuple[dict, dict]:
+    """(score by sample id, prediction row by sample id) of one run, only the samples with a prediction row."""
+    rows = prediction_rows(run, warn=lambda _: None)
+    return {i: s for i, s in sample_scores(run).items() if i in rows}, rows
 
 
 def cell(text, limit: int = CELL_CHARS) -> str:

@@ -14,8 +14,10 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from magicpig.harness.report.coverage_run import REPRODUCED, Run, cells_status, not_run, partial, reproduced
+from magicpig.harness import results_tree
 from magicpig.harness.families import FAMILIES
+from magicpig.harness.report.coverage_run import (Run, add_gaps, cells_status, not_run, partial, partial_or_reproduced,
+                                                  reproduced)
 from magicpig.harness.report.tables_kl import kl_table_status
 from magicpig.harness.result_files import (ATTENTION_MASS_CURVE_PNG, ATTENTION_SPREAD_PNG, CENTERING_PNG,
                                            CENTERING_SWEEP_PNG, CPU_BASELINES_PNG, DECODE_CSV, ERROR_SUMMARY_CSV,
@@ -45,11 +47,12 @@ class PaperItem:
 
 # ---- checks -----------------------------------------------------------------------------------------------
 
-def absent(run: Run, runs: Callable[[dict], bool], what: str) -> str:
-    """Status when ``what`` is not in the results: this preset runs it (so it has not run yet) or not."""
+def absent(run: Run, runs: Callable[[dict], bool], what: str, *needs: str) -> str:
+    """Status when ``what`` is not in the results: this preset runs it (so it has not run yet) or not (``needs``:
+    what running it needs)."""
     if runs(run.config):
         return partial(f"no {what} in this run yet")
-    return not_run(run.elsewhere(runs))
+    return not_run(*needs, run.elsewhere(runs))
 
 
 def _model_note(run: Run) -> str:
@@ -78,8 +81,6 @@ def benchmark(family: str, lengths: bool = False) -> Callable[[Run], str]:
     block of the family, results under its prefix, the paper's rows (settings) of its table run, skipped tasks
     with their reason."""
     def check(run: Run) -> str:
-        from magicpig.harness.results_tree import canonical, load_reference
-
         fam = FAMILIES[family]
         block, prefix, table_key = fam.block, fam.prefix, fam.table_key
         if not _configured(run.config.get(block, {})):
@@ -98,38 +99,31 @@ def benchmark(family: str, lengths: bool = False) -> Callable[[Run], str]:
             names = ", ".join(t.split("/")[-1] for t in skipped)
             need = sorted({HUB.get(t, hub) for t in skipped} - {""})
             missing.append(f"{names} skipped" + (f" (needs hub data: {', '.join(need)})" if need else ""))
-        paper = load_reference().get(table_key) or {}  # a family whose table is not transcribed: {}
+        paper = results_tree.load_reference().get(table_key) or {}  # a family whose table is not transcribed: {}
         ran = set(ok["method"]) | set(ok["method_effective"])
-        not_ran = [s for s in paper.get("llama-3.1-8b-instruct", {}) if canonical(s) not in ran]
+        not_ran = [s for s in paper.get("llama-3.1-8b-instruct", {}) if results_tree.canonical(s) not in ran]
         if not_ran:
             missing.append("paper settings not run: " + ", ".join(f"`{s}`" for s in not_ran))
         if lengths:
             missing.append(_length_note(run, sorted(ok["length"].unique().tolist()), paper["lengths"]))
         missing.append(_model_note(run))
-        return partial(*missing) if any(missing) else REPRODUCED
+        return partial_or_reproduced(*missing)
     return check
 
 
 def table3(run: Run) -> str:
-    from magicpig.harness.results_tree import load_reference
-
     status = benchmark("ruler", lengths=True)(run)
-    others = [m for m in load_reference()["ruler_table3"] if m not in ("lengths", "llama-3.1-8b-instruct")]
-    if others and not status.startswith("not run") and not any(m.split("-")[0] in run.model.lower() for m in others):
-        extra = f"the {', '.join(others)} rows need model weights (aws-prototyping/MegaBeam-Mistral-7B-512k)"
-        return partial(status.removeprefix("partial: "), extra) if status != REPRODUCED else partial(extra)
-    return status
+    others = [m for m in results_tree.load_reference()["ruler_table3"] if m not in ("lengths", PAPER_MODEL.lower())]
+    if not others or any(m.split("-")[0] in run.model.lower() for m in others):
+        return status
+    return add_gaps(status, f"the {', '.join(others)} rows need model weights ({LONG_WEIGHTS.split(', ')[0]})")
 
 
 def table1(run: Run) -> str:
-    status = benchmark("gsm8k")(run)
-    cols = []
-    for task, name in (("coqa", "COQA"), ("mmlu", "MMLU-CoT")):
-        if run.rows(lambda t, task=task: t.startswith(task))["status"].eq("ok").sum() == 0:
-            cols.append(f"{name} column: no results in this run (needs hub data: {HUB[task]})")
-    if not cols or status.startswith("not run"):
-        return status
-    return partial(status.removeprefix("partial: ") if status != REPRODUCED else "", *cols)
+    cols = [f"{name} column: no results in this run (needs hub data: {HUB[task]})"
+            for task, name in (("coqa", "COQA"), ("mmlu", "MMLU-CoT"))
+            if run.rows(lambda t, task=task: t.startswith(task))["status"].eq("ok").sum() == 0]
+    return add_gaps(benchmark("gsm8k")(run), *cols)
 
 
 def _longest_ruler(p: dict) -> int:
@@ -157,39 +151,29 @@ def table5(run: Run) -> str:
 def table6(run: Run) -> str:
     df = run.rows(lambda t: "igsm" in t)
     if (df["status"] == "ok").any():
-        return partial(_model_note(run)) if _model_note(run) else REPRODUCED
+        return partial_or_reproduced(_model_note(run))
     if not df.empty:
         return not_run(f"needs hub data ({HUB['igsm']})", str(df["reason"].iloc[0]).splitlines()[0][:120])
-
-    def runs(preset: dict) -> bool:
-        return _configured(preset.get("reasoning") or {})
-
-    if runs(run.config):
-        return partial("no infini_igsm results in this run yet")
-    return not_run(f"needs hub data ({HUB['igsm']})", run.elsewhere(runs))
-
-
-def _kl_methods(df) -> set[str]:
-    return {str(m) for m, f in zip(df["method"], df.get("fits", [True] * len(df)))
-            if str(m).startswith("magicpig") and str(f).lower() != "false"}
+    return absent(run, lambda p: _configured(p.get("reasoning") or {}), "infini_igsm results",
+                  f"needs hub data ({HUB['igsm']})")
 
 
 def table7(run: Run) -> str:
-    from magicpig.harness.results_tree import load_reference
-
     df = run.csv(DECODE_CSV.rel)
     if df is None:
         return absent(run, lambda p: bool(p.get("decode_bench")), f"`{DECODE_CSV.rel}`")
-    settings = _kl_methods(df)
+    # the (K, L) settings measured: MagicPIG rows that fit
+    settings = {str(m) for m, f in zip(df["method"], df.get("fits", [True] * len(df)))
+                if str(m).startswith("magicpig") and str(f).lower() != "false"}
     all_six = [f"`{name}`" for name, preset in run.presets.items() if name != run.preset and sum(
         str(m).startswith("magicpig") for m in (preset.get("decode_bench") or {}).get("methods", [])) >= 6]
     missing = [f"{len(settings)} of the paper's 6 (K, L) settings measured"
                + (f" (preset {', '.join(all_six)} measures all 6)" if all_six else "") if len(settings) < 6 else "",
                "" if run.on_gpu else "measured on this machine's CPU (the paper: an L20 GPU box; needs a GPU)",
                _model_note(run)]
-    if not load_reference().get("kl_throughput_table7", {}).get("rows"):
+    if not results_tree.load_reference().get("kl_throughput_table7", {}).get("rows"):
         missing.append("the paper's cells are not transcribed (only its Sec. 5 (10, 150) figures)")
-    return partial(*missing) if any(missing) else REPRODUCED
+    return partial_or_reproduced(*missing)
 
 
 TABLE8_ROWS = 6  # the paper's Table 8 (App. E.2): three Llama-3.1-8B rows, 70B, CodeLlama-13B and -34B
@@ -198,25 +182,21 @@ TABLE8_ROWS = 6  # the paper's Table 8 (App. E.2): three Llama-3.1-8B rows, 70B,
 def table8(run: Run) -> str:
     """Reproduced when the paper's six rows are transcribed and each cell of ours is within the stated
     tolerance (``tables_system.table8_cells``); partial otherwise, naming the rows and cells that are not."""
-    from magicpig.harness.results_tree import load_reference
     from magicpig.harness.report.tables_system import table8_cells
 
-    return cells_status(table8_cells(load_reference()), TABLE8_ROWS,
+    return cells_status(table8_cells(results_tree.load_reference()), TABLE8_ROWS,
                         "computed from model shapes by formula, no measurement")
 
 
 def table9(run: Run) -> str:
-    from magicpig.harness.results_tree import load_reference
-
     df = run.csv(KL_GRID_SUMMARY_CSV.rel)
     if df is None:
         return absent(run, lambda p: bool(p.get("estimation")), f"`{KL_GRID_SUMMARY_CSV.rel}`")
-    t9 = load_reference()["sampled_fraction_table9"]
+    t9 = results_tree.load_reference()["sampled_fraction_table9"]
     cells = {(int(K), int(L)) for K in t9["K"] for L in t9["L"]}
     have = {(int(r.K), int(r.L)) for r in df.itertuples()} & cells
-    missing = [f"{len(have)} of the {len(cells)} cells measured" if len(have) < len(cells) else "",
-               _model_note(run)]
-    return partial(*missing) if any(missing) else REPRODUCED
+    return partial_or_reproduced(f"{len(have)} of the {len(cells)} cells measured" if len(have) < len(cells) else "",
+                                 _model_note(run))
 
 
 def kl_table(key: str, models: str = "") -> Callable[[Run], str]:
@@ -249,33 +229,29 @@ def capture_lengths(run: Run, df=None) -> tuple[list[int], str]:
         else ([], "")
 
 
-def estimation(file: ResultFile, one_capture_note: str = "") -> Callable[[Run], str]:
+def estimation(file: ResultFile) -> Callable[[Run], str]:
     """An attention-level figure from the estimation table ``file``: partial when drawn from one capture or at
     another length than the paper's 16K (the status names the length the captures have)."""
     def check(run: Run) -> str:
         df = run.csv(file.rel)
         if df is None:
             return absent(run, lambda p: bool(p.get("estimation")), f"`{file.rel}`")
-        lengths, source = ([], "")
         if "inputs" in df.columns:  # drawn over many short inputs (Fig. 5a/b), not over captured prompts
-            captures = 2
+            return partial(_model_note(run)) if _model_note(run) else reproduced("over short inputs, as the paper's")
+        lengths, source = capture_lengths(run, df)
+        if "prompt" in df.columns:
+            captures = df["prompt"].nunique()
+        elif "prompts" in df.columns:  # a summary over the captures
+            captures = int(df["prompts"].max())
         else:
-            lengths, source = capture_lengths(run, df)
-            if "prompt" in df.columns:
-                captures = df["prompt"].nunique()
-            elif "prompts" in df.columns:  # a summary over the captures
-                captures = int(df["prompts"].max())
-            else:
-                captures = df["capture"].nunique() if "capture" in df.columns else 1
-        at = ", ".join(str(n) for n in lengths)
-        length = "" if "inputs" in df.columns else (
-            "capture length unknown (no capture file, no `estimation.length`)" if not lengths else
-            _length_note(run, lengths, [PAPER_ATTENTION_LENGTH]).replace(" tokens,", f" tokens{source},", 1))
+            captures = df["capture"].nunique() if "capture" in df.columns else 1
+        length = (_length_note(run, lengths, [PAPER_ATTENTION_LENGTH]).replace(" tokens,", f" tokens{source},", 1)
+                  if lengths else "capture length unknown (no capture file, no `estimation.length`)")
         gaps = [length, f"from {captures} capture (one prompt; the paper's units are prompts)" if captures < 2 else "",
-                one_capture_note if captures < 2 else "", _model_note(run)]
+                _model_note(run)]
         if any(gaps):
             return partial(*gaps)
-        return reproduced(f"at {at} tokens, the paper's length" if lengths else "over short inputs, as the paper's")
+        return reproduced(f"at {', '.join(str(n) for n in lengths)} tokens, the paper's length")
     return check
 
 
@@ -284,21 +260,19 @@ def centering(run: Run) -> str:
         return not_run(run.elsewhere(lambda p: bool(p.get("ablations", {}).get("centering_methods"))))
     sweep_ls = ((run.config.get("sweeps") or {}).get("centering") or {}).get("L") or []
     one_l = "" if len(sweep_ls) >= 2 else "at one (K, L); the paper varies L (a `sweeps.centering` block varies it)"
-    return partial(one_l, _model_note(run)) if one_l or _model_note(run) else REPRODUCED
+    return partial_or_reproduced(one_l, _model_note(run))
 
 
 def throughput(model: str, context: int, hardware: str) -> Callable[[Run], str]:
     """Fig. 8 panels: measured here (CPU or GPU), a GPU run of ``make gpu-check``, or the labelled projection."""
     def check(run: Run) -> str:
-        from magicpig.harness.results_tree import gpu_run_folders
-
         decode_files = sorted(run.results.glob(f"{DECODE_CSV.folder}/**/{DECODE_CSV.name}"))
         frames = [run.csv(str(p.relative_to(run.results))) for p in decode_files]
         measured = any(f is not None and "model" in f.columns and f["model"].astype(str).str.contains(model, case=False, regex=False).any()
                        for f in frames)
-        gpu = bool(gpu_run_folders(run.results))
+        gpu = bool(results_tree.gpu_run_folders(run.results))
         if measured and run.on_gpu:
-            return partial(f"on this run's GPU, not the paper's {hardware}") if hardware else REPRODUCED
+            return partial_or_reproduced(f"on this run's GPU, not the paper's {hardware}" if hardware else "")
         if run.csv(PROJECTION_PAPER_HARDWARE_CSV.rel) is None and not any(f is not None for f in frames):
             return absent(run, lambda p: bool(p.get("decode_bench")), "throughput results")
         return partial(f"{model} at {context} on {hardware}: a bandwidth-model projection here, not a measurement "
@@ -318,8 +292,7 @@ def sweep(run: Run) -> str:
             return partial("no budget sweep in this preset: the RULER runs' budgets only", elsewhere)
         return not_run(elsewhere)
     length = int(block.get("length") or _longest_ruler(run.config))
-    return partial(_length_note(run, [length], [16384]), _model_note(run)) if length != 16384 or _model_note(run) \
-        else REPRODUCED
+    return partial_or_reproduced(_length_note(run, [length], [16384]), _model_note(run))
 
 
 def diagram(what: str) -> Callable[[Run], str]:
@@ -359,11 +332,10 @@ ITEMS: tuple[PaperItem, ...] = (
     PaperItem("Table 13", "RULER at 16K with L = 120: K = 10, 9, 8, 7 and their costs", None,
               check=kl_table("table13")),
     PaperItem("Figure 1", "exact TopK accuracy against the fraction of keys: fine on NIAH, degrades on CWE, FWE",
-              None,
-              (TOPK_BUDGET_SWEEP_PNG.name,), sweep),
+              None, (TOPK_BUDGET_SWEEP_PNG.name,), sweep),
     PaperItem("Figure 2a", "long-tailed attention: mass covered by the top keys against the fraction kept (the "
-              "paper: top 20% covers only 70-80% in some layers)", None,
-              (ATTENTION_MASS_CURVE_PNG.name,), estimation(MASS_CURVE_CSV)),
+              "paper: top 20% covers only 70-80% in some layers)", None, (ATTENTION_MASS_CURVE_PNG.name,),
+              estimation(MASS_CURVE_CSV)),
     PaperItem("Figure 2b", "the attention sink reshapes sparsity: attention looks sparser with the sink, spreads "
               "more evenly without it (top-key mass with vs without the sink)", "Attention spread",
               (ATTENTION_SPREAD_PNG.name,), estimation(SPREAD_SUMMARY_CSV)),
@@ -394,8 +366,7 @@ ITEMS: tuple[PaperItem, ...] = (
               "PCIe narrow", None, check=diagram("the bandwidth model of `magicpig.harness.projection` uses these "
                                                   "memories' bandwidths")),
     PaperItem("Figure 7b", "MagicPIG's workload split (a diagram): linear layers and hashing on the GPU, hash tables "
-              "and sampled attention on the CPU", None,
-              check=diagram("the offload backend implements this split")),
+              "and sampled attention on the CPU", None, check=diagram("the offload backend implements this split")),
     PaperItem("Figure 8a", "throughput vs batch, A100, CodeLlama-34B, 16K: MagicPIG 1.5x GPU-only full attention",
               None, (THROUGHPUT_BATCH_PNG.name, SPEEDUP_PAPER_HARDWARE_PNG.name),
               throughput("codellama-34b", 16384, "A100")),
@@ -413,9 +384,7 @@ ITEMS: tuple[PaperItem, ...] = (
     PaperItem("Figure 9c", "MagicPIG vs exact TopK on FWE across cost: MagicPIG up to 8 points higher",
               None, (MAGICPIG_VS_TOPK_COST_PNG.name,), sweep),
     PaperItem("Figure 10", "log |v_i - o| against q·k_i/√d in one decode step: the former fluctuates far less",
-              None, (VALUE_VS_LOGIT_PNG.name,),
-              estimation(VALUE_OUTPUT_CSV)),
+              None, (VALUE_VS_LOGIT_PNG.name,), estimation(VALUE_OUTPUT_CSV)),
     PaperItem("Figure 11", "value norm ||v_i|| per token: the sink's is much smaller than the others'",
-              None, (VALUE_NORMS_PNG.name,),
-              estimation(VALUE_NORM_CSV)),
+              None, (VALUE_NORMS_PNG.name,), estimation(VALUE_NORM_CSV)),
 )

@@ -65,12 +65,19 @@ def paper_match(rows_ref: dict, runs: pd.DataFrame) -> tuple[str | None, list | 
     return None, None
 
 
-def paper_only_rows(section: dict, matched: set, n_ours: int, columns: int | None = None,
-                    model: str = PAPER_MODEL) -> list[list[str]]:
+def paper_only_rows(section: dict, matched: set, n_ours: int, model: str = PAPER_MODEL,
+                    paper_values=lambda values: values, extra=lambda key: []) -> list[list[str]]:
     """The paper's settings this run has no results for (named as the reference file writes them), so every
-    row of the paper's table is listed; ``columns``: how many of the paper's columns to show."""
-    return [[f"`{spec}` (paper only)"] + ["—"] * n_ours + [fmt(x) for x in values[:columns]]
-            for spec, values in (section.get(model) or {}).items() if canonical(spec) not in matched]
+    row of the paper's table is listed: ``paper_values`` picks the columns shown from a row, ``extra`` gives
+    the cells after them by canonical spec."""
+    return [[f"`{spec}` (paper only)"] + ["—"] * n_ours + [fmt(x) for x in paper_values(values)]
+            + extra(canonical(spec)) for spec, values in (section.get(model) or {}).items()
+            if canonical(spec) not in matched]
+
+
+def paper_table(header: list[str], section: dict) -> str:
+    """The paper's rows alone (spec -> values), for a model or task set this preset does not run."""
+    return table(["method"] + header, [[f"`{spec}`"] + [fmt(x) for x in values] for spec, values in section.items()])
 
 
 def skipped_notes(df: pd.DataFrame) -> list[str]:
@@ -110,6 +117,10 @@ def task_table(df: pd.DataFrame, tasks: list[str], paper: dict, model: str,
     cost_ref = paper_rows(paper.get("costs") or {}, model) if costs else {}
     n_paper = len(next(iter(rows_ref.values()), []))
     n_cost = len(PAPER_COST_HEADER) if costs else 0
+
+    def paper_costs(key: str | None) -> list[str]:
+        return [fmt(x, pct=True) for x in cost_ref.get(key) or [None] * n_cost]
+
     rows, matched = [], set()
     for method in dict.fromkeys(df["method"]):
         g = ok[ok["method"] == method]
@@ -121,14 +132,10 @@ def task_table(df: pd.DataFrame, tasks: list[str], paper: dict, model: str,
                if have else "—")
         cost2, cost1 = g["cost"].mean(), pd.to_numeric(g["cost1"], errors="coerce").mean()
         ours_costs = [fmt(cost1, pct=True), fmt(cost1 + cost2, pct=True)] if costs else []
-        paper_costs = [fmt(x, pct=True) for x in cost_ref.get(key) or [None] * n_cost]
         rows.append([f"`{method}`"] + [fmt(s) for s in scores] + [avg, fmt(cost2, pct=True)] + ours_costs
-                    + ([fmt(x) for x in pv] if pv else ["—"] * n_paper) + paper_costs)
+                    + ([fmt(x) for x in pv] if pv else ["—"] * n_paper) + paper_costs(key))
     n_ours = len(tasks) + 2 + (len(COST_HEADER) if costs else 0)
-    rows += [[f"`{spec}` (paper only)"] + ["—"] * n_ours + [fmt(x) for x in paper_values(values)]
-             + [fmt(x, pct=True) for x in cost_ref.get(canonical(spec)) or [None] * n_cost]
-             for spec, values in (paper.get(model) or {}).items() if canonical(spec) not in matched]
-    return rows
+    return rows + paper_only_rows(paper, matched, n_ours, model, paper_values, paper_costs)
 
 
 def family_section(family, acc: pd.DataFrame, ref: dict) -> list[str]:
@@ -210,8 +217,7 @@ def ruler_model_section(acc: pd.DataFrame, ref: dict, table_key: str, title: str
         preset, needs = MODEL_PRESETS.get(m, ("—", "its weights"))
         parts.append(f"`{m}`: no finished run of this model here" if m == model else
                      f"`{m}`: not run in this preset: needs {needs} (preset `{preset}`). The paper's rows:")
-        parts.append(table(["method"] + header_paper,
-                           [[f"`{spec}`"] + [fmt(x) for x in values] for spec, values in paper[m].items()]))
+        parts.append(paper_table(header_paper, paper[m]))
     return parts + (skipped_notes(df) if model in models else [])
 
 
@@ -226,18 +232,17 @@ def table6_section(acc: pd.DataFrame, ref: dict) -> list[str]:
                         "runs all six (set, operations) tasks)."]
     model = paper_model(df, ref)
     ops = paper["ops"]
+    header_paper = [f"paper {n}-ops" for n in ops]
     for set_name in paper["sets"]:
         tasks = [f"infini_igsm/{set_name}_op{n}" for n in ops]
         sub = df[df["task"].isin(tasks)]
         section = {model: (paper.get(model) or {}).get(set_name, {})}
-        header = (["method"] + [f"ours {n}-ops" for n in ops] + ["ours avg", "cost2"]
-                  + [f"paper {n}-ops" for n in ops])
         parts.append(f"### {set_name}")
         if sub.empty:
-            parts.append(f"Not run in this preset (block `reasoning` lists none of {', '.join(tasks)}). The paper's rows:")
-            parts.append(table(["method"] + [f"paper {n}-ops" for n in ops],
-                               [[f"`{s}`"] + [fmt(x) for x in v] for s, v in section[model].items()]))
+            parts += [f"Not run in this preset (block `reasoning` lists none of {', '.join(tasks)}). The paper's "
+                      "rows:", paper_table(header_paper, section[model])]
             continue
+        header = ["method"] + [f"ours {n}-ops" for n in ops] + ["ours avg", "cost2"] + header_paper
         parts.append(table(header, task_table(sub, tasks, section, model)))
     return parts + ["Accuracy ×100 (the integer after 'Answer:' equals the solution's). The paper's TopK setting "
                     "is its fraction of keys, oracle sampling's its fraction of drawn keys."] \

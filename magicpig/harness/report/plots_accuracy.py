@@ -12,12 +12,9 @@ import numpy as np
 from magicpig.harness.report import canvas
 from magicpig.harness.results_tree import canonical, ok_runs, read_table, truthy
 from magicpig.harness.report.intervals import WHISKERS, run_level, whisker
+from magicpig.harness.report.paper_tables import PAPER_MODEL, paper_rows
 from magicpig.harness.result_files import CENTERING_SUMMARY_CSV, METRICS
 from magicpig.harness.stats.paired import task_average
-
-
-def _paper_rows(ref: dict, table: str = "ruler_table3", model: str = "llama-3.1-8b-instruct") -> dict:
-    return {canonical(k): v for k, v in ref.get(table, {}).get(model, {}).items()}
 
 
 def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -27,12 +24,10 @@ def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     title = "RULER per task: our runs of Table 3's settings (paper: 13-task averages only)"
     ok = ok_runs(results / "accuracy", "ruler/")
     lengths = sorted(ok["length"].unique())[:4]
-    missing: list[str] = []
     fig, axes = canvas.subplots(max(1, len(lengths)), title, width=max(5.5, 0.9 * ok["task"].nunique() + 2))
-    if not lengths:
-        canvas.no_data(axes[0], f"accuracy/ruler/*/*/*/{METRICS.name}", missing)
-        return canvas.save(fig, path, title, missing)
-    paper = _paper_rows(ref)
+    if not lengths:  # one panel
+        return canvas.no_data_figure(fig, axes, f"accuracy/ruler/*/*/*/{METRICS.name}", path, title)
+    paper = paper_rows(ref.get("ruler_table3", {}))
     for ax, n in zip(axes, lengths):
         at = ok[ok["length"] == n]
         tasks = sorted(at["task"].unique())
@@ -56,7 +51,7 @@ def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                      fontsize=8)
         canvas.legend_below(ax, right=True)
         canvas.paper_note(ax, ref, "ruler_per_task")
-    return canvas.save(fig, path, title, missing)
+    return canvas.save(fig, path, title, [])
 
 
 def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -79,7 +74,6 @@ def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                 err = [[v] for v in whisker(y, iv.lo, iv.hi)] if sampled else None
                 ax.errorbar(g["cost"].mean(), y, yerr=err, fmt="os^vD"[j % 5], color=f"C{i}", capsize=3,
                             label=f"{method} @ {n}" + ("" if g["task"].nunique() == ntasks else " (partial)"))
-        ax.set_xscale("log")
         canvas.readable_log(ax, "x")
         canvas.fit_single(ax, ok.groupby("method")["cost"].mean(), log=True)
         ax.set_xlabel("cost2: fraction of offloaded keys used (measured)")
@@ -88,23 +82,21 @@ def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         canvas.legend_below(ax, fontsize=6)
     cfg = ref.get("figures", {}).get("ruler_vs_cost", {})
     costs = {canonical(k): v for k, v in cfg.get("nominal_cost2", {}).items()}
-    paper = _paper_rows(ref)
+    paper = paper_rows(ref.get("ruler_table3", {}))
     lengths = ref.get("ruler_table3", {}).get("lengths", [])
     if not paper or not costs:
         canvas.no_data(axp, "config/paper_reference.yaml: figures.ruler_vs_cost", missing)
     else:
         # one marker per setting, one colour per length: named in the legend, not by text beside the points
-        written = {canonical(k): k for k in ref["ruler_table3"].get("llama-3.1-8b-instruct", {})}
+        written = {canonical(k): k for k in ref["ruler_table3"].get(PAPER_MODEL, {})}
         settings = sorted((m for m in paper if m in costs), key=lambda m: costs[m])
         marker = {m: "osD^v<>ph*P"[i % 11] for i, m in enumerate(settings)}
         for j, n in enumerate(lengths):
             for m in settings:
                 axp.plot(costs[m], paper[m][j], marker[m], color=f"C{j}", mfc="none" if j else None, ms=6)
-        for j, n in enumerate(lengths):
             axp.plot([], [], "s", color=f"C{j}", label=f"paper {n // 1024}K")
         for m in settings:
             axp.plot([], [], marker[m], color="0.3", mfc="none", label=written.get(m, m))
-        axp.set_xscale("log")
         canvas.readable_log(axp, "x")
         axp.set_xlabel("nominal cost2 (paper Sec. 5, Table 9)")
         axp.set_title("paper (Llama-3.1-8B-Instruct)")
@@ -146,8 +138,7 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                 if word in t and key in paper:
                     ax.plot(x, paper[key], "kx", ms=10, mew=2)
         ax.plot([], [], "kx", label="paper, no centering")
-        ax.set_xticks(xs)
-        ax.set_xticklabels([t.removeprefix("ruler/") for t in tasks], rotation=30, ha="right")
+        ax.set_xticks(xs, [t.removeprefix("ruler/") for t in tasks], rotation=30, ha="right")
         ax.set_ylim(0, 105)
         ax.set_ylabel("score (0-100)")
         ax.set_title(WHISKERS, fontsize=7)
@@ -169,11 +160,9 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
             axf.axhline(paper["sampled_fraction_below"], color="k", ls="--", lw=1,
                         label=f"paper: no centering < {100 * paper['sampled_fraction_below']:g}%")
         axf.set_yscale("log")
-        axf.set_xticks(xs + 0.2)
-        axf.set_xticklabels(order)
+        axf.set_xticks(xs + 0.2, order)
         axf.set_xlabel("(K, L)")
         canvas.readable_log(axf)
         axf.set_ylabel("sampled fraction (sparse layers)")
         canvas.legend_below(axf)
-    canvas.paper_note(axf, ref, "centering")
-    return canvas.save(fig, path, title, missing)
+    return canvas.save_noted(fig, ref, "centering", path, title, missing)

@@ -22,31 +22,27 @@ HIST_LABELS = {"k_cos_sink": "cos(k, sink key)", "k_cos_center": "cos(k, c)", "q
 def attention_spread(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """Top-20% mass per layer with and without the sink (mean over heads), and its spread over heads."""
     title = "Attention spread with and without the sink (paper Fig. 2b)"
-    missing: list[str] = []
     fig, (ax, axh) = canvas.subplots(2, title)
     df = read_table(SPREAD_CSV.under(results))
     if df is None:
-        canvas.no_data(ax, SPREAD_CSV.rel, missing)
-        canvas.no_data(axh, SPREAD_CSV.rel, [])
-    else:
-        frac = float(df["top_frac"].iloc[0])
-        by = df.groupby("layer")[["top_mass_with_sink", "top_mass_without_sink", "sink_mass"]].mean()
-        ax.plot(by.index, by["top_mass_with_sink"], "o-", label=f"top {frac:.0%} keys, with sink")
-        ax.plot(by.index, by["top_mass_without_sink"], "s-", label=f"top {frac:.0%} keys, sink removed")
-        ax.plot(by.index, by["sink_mass"], "^:", label="sink mass")
-        ax.set_ylim(0, 1.05)
-        ax.set_xlabel("layer")
-        ax.set_ylabel("share of attention mass (mean over heads)")
-        canvas.legend_below(ax)
-        sp = canvas.sparse_layers(df)
-        bins = np.linspace(0, 1, 21)
-        axh.hist(sp["top_mass_with_sink"], bins, alpha=0.6, label="with sink")
-        axh.hist(sp["top_mass_without_sink"], bins, alpha=0.6, label="sink removed")
-        axh.set_xlabel(f"mass in the top {frac:.0%} of keys, per head (sparse layers)")
-        axh.set_ylabel("heads")
-        canvas.legend_below(axh)
-        canvas.paper_note(axh, ref, "attention_spread")
-    return canvas.save(fig, path, title, missing)
+        return canvas.no_data_figure(fig, (ax, axh), SPREAD_CSV.rel, path, title)
+    frac = float(df["top_frac"].iloc[0])
+    by = df.groupby("layer")[["top_mass_with_sink", "top_mass_without_sink", "sink_mass"]].mean()
+    ax.plot(by.index, by["top_mass_with_sink"], "o-", label=f"top {frac:.0%} keys, with sink")
+    ax.plot(by.index, by["top_mass_without_sink"], "s-", label=f"top {frac:.0%} keys, sink removed")
+    ax.plot(by.index, by["sink_mass"], "^:", label="sink mass")
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("share of attention mass (mean over heads)")
+    canvas.legend_below(ax)
+    sp = canvas.sparse_layers(df)
+    bins = np.linspace(0, 1, 21)
+    axh.hist(sp["top_mass_with_sink"], bins, alpha=0.6, label="with sink")
+    axh.hist(sp["top_mass_without_sink"], bins, alpha=0.6, label="sink removed")
+    axh.set_xlabel(f"mass in the top {frac:.0%} of keys, per head (sparse layers)")
+    axh.set_ylabel("heads")
+    canvas.legend_below(axh)
+    return canvas.save_noted(fig, ref, "attention_spread", path, title, [])
 
 
 _SETTING = re.compile(r"^(topk|oracle)(@|=)(.+)$")
@@ -64,14 +60,11 @@ def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult
         canvas.no_data(ax, ERROR_SUMMARY_CSV.rel, missing)
     else:
         kinds = df["setting"].astype(str).map(lambda s: _SETTING.match(s))
-        for i, name in enumerate(("topk", "oracle")):
-            sel = [bool(m and m.group(1) == name and m.group(2) == "@") for m in kinds]
-            g = df[sel].sort_values("cost2")
-            ax.plot(g["cost2"], g["rel_error_mean"], "o-", color=f"C{i}", label=f"{name} (budget)")
-            sel = [bool(m and m.group(1) == name and m.group(2) == "=") for m in kinds]
-            g = df[sel].sort_values("cost2")
-            ax.plot(g["cost2"], g["rel_error_mean"], "o", mfc="none", color=f"C{i}",
-                    label=f"{name} at MagicPIG's key count")
+        for i, name in enumerate(("topk", "oracle")):  # at a budget ("@"), and at MagicPIG's key count ("=")
+            for sep, style, face, label in (("@", "o-", {}, f"{name} (budget)"),
+                                            ("=", "o", {"mfc": "none"}, f"{name} at MagicPIG's key count")):
+                g = df[[bool(m and m.group(1) == name and m.group(2) == sep) for m in kinds]].sort_values("cost2")
+                ax.plot(g["cost2"], g["rel_error_mean"], style, color=f"C{i}", label=label, **face)
         mp = df[df["setting"].astype(str).str.startswith("magicpig")]
         ax.plot(mp["cost2"], mp["rel_error_mean"], "*", ms=11, color="C2", label="MagicPIG (K, L)")
         for k, r in enumerate(mp.sort_values("cost2").itertuples()):  # labels alternate above / below
@@ -102,8 +95,7 @@ def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult
         axr.set_xlabel("distinct keys (oracle sampling's unique draws)")
         axr.set_ylabel("TopK / oracle error, equal keys")
         canvas.legend_below(axr)
-    canvas.paper_note(axr, ref, "error_vs_budget")
-    return canvas.save(fig, path, title, missing)
+    return canvas.save_noted(fig, ref, "error_vs_budget", path, title, missing)
 
 
 def geometry(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -147,8 +139,7 @@ def geometry(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         axh.set_xlabel("cosine")
         axh.set_ylabel("share of keys")
         canvas.legend_below(axh)
-    canvas.paper_note(axh, ref, "geometry")  # a caption of the whole figure
-    return canvas.save(fig, path, title, missing)
+    return canvas.save_noted(fig, ref, "geometry", path, title, missing)
 
 
 def kl_grid(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -169,7 +160,6 @@ def kl_grid(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
             ax.plot(g["L"], g["measured"], "o-", color=f"C{i}", label=f"K={K} measured")
             if "formula" in g:
                 ax.plot(g["L"], g["formula"], ":", color=f"C{i}")
-    ax.set_yscale("log")
     ax.set_xlabel("L")
     ax.set_ylabel("sampled fraction")
     for j, K in enumerate(sorted(t9.get("K", {}))):

@@ -16,7 +16,6 @@ from magicpig.harness.result_files import (INPUTS_MATRIX_CSV, INPUTS_SIMILARITY_
                                            VALUE_NORM_CSV, VALUE_OUTPUT_CSV)
 
 
-
 def _prompts(df) -> int:
     return int(df["prompt"].nunique()) if "prompt" in df else 1
 
@@ -58,8 +57,7 @@ def attention_mass_curve(results: Path, ref: dict, path: Path) -> canvas.FigureR
     units = len(sp.groupby([c for c in ("prompt", "layer", "head") if c in sp]))
     axh.set_title(f"per head ({units} of layer x head x prompt)", fontsize=8)
     axh.legend(fontsize=7)
-    canvas.paper_note(axh, ref, "attention_mass_curve")
-    return canvas.save(fig, path, title, [])
+    return canvas.save_noted(fig, ref, "attention_mass_curve", path, title, [])
 
 
 def sink_key_similarity(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -107,8 +105,7 @@ def sink_key_similarity(results: Path, ref: dict, path: Path) -> canvas.FigureRe
         axl.set_ylabel("pairwise cosine across inputs")
         axl.set_title("line: mean over pairs and kv-heads\nband: lowest pair to highest kv-head mean", fontsize=8)
         axl.legend(fontsize=6)
-    canvas.paper_note(axl, ref, "sink_key_similarity")
-    return canvas.save(fig, path, title, missing)
+    return canvas.save_noted(fig, ref, "sink_key_similarity", path, title, missing)
 
 
 def sink_vs_mean_key(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -136,8 +133,7 @@ def sink_vs_mean_key(results: Path, ref: dict, path: Path) -> canvas.FigureResul
     axh.set_xlabel("cosine")
     axh.set_ylabel(f"heads ({len(per_head)} of the sparse layers)")
     axh.legend(fontsize=7)
-    canvas.paper_note(axh, ref, "sink_vs_mean_key")
-    return canvas.save(fig, path, title, [])
+    return canvas.save_noted(fig, ref, "sink_vs_mean_key", path, title, [])
 
 
 def value_vs_logit(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -165,8 +161,7 @@ def value_vs_logit(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                      f"Spearman rho {rho:+.2f}", fontsize=8)
         ax.legend(fontsize=7)
     axes[0].set_ylabel("ln ||v_i - o||")
-    canvas.paper_note(axes[-1], ref, "value_vs_logit")
-    return canvas.save(fig, path, title, [])
+    return canvas.save_noted(fig, ref, "value_vs_logit", path, title, [])
 
 
 def value_norms(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -194,13 +189,11 @@ def value_norms(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     med = df[~truthy(df["is_sink"])].groupby(by)["value_norm"].median()
     ratio = (sink / med).reset_index(name="ratio")
     for i, (layer, g) in enumerate(ratio.groupby("layer")):
-        ax_x = np.full(len(g), layer)
-        axr.plot(ax_x, g["ratio"], "o", color="C0", alpha=0.6, label="one prompt" if i == 0 else None)
+        axr.plot(np.full(len(g), layer), g["ratio"], "o", color="C0", alpha=0.6, label="one prompt" if i == 0 else None)
     axr.axhline(1, color="k", lw=0.8)
     axr.set_yscale("log")
     axr.set_xlabel("layer")
     axr.set_ylabel("sink's ||v|| / median token's ||v||")
     axr.set_title(f"{_prompts(df)} prompt(s)", fontsize=8)
     axr.legend(fontsize=7)
-    canvas.paper_note(axr, ref, "value_norms")
-    return canvas.save(fig, path, title, [])
+    return canvas.save_noted(fig, ref, "value_norms", path, title, [])

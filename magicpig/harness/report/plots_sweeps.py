@@ -37,10 +37,9 @@ def _dense_line(ax, runs: pd.DataFrame, task: str, length: int, color: str = "k"
         ax.axhline(run_level(next(d.itertuples())).value, color=color, ls="--", lw=1, label=label)
 
 
-def _main_length(runs: pd.DataFrame, family: str) -> int | None:
-    """The context length with the most runs of ``family`` (the sweep's length)."""
-    fam = runs[runs["family"] == family]
-    return None if fam.empty else int(fam.groupby("length").size().idxmax())
+def _most_runs(rows: pd.DataFrame, column: str) -> int | None:
+    """The value of ``column`` with the most of ``rows`` (a sweep's length, its K); None without rows."""
+    return None if rows.empty else int(rows.groupby(column).size().idxmax())
 
 
 def _samples_text(counts: list[int]) -> str:
@@ -67,7 +66,6 @@ def _score_panel(ax, xlabel: str, task: str, length: int, counts: list[int], log
     """A panel of scores (0-100) of one task: its x axis (log unless ``log_x`` is false), a title naming the
     task, the length and the samples per point, and the legend."""
     if log_x:
-        ax.set_xscale("log")
         canvas.readable_log(ax, "x")
     ax.set_ylim(-3, 105)
     ax.set_xlabel(xlabel)
@@ -78,8 +76,7 @@ def _score_panel(ax, xlabel: str, task: str, length: int, counts: list[int], log
 def _save_panels(fig, axes, ref: dict, figure: str, path: Path, title: str, missing: list[str]) -> canvas.FigureResult:
     """The score label on the first panel, the paper's caption of ``figure``, and the figure saved."""
     axes[0].set_ylabel(f"score ({WHISKERS})", fontsize=8)
-    canvas.paper_note(axes[0], ref, figure)
-    return canvas.save(fig, path, title, missing)
+    return canvas.save_noted(fig, ref, figure, path, title, missing)
 
 
 def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -88,7 +85,7 @@ def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResu
     missing: list[str] = []
     fig, (ax,) = canvas.subplots(1, title, width=7.5, height=4.8)
     runs = sweep_runs(results)
-    length = _main_length(runs, "topk")
+    length = _most_runs(runs[runs["family"] == "topk"], "length")
     tasks = [] if length is None else _family_tasks(runs, length, ("niah", "cwe", "fwe"))
     topk = runs[(runs["family"] == "topk") & (runs["length"] == length)]
     if topk.empty or not tasks:
@@ -97,10 +94,8 @@ def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResu
     for i, task in enumerate(tasks):
         counts += _line(ax, topk[topk["task"] == task], "cost", "o-", f"C{i}", f"TopK, {_short(task)}")
         _dense_line(ax, runs, task, length, f"C{i}", f"dense, {_short(task)}")
-    for word in ("niah", "cwe", "fwe"):
-        if not any(word in _short(t) for t in tasks):
-            missing.append(f"{SWEEPS}/ruler/{word}*/{length}/topk@*")
-    ax.set_xscale("log")
+    missing += [f"{SWEEPS}/ruler/{word}*/{length}/topk@*" for word in ("niah", "cwe", "fwe")
+                if not any(word in _short(t) for t in tasks)]
     canvas.readable_log(ax, "x")
     ax.set_ylim(-3, 105)
     ax.set_xlabel("fraction of keys TopK keeps (cost2, measured)")
@@ -108,8 +103,7 @@ def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResu
     ax.set_title(f"TopK budgets {_budgets_text(topk)} (< 1: fraction, >= 1: keys); {_samples_text(counts)}; "
                  f"{WHISKERS}", fontsize=7)
     ax.legend(fontsize=7, ncol=2)
-    canvas.paper_note(ax, ref, "topk_budget_sweep")
-    return canvas.save(fig, path, title, missing)
+    return canvas.save_noted(fig, ref, "topk_budget_sweep", path, title, missing)
 
 
 def oracle_vs_topk_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -118,7 +112,7 @@ def oracle_vs_topk_budget(results: Path, ref: dict, path: Path) -> canvas.Figure
     title = "Oracle sampling vs TopK: accuracy vs budget (paper Fig. 6c)"
     missing: list[str] = []
     runs = sweep_runs(results)
-    length = _main_length(runs, "oracle")
+    length = _most_runs(runs[runs["family"] == "oracle"], "length")
     tasks = [] if length is None else _family_tasks(runs, length, ("niah", "cwe", "fwe"))
     fig, axes = canvas.subplots(max(1, len(tasks)), title, width=4.6, height=4.4)
     if not tasks:
@@ -152,8 +146,8 @@ def centering_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult
     runs = sweep_runs(results)
     mp = runs[runs["family"] == "magicpig"]
     off = mp[mp["centering"] == False]  # noqa: E712 (a column of bools and None)
-    length = None if off.empty else int(off.groupby("length").size().idxmax())
-    K = None if off.empty else int(off[off["length"] == length].groupby("K").size().idxmax())
+    length = _most_runs(off, "length")
+    K = _most_runs(off[off["length"] == length], "K")
     # the NIAH / FWE tasks with an uncentered run (the accuracy tree's RULER runs add centered points only)
     swept = set(off.loc[off["length"] == length, "task"]) if length is not None else set()
     tasks = [] if length is None else [t for t in _family_tasks(runs, length, ("niah", "fwe")) if t in swept]
@@ -186,7 +180,6 @@ def centering_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult
     if "sampled_fraction_below" in paper:
         axf.axhline(paper["sampled_fraction_below"], color="crimson", ls=":", lw=1,
                     label=f"paper: < {100 * paper['sampled_fraction_below']:g}% without centering")
-    axf.set_yscale("log")
     canvas.readable_log(axf, "y")
     axf.set_xlabel(f"L (K = {K})")
     axf.set_ylabel("sampled fraction (cost2, measured in the run)")
@@ -202,7 +195,7 @@ def magicpig_vs_topk_cost(results: Path, ref: dict, path: Path) -> canvas.Figure
     missing: list[str] = []
     runs = sweep_runs(results)
     mp_all = runs[(runs["family"] == "magicpig") & (runs["centering"] != False)]  # noqa: E712
-    length = None if mp_all.empty else int(mp_all.groupby("length").size().idxmax())
+    length = _most_runs(mp_all, "length")
     fig, axes = canvas.subplots(2, title, width=5.2, height=4.6)
     gains = ref.get("ablations", {}).get("magicpig_vs_topk_16k", {})
     for ax, word in zip(axes, ("cwe", "fwe")):

@@ -23,11 +23,15 @@ def _system(ref: dict) -> dict:
     return ref.get("system", {}) or {}
 
 
+def _baseline_labels(ref: dict) -> dict:
+    """The paper's baselines (``system.baselines``) by key: the label each is named by."""
+    return {k: v.get("label", k) for k, v in (_system(ref).get("baselines") or {}).items()}
+
+
 def baselines_caption(ref: dict) -> str:
     """What each of the paper's ratios is over (``system.baselines`` and ``throughput_speedup`` of the paper
     reference, Sec. 5.2) and how the projection models the CPU baseline."""
-    system = _system(ref)
-    labels = {k: v.get("label", k) for k, v in (system.get("baselines") or {}).items()}
+    system, labels = _system(ref), _baseline_labels(ref)
     per = "; ".join(f"{e['hardware']}: {labels.get(e.get('baseline'), e.get('baseline'))}"
                     for e in system.get("throughput_speedup", []))
     text = f"paper's baselines (Sec. 5.2): {per}."
@@ -66,14 +70,11 @@ def _measured(ax, df, x: str, y: str, by: str) -> None:
     canvas.log_if_wide(ax, df[y])
 
 
-def _gpu_rows(df):
-    return df[df["device"].astype(str).str.startswith("cuda")] if df is not None and "device" in df else None
-
-
 def _panels(results: Path, title: str, x: str, y: str, by: str, xlabel: str, ylabel: str, height: float = 4.4):
     """The three panels of a throughput figure: MEASURED ``y`` vs ``x`` per (method, ``by``) from decode.csv,
     then the H200 and the paper's-machine panels, titled PROJECTION, left for the caller to draw with the
-    projection CSVs (None where absent: the panel says so). Returns (fig, axes, frames, missing)."""
+    projection CSVs (None where absent: the panel says so). Returns (fig, axes, (decode.csv, the H200
+    projection, the paper's-machine projection), missing)."""
     missing: list[str] = []
     fig, axes = canvas.subplots(3, title, width=4.8, height=height)
     files = {"decode": DECODE_CSV, "projection_h200": PROJECTION_H200_CSV,
@@ -88,7 +89,7 @@ def _panels(results: Path, title: str, x: str, y: str, by: str, xlabel: str, yla
     if df is not None:
         _measured(axes[0], df, x, y, by)
     axes[1].set_title("H200: " + PROJECTED, color="darkorange", fontsize=9)
-    return fig, axes, frames, missing
+    return fig, axes, tuple(frames.values()), missing
 
 
 def _paper_title(ax, paper_rows: list[dict]) -> None:
@@ -101,9 +102,8 @@ def throughput_batch(results: Path, ref: dict, path: Path) -> canvas.FigureResul
     """Tokens/s vs batch: measured on this machine | PROJECTION on one H200 | the paper's L20: its numbers
     beside the projection of the same settings (each machine on its own axes)."""
     title = "Decoding throughput vs batch"
-    fig, (ax, axp, axl), frames, missing = _panels(results, title, "batch", "tokens_per_s", "context", "batch",
-                                                   "tokens / s")
-    df, proj, lat = frames["decode"], frames["projection_h200"], frames["projection_paper_latency"]
+    fig, (ax, axp, axl), (df, proj, lat), missing = _panels(results, title, "batch", "tokens_per_s", "context",
+                                                            "batch", "tokens / s")
     if df is not None:
         canvas.fit_single(ax, df["batch"])
     ax.set_title("MEASURED on this machine (" + ("no rows" if df is None else
@@ -112,7 +112,6 @@ def throughput_batch(results: Path, ref: dict, path: Path) -> canvas.FigureResul
         for i, ((m, n), g) in enumerate(proj.groupby(["method", "context"], sort=False)):
             g = g.sort_values("batch")
             axp.plot(g["batch"], g["tokens_per_s"], "o-", color=f"C{i % 10}", label=f"{m}, {n // 1024}K")
-        axp.set_yscale("log")
         canvas.readable_log(axp)
         canvas.legend_below(axp, fontsize=6)
     paper_rows = _system(ref).get("max_throughput_tokens_per_s", [])
@@ -136,9 +135,8 @@ def throughput_context(results: Path, ref: dict, path: Path) -> canvas.FigureRes
     """ms per token vs context: measured on this machine | PROJECTION (H200, batch 1) | the paper's
     latency beside the projection of the same setting on the paper's machine."""
     title = "Decoding latency vs context"
-    fig, (ax, axp, axl), frames, missing = _panels(results, title, "context", "ms_per_token", "batch",
-                                                   "context (tokens)", "ms / token", height=6.0)
-    df, proj, lat = frames["decode"], frames["projection_h200"], frames["projection_paper_latency"]
+    fig, (ax, axp, axl), (df, proj, lat), missing = _panels(results, title, "context", "ms_per_token", "batch",
+                                                            "context (tokens)", "ms / token", height=6.0)
     if df is not None:
         ax.set_xscale("log", base=2)
         canvas.fit_single(ax, df["context"], log=True)
@@ -186,7 +184,9 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
     title = "Throughput speed-up over the paper's baseline of each setting"
     missing: list[str] = []
     fig, (ax, axp) = canvas.subplots(2, title, width=6.0, height=6.0)
-    gpu = _gpu_rows(read_table(DECODE_CSV.under(results)))
+    decode = read_table(DECODE_CSV.under(results))
+    has_device = decode is not None and "device" in decode
+    gpu = decode[decode["device"].astype(str).str.startswith("cuda")] if has_device else None
     if gpu is None or gpu.empty:
         canvas.no_data(ax, f"{DECODE_CSV.rel} rows on a GPU\n(this machine has none)", missing)
     else:
@@ -201,9 +201,7 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
         ax.set_ylabel("max tokens/s ratio")
         canvas.legend_below(ax)
     ax.set_title("MEASURED on a GPU (over GPU-only full attention)")
-    system = _system(ref)
-    paper = system.get("throughput_speedup", [])
-    labels = {k: v.get("label", k) for k, v in (system.get("baselines") or {}).items()}
+    paper, labels = _system(ref).get("throughput_speedup", []), _baseline_labels(ref)
     proj = read_table(PROJECTION_PAPER_HARDWARE_CSV.under(results))
     names = [f"{p['hardware']}\n{p['model']} {p['context'] // 1024}K\n"
              + textwrap.fill(f"over {labels.get(p.get('baseline'), p.get('baseline'))}", 30) for p in paper]
@@ -241,8 +239,7 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
                 else:
                     axp.text(xi, min(v, cap), f"{v:.1f}x", ha="center", va="bottom", fontsize=6)
         xs = xs + width * len(kernels) / 2
-    axp.set_xticks(xs)
-    axp.set_xticklabels(names, fontsize=6)
+    axp.set_xticks(xs, names, fontsize=6)
     axp.set_ylabel("speed-up (x)")
     axp.set_title(PROJECTED, color="darkorange")
     handles, names = axp.get_legend_handles_labels()
@@ -262,9 +259,7 @@ def cpu_baselines(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     if df is not None:
         df = df[truthy(df["fits"])]
     if df is None or df.empty:
-        canvas.no_data(ax, "throughput/decode.csv (CPU rows)", missing)
-        canvas.no_data(axm, "throughput/decode.csv (CPU rows)", [])  # named once in the caption
-        return canvas.save(fig, path, title, missing)
+        return canvas.no_data_figure(fig, (ax, axm), "throughput/decode.csv (CPU rows)", path, title)
     one = batch_one(df)
     load = truthy(df["under_load"]) if "under_load" in df else pd.Series(False, index=df.index)
     for i, ((m, b), g) in enumerate(one.groupby(["method", "backend"], sort=False)):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from magicpig.harness.report import figures
-from magicpig.harness.results_tree import collect_metrics, read_csv
+from magicpig.harness.report.build import present_tables
+from magicpig.harness.results_tree import collect_metrics
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.result_files import (ATTENTION_MASS_CURVE_PNG, CENTERING_SWEEP_PNG, MAGICPIG_VS_TOPK_COST_PNG,
                                            MASS_CURVE_SUMMARY_CSV, ORACLE_VS_TOPK_BUDGET_PNG, SINK_CENTER_SUMMARY_CSV,
@@ -16,8 +17,6 @@ SWEEP_FIGURES = (TOPK_BUDGET_SWEEP_PNG.name, ORACLE_VS_TOPK_BUDGET_PNG.name, CEN
                  MAGICPIG_VS_TOPK_COST_PNG.name)
 TOKEN_FIGURES = (ATTENTION_MASS_CURVE_PNG.name, SINK_KEY_SIMILARITY_PNG.name, SINK_VS_MEAN_KEY_PNG.name,
                  VALUE_VS_LOGIT_PNG.name, VALUE_NORMS_PNG.name)
-# columns that describe the run, not the result (left out of the tables)
-META_COLUMNS = {"model", "n_prompt", "capture", "seed", "prompts"}
 # summary tables shown above the per-token figures: result file -> title
 TOKEN_TABLES = {
     MASS_CURVE_SUMMARY_CSV: "Attention mass held by the top fraction of keys (Figure 2a; sparse layers, all prompts)",
@@ -49,12 +48,5 @@ def sweep_section(results: Path, figs: dict | None = None) -> list[str]:
 
 def token_section(results: Path, figs: dict | None = None) -> list[str]:
     """The per-token experiments' summaries and figures."""
-    parts = ["## Attention per key and per token (Figures 2a, 5a-c, 10, 11)"]
-    for file, title in TOKEN_TABLES.items():
-        df = read_csv(file.under(results))
-        if df is None:
-            continue
-        cols = [c for c in df.columns if c not in META_COLUMNS]
-        parts += [f"### {title}", table(cols, [[fmt(v, digits=3) for v in r]
-                                              for r in df[cols].head(40).itertuples(index=False)])]
-    return parts + figures.embed_all(figs, TOKEN_FIGURES)
+    return (["## Attention per key and per token (Figures 2a, 5a-c, 10, 11)"]
+            + [text for _, text in present_tables(results, TOKEN_TABLES)] + figures.embed_all(figs, TOKEN_FIGURES))

@@ -46,13 +46,9 @@ def paper_columns(block: dict) -> tuple[list[str], list[str], list[list[float | 
         cols = [f"paper {m} {block['length'] // 1024}K" for m in models]
         return settings, cols, [[block["rows"][m][i] for m in models] for i in range(len(settings))]
     settings = list(block["settings"])  # Tables 12-13: one model, settings in a row
-    cols, values = [], [[] for _ in settings]
-    for key in ("cost", "accuracy"):
-        if key in block:
-            cols.append(f"paper {key} ({block['model']} {block['length'] // 1024}K)")
-            for i, v in enumerate(block[key]):
-                values[i].append(v)
-    return settings, cols, values
+    keys = [key for key in ("cost", "accuracy") if key in block]
+    cols = [f"paper {key} ({block['model']} {block['length'] // 1024}K)" for key in keys]
+    return settings, cols, [[block[key][i] for key in keys] for i in range(len(settings))]
 
 
 def table_lengths(block: dict) -> list[int]:

@@ -81,3 +81,16 @@ def test_gpu_check_predictions_projects_only_what_the_model_says_fits():
     slower = gpu_check_predictions(COMMITTED[0] / "decode.csv", cpu_efficiency=0.1)
     at = (slower["method"] == "magicpig") & (slower["context"] == 98304) & (slower["batch"] == 1)
     assert (slower.loc[at, "predicted_ms_per_token"].to_numpy() > mp["predicted_ms_per_token"].to_numpy()).all()
+
+
+def test_the_speedup_figure_draws_the_gpu_runs(tmp_path):
+    from magicpig.harness.report.plots_throughput import speedup_paper_hardware
+    from magicpig.harness.results_tree import load_reference
+
+    results = tmp_path / "results" / "cpu"
+    results.mkdir(parents=True)
+    none = speedup_paper_hardware(results, load_reference(), tmp_path / "none.png")
+    assert any("rows on a GPU" in m for m in none.missing)
+    _gpu_run(tmp_path / "figures" / "reference", "gpu-check-nvidia-h200-2026-12-04")
+    drawn = speedup_paper_hardware(results, load_reference(), tmp_path / "drawn.png")
+    assert not any("rows on a GPU" in m for m in drawn.missing), drawn.missing

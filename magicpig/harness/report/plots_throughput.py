@@ -12,7 +12,7 @@ import pandas as pd
 from magicpig.harness.projection import HARDWARE
 from magicpig.harness.report import canvas
 from magicpig.harness.report.tables_cpu import batch_one, system_label
-from magicpig.harness.results_tree import cpu_decode_rows, read_table, truthy
+from magicpig.harness.results_tree import cpu_decode_rows, gpu_decode_rows, gpu_run_folders, read_table, truthy
 from magicpig.harness.result_files import (DECODE_CSV, PROJECTION_H200_CSV, PROJECTION_PAPER_HARDWARE_CSV,
                                            PROJECTION_PAPER_LATENCY_CSV)
 
@@ -176,19 +176,18 @@ def throughput_context(results: Path, ref: dict, path: Path) -> canvas.FigureRes
 
 
 def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
-    """Speed-up of MagicPIG over the paper's baseline of each setting: measured on a GPU when decode.csv has GPU
-    rows (over GPU-only full attention) | PROJECTION for the paper's three machines, each over its own baseline
+    """Speed-up of MagicPIG over the paper's baseline of each setting: measured on a GPU (over GPU-only full
+    attention, each method at its best measured batch) from decode.csv's GPU rows and the GPU runs
+    (``results_tree.gpu_run_folders``) | PROJECTION for the paper's three machines, each over its own baseline
     (full attention on the GPU for the A100 and L20; on the CPU at a theoretical 150 GB/s for the simulated
     RTX 4090: the KV cache read from host memory at that rate, the weights on the GPU, the step their sum),
     our ratio printed beside the paper's 1.5x / 5.0x / 3.3x."""
     title = "Throughput speed-up over the paper's baseline of each setting"
     missing: list[str] = []
     fig, (ax, axp) = canvas.subplots(2, title, width=6.0, height=6.0)
-    decode = read_table(DECODE_CSV.under(results))
-    has_device = decode is not None and "device" in decode
-    gpu = decode[decode["device"].astype(str).str.startswith("cuda")] if has_device else None
-    if gpu is None or gpu.empty:
-        canvas.no_data(ax, f"{DECODE_CSV.rel} rows on a GPU\n(this machine has none)", missing)
+    gpu = gpu_decode_rows(results, gpu_run_folders(results))
+    if gpu.empty:
+        canvas.no_data(ax, f"{DECODE_CSV.rel} rows on a GPU\n(this machine has none), or a GPU run", missing)
     else:
         best = gpu.groupby(["context", "method"])["tokens_per_s"].max().unstack()
         dense = [c for c in best.columns if str(c).startswith("dense")]
@@ -198,9 +197,10 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.Figur
         ax.axhline(1, color="k", lw=0.6)
         canvas.fit_single(ax, best.index)
         ax.set_xlabel("context")
-        ax.set_ylabel("max tokens/s ratio")
+        ax.set_ylabel("ratio of max tokens/s (each at its best batch)")
         canvas.legend_below(ax)
-    ax.set_title("MEASURED on a GPU (over GPU-only full attention)")
+    where = "a GPU" if gpu.empty else ", ".join(sorted(set(gpu["_gpu"].astype(str))))
+    ax.set_title(f"MEASURED on {where} (over GPU-only full attention)", fontsize=9)
     paper, labels = _system(ref).get("throughput_speedup", []), _baseline_labels(ref)
     proj = read_table(PROJECTION_PAPER_HARDWARE_CSV.under(results))
     names = [f"{p['hardware']}\n{p['model']} {p['context'] // 1024}K\n"

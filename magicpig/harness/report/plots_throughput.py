@@ -177,7 +177,7 @@ def throughput_context(results: Path, ref: dict, path: Path) -> canvas.FigureRes
 
 def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """Speed-up of MagicPIG over the paper's baseline of each setting: measured on a GPU (over GPU-only full
-    attention, each method at its best measured batch) from decode.csv's GPU rows and the GPU runs
+    attention, each method at its best measured batch) from the preset's GPU decode rows and the GPU runs
     (``results_tree.gpu_run_folders``) | PROJECTION for the paper's three machines, each over its own baseline
     (full attention on the GPU for the A100 and L20; on the CPU at a theoretical 150 GB/s for the simulated
     RTX 4090: the KV cache read from host memory at that rate, the weights on the GPU, the step their sum),

@@ -94,3 +94,23 @@ def test_the_speedup_figure_draws_the_gpu_runs(tmp_path):
     _gpu_run(tmp_path / "figures" / "reference", "gpu-check-nvidia-h200-2026-12-04")
     drawn = speedup_paper_hardware(results, load_reference(), tmp_path / "drawn.png")
     assert not any("rows on a GPU" in m for m in drawn.missing), drawn.missing
+
+
+def test_a_report_given_one_gpu_folder_reads_it_alone_in_every_section_and_figure(tmp_path):
+    """build_report resolves the GPU runs once: with ``gpu_results`` naming a folder without runs, neither the
+    claims, the GPU section, the speed-up figure nor the coverage row reads the committed run beside it."""
+    from magicpig.harness.report.sections import build_report
+    from magicpig.harness.result_files import DECODE_CSV
+
+    results = tmp_path / "results" / "cpu"
+    results.mkdir(parents=True)
+    _gpu_run(tmp_path / "figures" / "reference", "gpu-check-nvidia-h200-2026-12-04")
+    (results / DECODE_CSV.rel).parent.mkdir(parents=True)
+    cpu_rows = pd.read_csv(COMMITTED[0] / "decode.csv").assign(device="cpu")  # the coverage row reads decode rows
+    cpu_rows.to_csv(results / DECODE_CSV.rel, index=False)
+    default = build_report(results, tmp_path / "default", "cpu").read_text()
+    alone = build_report(results, tmp_path / "alone", "cpu", gpu_results=tmp_path / "empty").read_text()
+    for text, has_run in ((default, True), (alone, False)):
+        assert ("gpu-check-nvidia-h200-2026-12-04" in text) == has_run
+        assert ("GPU runs shown" in text) == has_run
+        assert ("rows on a GPU" in text) != has_run  # the speed-up figure's missing-data line

@@ -27,7 +27,7 @@ def test_each_section_writes_its_heading_and_embeds_its_figures(tmp_path, tree):
     ref = load_reference()
     figs = figures.write_all(root, out, ref)
     acc = collect_metrics(root / "accuracy")
-    inputs = ReportInputs(root, out, ref, figs, acc, load_run("t", CPU_CONFIG, root, figs, acc), root.parent / "gpu")
+    inputs = ReportInputs(root, out, ref, figs, acc, load_run("t", CPU_CONFIG, root, figs, acc), ())
     for section in report_sections():
         parts = section.build(inputs)
         if section.title in ("Skipped or incomplete", "Models measured by shape only (paper Fig. 8a/b: CodeLlama-34B / "
@@ -85,7 +85,7 @@ def test_each_section_declares_every_results_file_it_opens(tmp_path, monkeypatch
     ref = load_reference()
     figs = figures.write_all(root, out, ref)
     acc = collect_metrics(root / "accuracy")
-    inputs = ReportInputs(root, out, ref, figs, acc, load_run("t", CPU_CONFIG, root, figs, acc), root.parent / "gpu")
+    inputs = ReportInputs(root, out, ref, figs, acc, load_run("t", CPU_CONFIG, root, figs, acc), ())
     opened: list[str] = []
     real_open = io.open
 

@@ -9,6 +9,7 @@ method and length, or on a baseline at the floor or ceiling, cannot decide and s
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -96,11 +97,10 @@ def holm(claims: list[dict], first: list[Run], ctx: Context) -> list[tuple[Verdi
     return holm_step_down([r.verdict for r in first], family, rerun)
 
 
-def evaluate(results: Path | str, ref: dict, gpu_results: Path | str | None = None) -> list[ClaimResult]:
+def evaluate(results: Path | str, ref: dict, gpu_folders: Sequence[Path] | None = None) -> list[ClaimResult]:
     """Every claim of ``ref['claims']['items']`` decided on the results tree, the decided ones after Holm's
-    correction (``holm``); ``gpu_results``: the one ``make gpu-check`` output folder to read (default:
-    results/gpu beside ``results`` and the committed GPU runs, ``results_tree.gpu_run_folders``)."""
-    ctx = Context(Path(results), ref, Path(gpu_results) if gpu_results is not None else None)
+    correction (``holm``); ``gpu_folders``: the GPU runs read (default: ``results_tree.gpu_run_folders``)."""
+    ctx = Context(Path(results), ref, gpu_folders)
     claims = list(ref.get("claims", {}).get("items", []))
     first = [_run(c, ctx) for c in claims]
     adjusted = holm(claims, first, ctx)
@@ -117,10 +117,10 @@ def evaluate(results: Path | str, ref: dict, gpu_results: Path | str | None = No
     return out
 
 
-def claims_section(results: Path | str, ref: dict, gpu_results: Path | str | None = None) -> list[str]:
+def claims_section(results: Path | str, ref: dict, gpu_folders: Sequence[Path] | None = None) -> list[str]:
     """The Markdown of the claims table, with the note on what its intervals are."""
     claims = ref.get("claims", {})
-    results_ = evaluate(results, ref, gpu_results)
+    results_ = evaluate(results, ref, gpu_folders)
     rows = [[f"`{c.id}`", c.text, f"`{c.needs}`" if c.needs else "—", test_cell(c), c.measured, verdict_cell(c)]
             for c in results_]
     family = [c.id for c in results_ if c.holm.startswith("Holm") or c.holm.startswith("in Holm")]

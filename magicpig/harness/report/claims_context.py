@@ -2,6 +2,7 @@
 thresholds) and the selections of runs they share (``of_method``, ``family``)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -13,15 +14,15 @@ class Context:
     """What the tests read: the results root, the finished accuracy runs, the reference, ``min_samples``
     (per task, per method, per length), ``floor_points`` and where the GPU check's results are.
 
-    ``gpu_folders``: the GPU runs read (``results_tree.gpu_run_folders``: by default those under results/gpu and
-    the committed ones; ``gpu_results``, when given, names the one folder of ``make gpu-check`` outputs read)."""
+    ``gpu_folders``: the GPU runs read (default ``results_tree.gpu_run_folders``: those under results/gpu and
+    the committed ones)."""
 
-    def __init__(self, results: Path, ref: dict, gpu_results: Path | None = None):
+    def __init__(self, results: Path, ref: dict, gpu_folders: Sequence[Path] | None = None):
         self.results, self.ref = Path(results), ref
         claims = ref.get("claims", {})
         self.min_samples = int(claims.get("min_samples", 20))
         self.floor_points = float(claims.get("floor_points", 5))
-        self.gpu_folders = gpu_run_folders(self.results, gpu_results)
+        self.gpu_folders = list(gpu_folders) if gpu_folders is not None else gpu_run_folders(self.results)
         self.acc = ok_runs(self.results / "accuracy")
 
     def runs(self, benchmark: str, tasks: list[str] | None = None, root: pd.DataFrame | None = None):

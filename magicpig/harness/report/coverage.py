@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from magicpig.harness.pipeline_config import all_presets
+from magicpig.harness.results_tree import gpu_run_folders
 from magicpig.harness.report.coverage_run import NOT_PRODUCED, NOT_RUN, PARTIAL, REPRODUCED, Run, add_gaps, not_run
 from magicpig.harness.report.markdown import table
 from magicpig.harness.report import paper_items
@@ -88,10 +90,13 @@ def coverage_section(run: Run, parts: list[str], sections: tuple = ()) -> list[s
                    for item, w, status in rows])]
 
 
-def load_run(preset: str, config: dict | None, results: Path, figures: dict, accuracy: pd.DataFrame) -> Run:
-    """A ``Run`` of ``preset``: its config as given, else its block of config/*.yaml (empty when unknown)."""
+def load_run(preset: str, config: dict | None, results: Path, figures: dict, accuracy: pd.DataFrame,
+             gpu_folders: Sequence[Path] | None = None) -> Run:
+    """A ``Run`` of ``preset``: its config as given, else its block of config/*.yaml (empty when unknown);
+    ``gpu_folders``: the GPU runs the report reads (default ``results_tree.gpu_run_folders``)."""
     presets = all_presets()
     if config is None:
         config = presets.get(preset, {})
+    gpu = tuple(gpu_run_folders(Path(results)) if gpu_folders is None else gpu_folders)
     return Run(preset, json.loads(json.dumps(config)), Path(results), figures, accuracy,
-               {**presets, preset: config})
+               {**presets, preset: config}, gpu)

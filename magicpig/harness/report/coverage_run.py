@@ -83,7 +83,8 @@ def not_run(*why: str) -> str:
 
 @dataclass
 class Run:
-    """What the coverage checks read: the preset, its config, the results root and the written figures."""
+    """What the coverage checks read: the preset, its config, the results root, the written figures and the GPU
+    runs the report reads."""
 
     preset: str
     config: dict
@@ -91,6 +92,7 @@ class Run:
     figures: dict[str, FigureResult] = field(default_factory=dict)
     accuracy: pd.DataFrame | None = None
     presets: dict[str, dict] = field(default_factory=dict)
+    gpu_folders: tuple[Path, ...] = ()
 
     @property
     def model(self) -> str:

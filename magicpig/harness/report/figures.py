@@ -4,6 +4,8 @@ the report rule: ``write_all`` writes each of them on every run (a figure withou
 Each figure is drawn beside the paper's number or shape, read from ``config/paper_reference.yaml``."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -45,11 +47,15 @@ PLOTS: dict[str, Plot] = {
 FIGURES: list[str] = list(PLOTS)
 
 
-def write_all(results: Path | str, out: Path | str, ref: dict) -> dict[str, FigureResult]:
-    """Draw every figure of ``FIGURES`` from the results root into ``out``; returns name -> result."""
+def write_all(results: Path | str, out: Path | str, ref: dict,
+              gpu_folders: Sequence[Path] | None = None) -> dict[str, FigureResult]:
+    """Draw every figure of ``FIGURES`` from the results root into ``out``; returns name -> result.
+    ``gpu_folders``: the GPU runs the speed-up figure reads (default: ``results_tree.gpu_run_folders``)."""
     results, out = Path(results), Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    return {name: plot(results, ref, out / name) for name, plot in PLOTS.items()}
+    plots = {**PLOTS, SPEEDUP_PAPER_HARDWARE_PNG.name: partial(plots_throughput.speedup_paper_hardware,
+                                                               gpu_folders=gpu_folders)}
+    return {name: plot(results, ref, out / name) for name, plot in plots.items()}
 
 
 def embed(result: FigureResult) -> str:

@@ -270,7 +270,7 @@ def throughput(model: str, context: int, hardware: str) -> Callable[[Run], str]:
         frames = [run.csv(str(p.relative_to(run.results))) for p in decode_files]
         measured = any(f is not None and "model" in f.columns and f["model"].astype(str).str.contains(model, case=False, regex=False).any()
                        for f in frames)
-        gpu = bool(results_tree.gpu_run_folders(run.results))
+        gpu = bool(run.gpu_folders)
         if measured and run.on_gpu:
             return partial_or_reproduced(f"on this run's GPU, not the paper's {hardware}" if hardware else "")
         if run.csv(PROJECTION_PAPER_HARDWARE_CSV.rel) is None and not any(f is not None for f in frames):

@@ -4,6 +4,7 @@ projected ones titled "PROJECTION"."""
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -175,17 +176,18 @@ def throughput_context(results: Path, ref: dict, path: Path) -> canvas.FigureRes
     return canvas.save(fig, path, title, missing)
 
 
-def speedup_paper_hardware(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
+def speedup_paper_hardware(results: Path, ref: dict, path: Path,
+                           gpu_folders: Sequence[Path] | None = None) -> canvas.FigureResult:
     """Speed-up of MagicPIG over the paper's baseline of each setting: measured on a GPU (over GPU-only full
     attention, each method at its best measured batch) from the preset's GPU decode rows and the GPU runs
-    (``results_tree.gpu_run_folders``) | PROJECTION for the paper's three machines, each over its own baseline
+    ``gpu_folders`` (default ``results_tree.gpu_run_folders``) | PROJECTION for the paper's three machines, each over its own baseline
     (full attention on the GPU for the A100 and L20; on the CPU at a theoretical 150 GB/s for the simulated
     RTX 4090: the KV cache read from host memory at that rate, the weights on the GPU, the step their sum),
     our ratio printed beside the paper's 1.5x / 5.0x / 3.3x."""
     title = "Throughput speed-up over the paper's baseline of each setting"
     missing: list[str] = []
     fig, (ax, axp) = canvas.subplots(2, title, width=6.0, height=6.0)
-    gpu = gpu_decode_rows(results, gpu_run_folders(results))
+    gpu = gpu_decode_rows(results, list(gpu_run_folders(results) if gpu_folders is None else gpu_folders))
     if gpu.empty:
         canvas.no_data(ax, f"{DECODE_CSV.rel} rows on a GPU\n(this machine has none), or a GPU run", missing)
     else:

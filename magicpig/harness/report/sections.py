@@ -29,9 +29,8 @@ from magicpig.harness.result_files import CENTERING_PNG, REPORT_MD, SECTION_READ
 @dataclass(frozen=True)
 class ReportInputs:
     """What a section reads: the results root, the report's folder, the paper's numbers, the written figures
-    (``figures.write_all``), the accuracy rows (``collect_metrics``), the coverage ``Run`` and the folder of
-    ``make gpu-check`` outputs given to ``build_report`` (None: the default GPU runs,
-    ``results_tree.gpu_run_folders``)."""
+    (``figures.write_all``), the accuracy rows (``collect_metrics``), the coverage ``Run`` and the GPU runs read
+    (``results_tree.gpu_run_folders``, resolved once by ``build_report``)."""
 
     results: Path
     out: Path
@@ -39,7 +38,7 @@ class ReportInputs:
     figs: dict
     acc: pd.DataFrame
     run: Run
-    gpu_results: Path | None
+    gpu_folders: tuple[Path, ...]
 
 
 @dataclass(frozen=True)
@@ -68,7 +67,7 @@ TABLE5_TITLE = "RULER on Llama-3.1-70B-Instruct (paper Table 5)"
 
 SECTIONS: list[Section] = [
     Section("skipped", "Skipped or incomplete", lambda r: build.skipped_section(r.acc, r.results / "ablations")),
-    Section("claims", "Claims", lambda r: claims_section(r.results, r.ref, r.gpu_results)),
+    Section("claims", "Claims", lambda r: claims_section(r.results, r.ref, r.gpu_folders)),
     Section("disagreements", "Where methods disagree", lambda r: disagreements_section(r.acc, r.ref, r.out)),
     Section("ruler", "RULER (paper Table 3)", lambda r: build.ruler_section(r.acc, r.ref, r.out, r.figs), ("Table 3",),
             build.RULER_FIGURES, ("ruler",)),
@@ -103,7 +102,7 @@ SECTIONS: list[Section] = [
     Section("table8", tables_system.TABLE8_TITLE,
             lambda r: tables_system.table8_section(r.ref, r.run.config.get("model")), ("Table 8",)),
     Section("shapes", tables_system.SHAPES_TITLE, lambda r: tables_system.shapes_section(r.results)),
-    Section("gpu", tables_system.GPU_TITLE, lambda r: tables_system.gpu_section(gpu_run_folders(r.results, r.gpu_results), r.results)),
+    Section("gpu", tables_system.GPU_TITLE, lambda r: tables_system.gpu_section(r.gpu_folders, r.results)),
 ]
 
 
@@ -129,16 +128,16 @@ def build_report(results: Path | str, out: Path | str, preset: str, preset_confi
     results, out = Path(results), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ref = load_reference()
-    figs = figures.write_all(results, out, ref)
+    gpu_folders = tuple(gpu_run_folders(results, Path(gpu_results) if gpu_results is not None else None))
+    figs = figures.write_all(results, out, ref, gpu_folders)
     parts = [f"# MagicPIG reproduction report — preset `{preset}`",
              f"Generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} from `{results}`. "
              "Reproduced numbers come from the results files; paper numbers from `config/paper_reference.yaml` "
              "(arXiv 2410.16179 v4). The paper's columns are for its models and context lengths; ours for the "
              "model and lengths of this preset, so compare trends, not cells, unless the settings match."]
     acc = collect_metrics(results / "accuracy") if (results / "accuracy").is_dir() else collect_metrics(out / "none")
-    run = load_run(preset, preset_config, results, figs, acc)
-    gpu_results = Path(gpu_results) if gpu_results is not None else None
-    inputs = ReportInputs(results, out, ref, figs, acc, run, gpu_results)
+    run = load_run(preset, preset_config, results, figs, acc, gpu_folders)
+    inputs = ReportInputs(results, out, ref, figs, acc, run, gpu_folders)
     sections = report_sections()
     body = [part for section in sections for part in section.build(inputs)]
     parts += coverage_section(run, body, sections) + body + job_time_section(results)

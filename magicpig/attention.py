@@ -5,9 +5,10 @@ How it plugs in (no modeling file is copied or edited):
 * ``register()`` adds the function ``magicpig_attention`` to ``transformers.AttentionInterface`` under the
   name ``"magicpig"`` and transformers' own ``sdpa_mask`` to ``AttentionMaskInterface`` under the same
   name, so the model builds the same boolean 4D mask (or ``None`` for a plain causal pattern) as it does
-  for ``sdpa``. ``import magicpig`` registers (at once, or when transformers' model code loads).
+  for ``sdpa``; a later chunk of a prefill without padding gets ``None`` too (``_mask_for``). ``import magicpig`` registers (at once, or when transformers' model code loads).
 * Prefill (a query block longer than one token) is exact attention: SDPA over query blocks of
-  ``PREFILL_BLOCK`` rows so a long prompt never materialises a full (n, n) score matrix.
+  ``PREFILL_BLOCK`` rows so a long prompt never materialises a full (n, n) score matrix, or kernel 8 for
+  a bfloat16 block without a mask on a CPU with AVX512-BF16 (``magicpig.cpu.prefill``).
 * Decode (one query token) is computed by the layer's decoder held in a ``magicpig.cache.MagicPIGCache``:
   the configured method (reference backend) or the heterogeneous device + CPU split (offload backend).
   The cache's ``update`` runs right before the attention call of the same layer and marks that layer as
@@ -58,7 +59,19 @@ def exact_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     mask: None (plain causal) or a 4D mask (B or 1, 1, q, kv), boolean (True = attend) or additive float.
     Returns (B, q, H, d) in the query dtype (the layout transformers' attention functions return).
     Query rows whose mask is entirely False (left-padding positions) get output 0 instead of NaN.
+    Without a mask, bfloat16 blocks (bfloat16 inputs, or any under bfloat16 autocast, where SDPA would
+    attend them in bfloat16) on a CPU with AVX512-BF16 go to kernel 8 in one call (``magicpig.cpu.prefill``),
+    the rest to SDPA.
     """
+    if mask is None and query.device.type == "cpu" and (
+            query.dtype == torch.bfloat16 or torch.get_autocast_dtype("cpu") == torch.bfloat16
+            and torch.is_autocast_enabled("cpu")):
+        from magicpig.cpu.prefill import prefill_attention
+
+        bf16 = [t.to(torch.bfloat16) for t in (query, key, value)]  # what autocast's SDPA would attend
+        fast = prefill_attention(*bf16, scaling)
+        if fast is not None:
+            return fast.to(torch.bfloat16)
     B, H, q, d = query.shape
     Hkv, kv = key.shape[1], key.shape[2]
     if H % Hkv:
@@ -118,8 +131,29 @@ def register() -> None:
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     AttentionInterface.register(NAME, magicpig_attention)
-    AttentionMaskInterface.register(NAME, sdpa_mask)  # class-wide: ALL_MASK_ATTENTION_FUNCTIONS sees it
+    AttentionMaskInterface.register(NAME, _mask_for(sdpa_mask))  # class-wide: ALL_MASK_ATTENTION_FUNCTIONS sees it
     _registered = True
+
+
+def _mask_for(sdpa_mask):
+    """transformers' ``sdpa_mask``, except that a plain causal pattern over the last ``q_length`` of
+    ``kv_length`` positions without padding (a later chunk of a chunked prefill) gives None:
+    ``exact_attention`` reads None as exactly that pattern, so such a chunk builds no (q, kv) mask and may
+    reach kernel 8."""
+    from transformers.masking_utils import causal_mask_function
+
+    def magicpig_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=causal_mask_function,
+                      attention_mask=None, local_size=None, allow_is_causal_skip=True, **kwargs):
+        plain = (allow_is_causal_skip and mask_function is causal_mask_function and local_size is None
+                 and isinstance(q_offset, int) and kv_offset == 0 and q_offset + q_length == kv_length
+                 and (attention_mask is None or bool(attention_mask.all())))
+        if plain:
+            return None
+        return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+                         kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
+                         local_size=local_size, allow_is_causal_skip=allow_is_causal_skip, **kwargs)
+
+    return magicpig_mask
 
 
 _INTERFACE_MODULE = "transformers.modeling_utils"  # defines AttentionInterface; every model class imports it

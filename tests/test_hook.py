@@ -15,7 +15,11 @@ def test_registered_with_attention_and_mask_interfaces():
 
     attention.register()
     assert AttentionInterface._global_mapping["magicpig"] is attention.magicpig_attention
-    assert ALL_MASK_ATTENTION_FUNCTIONS._global_mapping["magicpig"] is sdpa_mask
+    mask = ALL_MASK_ATTENTION_FUNCTIONS._global_mapping["magicpig"]  # sdpa_mask, None for any plain chunk
+    padded = torch.tensor([[False, True, True, True]])
+    assert torch.equal(mask(batch_size=1, q_length=2, kv_length=4, q_offset=2, attention_mask=padded),
+                       sdpa_mask(batch_size=1, q_length=2, kv_length=4, q_offset=2, attention_mask=padded))
+    assert mask(batch_size=1, q_length=2, kv_length=4, q_offset=2) is None
 
 
 @pytest.mark.parametrize("padded", [False, True])

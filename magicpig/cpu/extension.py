@@ -26,7 +26,7 @@ CFLAGS = ["-O3", "-fopenmp", "-fno-math-errno"]
 LDFLAGS = ["-fopenmp"]
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
 SOURCES = ["bindings.cpp", "build_tables.cpp", "retrieve.cpp", "attend.cpp", "exact.cpp", "linear.cpp",
-           "decode_layer.cpp", "append.cpp", "isa_scalar.cpp", "isa_avx2.cpp", "isa_avx512.cpp"]
+           "decode_layer.cpp", "append.cpp", "prefill.cpp", "isa_scalar.cpp", "isa_avx2.cpp", "isa_avx512.cpp"]
 HEADERS = ["magicpig_cpu.h", "attend_impl.h", "linear_impl.h", "probe_impl.h", "isa_variant.h"]
 
 

@@ -1,5 +1,6 @@
 // Python bindings of the MagicPIG CPU module (torch C++ extension). Checks shapes / dtypes, naming the
-// bad argument, then calls the raw-pointer kernels. The only translation unit that includes torch.
+// bad argument, then calls the raw-pointer kernels. With prefill.cpp (kernel 8 and its binding, added by
+// ``def_prefill``), the only translation units that include torch.
 #include <torch/extension.h>
 
 #include <chrono>
@@ -579,6 +580,10 @@ int64_t stream_read(torch::Tensor data, int64_t threads) {
 
 }  // namespace
 
+namespace magicpig {
+void def_prefill(pybind11::module& m);  // prefill.cpp
+}  // namespace magicpig
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "MagicPIG CPU kernels: hash tables, retrieval, importance-weighted sparse attention";
   m.def("cpu_supports", [](int64_t isa) { return magicpig::cpu_supports(static_cast<int>(isa)); },
@@ -611,4 +616,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gather_rows", &gather_rows, "read listed rows of a tensor with all threads (random-read probe; isa -1: the "
         "best variant)", py::arg("data"), py::arg("row_bytes"), py::arg("rows"), py::arg("prefetch"),
         py::arg("threads"), py::arg("isa") = -1);
+  magicpig::def_prefill(m);
 }

@@ -214,6 +214,11 @@ def run_settings(cfg: EvalConfig, task_name: str, task, length: int, method) -> 
     if settings["prefill_dtype"] == "float32":
         del settings["prefill_dtype"]  # the reference prefill: keyed as rows stored before the field existed
     device = _device_type(cfg.device)
+    if settings.get("prefill_dtype") == "bfloat16" and device == "cpu":
+        from magicpig.cpu.prefill import KERNEL, prefill_kernel_usable
+
+        if prefill_kernel_usable():
+            settings["prefill_attention"] = KERNEL  # kernel 8's rows never mix with SDPA's bfloat16 rows
     data = cfg.data.get(task_name)
     settings.update(model=_model_id(cfg.model), method=method.spec(), length=length, device=device,
                     data=str(Path(data).resolve()) if data else None, task=task.describe())

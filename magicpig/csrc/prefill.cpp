@@ -1,0 +1,248 @@
+// Kernel 8: exact causal attention of a prefill block in bfloat16, with AVX512-BF16 dot products
+// (VDPBF16PS: pairs of bfloat16 products summed into float32 lanes). Query row i of a block of q rows sits
+// at position kv - q + i and attends keys 0 .. kv - q + i. Logits, softmax statistics and the output
+// accumulate in float32; the softmax weights are rounded to bfloat16 before they meet the values, as
+// torch's own bfloat16 SDPA on the CPU does.
+//
+// Layout. Per (sequence, kv-head) the keys are repacked into blocks of 16 keys, each block holding, for
+// every pair of dimensions (2p, 2p + 1), the 16 keys' two values side by side (one 64-byte vector per
+// pair); the values into pairs of consecutive keys, each pair holding, per dimension, the two keys' values
+// side by side. A work item is 16 query rows of one head: pass 1 writes their float32 logits over every
+// visible key block (16 accumulators, one per row, lanes = 16 keys), pass 2 turns each row into bfloat16
+// weights exp(logit - max) and their float32 sum, pass 3 accumulates weights x values (lanes = 16
+// dimensions) and divides by the sum. Items run largest first (the causal triangle), dynamically scheduled.
+//
+// This translation unit also holds the kernel's binding (``prefill_attend``, registered by bindings.cpp
+// through ``def_prefill``): the kernel is compiled for AVX512-BF16 alone and runs only where
+// ``prefill_supported()`` says the CPU has it.
+#include <torch/extension.h>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MP_PREFILL_X86 1
+#endif
+
+namespace magicpig {
+namespace {
+
+constexpr int64_t kRows = 16;  // query rows per work item
+constexpr int64_t kKeys = 16;  // keys per packed key block (one float32 vector of logits)
+
+struct PrefillArgs {
+  int64_t B, H, Hkv, q, kv, d;  // d: a multiple of 32, at most 256
+  const uint16_t* Q;            // (B, H, q, d) bfloat16, contiguous
+  const uint16_t* K;            // (B, Hkv, kv, d)
+  const uint16_t* V;            // (B, Hkv, kv, d)
+  float scale;
+  float* out;                   // (B, q, H, d) float32
+};
+
+bool prefill_supported() {
+#if defined(MP_PREFILL_X86)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+// Keys of one (sequence, kv-head) into blocks [kb][d / 2][16 keys][2]; keys past kv are zero.
+void pack_keys(const uint16_t* k, int64_t kv, int64_t d, int64_t blocks, uint16_t* kp) {
+  std::memset(kp, 0, sizeof(uint16_t) * blocks * kKeys * d);
+  for (int64_t j = 0; j < kv; ++j) {
+    uint16_t* blk = kp + (j / kKeys) * kKeys * d + (j % kKeys) * 2;
+    for (int64_t p = 0; p < d / 2; ++p) {
+      blk[p * 2 * kKeys] = k[j * d + 2 * p];
+      blk[p * 2 * kKeys + 1] = k[j * d + 2 * p + 1];
+    }
+  }
+}
+
+// Values of one (sequence, kv-head) into key pairs [pair][d][2]; keys past kv are zero.
+void pack_values(const uint16_t* v, int64_t kv, int64_t d, int64_t pairs, uint16_t* vp) {
+  std::memset(vp, 0, sizeof(uint16_t) * pairs * 2 * d);
+  for (int64_t j = 0; j < kv; ++j) {
+    uint16_t* dst = vp + (j / 2) * 2 * d + (j % 2);
+    const uint16_t* src = v + j * d;
+    for (int64_t c = 0; c < d; ++c) dst[2 * c] = src[c];
+  }
+}
+
+#if defined(MP_PREFILL_X86)
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,fma")
+
+// exp(x) for x <= 0 (a logit minus its row's maximum): 2^k * p(r), x = k ln2 + r, degree-6 polynomial;
+// x below -87 (and -inf, a masked key) gives 0.
+inline __m512 exp512(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.0f);
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
+  __m512 v = _mm512_max_ps(x, lo);
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  v = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), v);
+  v = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), v);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.38888889e-3f), v, _mm512_set1_ps(8.33333333e-3f));
+  p = _mm512_fmadd_ps(p, v, _mm512_set1_ps(4.16666667e-2f));
+  p = _mm512_fmadd_ps(p, v, _mm512_set1_ps(1.66666667e-1f));
+  p = _mm512_fmadd_ps(p, v, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, v, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, v, _mm512_set1_ps(1.0f));
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(e));
+}
+
+inline __m512bh pair_bcast(const uint16_t* pair) {
+  int32_t bits;
+  std::memcpy(&bits, pair, sizeof(bits));
+  return (__m512bh)_mm512_set1_epi32(bits);
+}
+
+// One work item: rows r0 .. r0 + nr of query head h (its rows at q_rows, stride d), over the packed keys
+// kp and values vp of its kv-head. logits: kRows x stride floats; weights: kRows x stride bfloat16.
+void attend_rows(const PrefillArgs& a, const uint16_t* q_rows, int64_t r0, int64_t nr, const uint16_t* kp,
+                 const uint16_t* vp, float* logits, uint16_t* weights, int64_t stride, float* out_rows) {
+  const int64_t d = a.d, offset = a.kv - a.q;
+  const int64_t visible = offset + r0 + nr;  // keys seen by the item's last row
+  const int64_t blocks = (visible + kKeys - 1) / kKeys;
+  const uint16_t* rows[kRows];
+  for (int64_t r = 0; r < kRows; ++r) rows[r] = q_rows + std::min(r, nr - 1) * d;
+  __m512 row_max[kRows];
+  for (int64_t r = 0; r < kRows; ++r) row_max[r] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512 scale = _mm512_set1_ps(a.scale);
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  // pass 1: logits
+  for (int64_t kb = 0; kb < blocks; ++kb) {
+    const uint16_t* blk = kp + kb * kKeys * d;
+    __m512 acc[kRows];
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < d / 2; ++p) {
+      const __m512bh kv = (__m512bh)_mm512_loadu_si512(blk + p * 2 * kKeys);
+#pragma GCC unroll 16
+      for (int64_t r = 0; r < kRows; ++r) acc[r] = _mm512_dpbf16_ps(acc[r], pair_bcast(rows[r] + 2 * p), kv);
+    }
+    const __m512i key = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int32_t>(kb * kKeys)));
+    for (int64_t r = 0; r < nr; ++r) {
+      const __mmask16 seen = _mm512_cmple_epi32_mask(key, _mm512_set1_epi32(static_cast<int32_t>(offset + r0 + r)));
+      const __m512 x = _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), seen,
+                                          _mm512_mul_ps(acc[r], scale));
+      row_max[r] = _mm512_max_ps(row_max[r], x);
+      _mm512_storeu_ps(logits + r * stride + kb * kKeys, x);
+    }
+  }
+  // pass 2: bfloat16 weights and their float32 sums
+  float sums[kRows];
+  for (int64_t r = 0; r < nr; ++r) {
+    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(row_max[r]));
+    __m512 s = _mm512_setzero_ps();
+    for (int64_t kb = 0; kb < blocks; ++kb) {
+      const __m512 w = exp512(_mm512_sub_ps(_mm512_loadu_ps(logits + r * stride + kb * kKeys), m));
+      s = _mm512_add_ps(s, w);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(weights + r * stride + kb * kKeys),
+                          (__m256i)_mm512_cvtneps_pbh(w));
+    }
+    sums[r] = _mm512_reduce_add_ps(s);
+  }
+  for (int64_t r = nr; r < kRows; ++r)  // rows past the item's end read row nr - 1's weights
+    std::memcpy(weights + r * stride, weights + (nr - 1) * stride, sizeof(uint16_t) * blocks * kKeys);
+  // pass 3: weights x values, 16 dimensions at a time
+  const int64_t pairs = blocks * kKeys / 2;
+  for (int64_t c = 0; c < d; c += 16) {
+    __m512 acc[kRows];
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t jp = 0; jp < pairs; ++jp) {
+      const __m512bh vv = (__m512bh)_mm512_loadu_si512(vp + (jp * d + c) * 2);
+#pragma GCC unroll 16
+      for (int64_t r = 0; r < kRows; ++r)
+        acc[r] = _mm512_dpbf16_ps(acc[r], pair_bcast(weights + r * stride + 2 * jp), vv);
+    }
+    for (int64_t r = 0; r < nr; ++r)
+      _mm512_storeu_ps(out_rows + r * a.H * d + c, _mm512_mul_ps(acc[r], _mm512_set1_ps(1.0f / sums[r])));
+  }
+}
+
+#pragma GCC pop_options
+#endif
+
+void prefill_attend_raw(const PrefillArgs& a, int threads) {
+#if defined(MP_PREFILL_X86)
+  const int64_t d = a.d, G = a.H / a.Hkv, kblocks = (a.kv + kKeys - 1) / kKeys, pairs = kblocks * kKeys / 2;
+  const int64_t groups = a.B * a.Hkv, kp_size = kblocks * kKeys * d, vp_size = pairs * 2 * d;
+  std::vector<uint16_t> kp(static_cast<size_t>(groups * kp_size)), vp(static_cast<size_t>(groups * vp_size));
+  const int64_t row_blocks = (a.q + kRows - 1) / kRows, items = a.B * a.H * row_blocks;
+  const int64_t stride = kblocks * kKeys;
+  const int nt = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, std::max(groups, items))));
+#pragma omp parallel num_threads(nt)
+  {
+#pragma omp for schedule(static)
+    for (int64_t g = 0; g < groups; ++g) {
+      pack_keys(a.K + g * a.kv * d, a.kv, d, kblocks, kp.data() + g * kp_size);
+      pack_values(a.V + g * a.kv * d, a.kv, d, pairs, vp.data() + g * vp_size);
+    }
+    std::vector<float> logits(static_cast<size_t>(kRows * stride));
+    std::vector<uint16_t> weights(static_cast<size_t>(kRows * stride));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t rb = row_blocks - 1 - it / (a.B * a.H), bh = it % (a.B * a.H);  // longest rows first
+      const int64_t b = bh / a.H, h = bh % a.H, g = b * a.Hkv + h / G, r0 = rb * kRows;
+      const int64_t nr = std::min(kRows, a.q - r0);
+      attend_rows(a, a.Q + (bh * a.q + r0) * d, r0, nr, kp.data() + g * kp_size, vp.data() + g * vp_size,
+                  logits.data(), weights.data(), stride, a.out + ((b * a.q + r0) * a.H + h) * d);
+    }
+  }
+#else
+  (void)a;
+  (void)threads;
+#endif
+}
+
+void check_bf16(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
+  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
+  TORCH_CHECK(t.scalar_type() == torch::kBFloat16, name, " must be bfloat16, got ", c10::toString(t.scalar_type()));
+  TORCH_CHECK(t.dim() == 4, name, " must be 4-D, got ", t.dim(), " dimensions");
+}
+
+// q (B, H, q, d), k and v (B, H_kv, kv, d) bfloat16 contiguous, q <= kv -> (B, q, H, d) float32.
+torch::Tensor prefill_attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale, int64_t threads) {
+  check_bf16(q, "q");
+  check_bf16(k, "k");
+  check_bf16(v, "v");
+  TORCH_CHECK(prefill_supported(), "prefill_attend needs a CPU with AVX512-BF16");
+  const int64_t B = q.size(0), H = q.size(1), nq = q.size(2), d = q.size(3), Hkv = k.size(1), kv = k.size(2);
+  TORCH_CHECK(k.sizes() == v.sizes(), "k and v must have the same shape");
+  TORCH_CHECK(k.size(0) == B && k.size(3) == d, "k must be (B, H_kv, kv, d) with q's B and d");
+  TORCH_CHECK(Hkv > 0 && H % Hkv == 0, "H must be a multiple of H_kv, got H = ", H, ", H_kv = ", Hkv);
+  TORCH_CHECK(d % 32 == 0 && d > 0 && d <= 256, "head dim must be a multiple of 32 in [32, 256], got ", d);
+  TORCH_CHECK(nq >= 1 && nq <= kv, "q's length must be in [1, kv], got ", nq, " for kv = ", kv);
+  TORCH_CHECK(threads >= 1, "threads must be >= 1, got ", threads);
+  auto out = torch::empty({B, nq, H, d}, torch::kFloat32);
+  const PrefillArgs a{B, H, Hkv, nq, kv, d,
+                      reinterpret_cast<const uint16_t*>(q.data_ptr()), reinterpret_cast<const uint16_t*>(k.data_ptr()),
+                      reinterpret_cast<const uint16_t*>(v.data_ptr()), static_cast<float>(scale),
+                      out.data_ptr<float>()};
+  prefill_attend_raw(a, static_cast<int>(threads));
+  return out;
+}
+
+}  // namespace
+
+void def_prefill(pybind11::module& m) {
+  m.def("prefill_supported", &prefill_supported, "whether this CPU runs kernel 8 (AVX512-BF16)");
+  m.def("prefill_attend", &prefill_attend,
+        "kernel 8: (q, k, v, scale, threads) -> (B, q, H, d) float32, exact causal attention of a bfloat16 "
+        "prefill block (query i at position kv - q + i)");
+}
+
+}  // namespace magicpig

@@ -15,13 +15,15 @@ Kernels (``csrc/magicpig_cpu.h``): 0 hash_keys, 1 build_tables, 2 retrieve, 3 at
 (a decode step's linear layers, several matrices in one parallel region, optionally added to a residual:
 ``magicpig.decode_linear``), 5 exact_attend (exact decode attention: ``exact_kernel``), 6 attention_in /
 mlp_residual (the two halves of a Llama-family layer around its attention: RMSNorm, rotary embedding,
-SiLU MLP, over kernel 4; ``magicpig.decode_forward``); on a CPU model a decode step of an offloaded layer is
-one call, ``decode_step`` (0, 2, 3, then 5 for the static keys and the merge;
+SiLU MLP, over kernel 4; ``magicpig.decode_forward``), 7 append_kv, 8 prefill_attend (exact causal attention of
+a bfloat16 prefill block on a CPU with AVX512-BF16: ``prefill``); on a CPU model a decode step of an offloaded
+layer is one call, ``decode_step`` (0, 2, 3, then 5 for the static keys and the merge;
 ``OffloadedLayer.decode_step_fn``).
 
 Modules: ``extension`` (build, load, build lock), ``env`` (ISA variant and threads: ``$MAGICPIG_ISA``,
 ``$MAGICPIG_THREADS``), ``tables`` (correction table, memory accounting), ``hashing`` (kernel 0 and its
-projection tiles), ``layer`` (``OffloadedLayer``, ``exact_kernel``), ``check`` (``self_check``: the decode
+projection tiles), ``layer`` (``OffloadedLayer``, ``exact_kernel``), ``prefill`` (kernel 8 and when it
+applies; not imported here), ``check`` (``self_check``: the decode
 path against the torch reference), ``torch_twin`` (the pure-torch layer with the same API, and the choice
 between the two; not imported here).
 """

@@ -8,9 +8,10 @@
 // every pair of dimensions (2p, 2p + 1), the 16 keys' two values side by side (one 64-byte vector per
 // pair); the values into pairs of consecutive keys, each pair holding, per dimension, the two keys' values
 // side by side. A work item is 16 query rows of one head: pass 1 writes their float32 logits over every
-// visible key block (16 accumulators, one per row, lanes = 16 keys), pass 2 turns each row into bfloat16
+// visible key block (8 rows x 2 key blocks at a time, lanes = 16 keys), pass 2 turns each row into bfloat16
 // weights exp(logit - max) and their float32 sum, pass 3 accumulates weights x values (lanes = 16
-// dimensions) and divides by the sum. Items run largest first (the causal triangle), dynamically scheduled.
+// dimensions, 4 vectors x 4 rows at a time) and divides by the sum. Each inner step loads a few vectors
+// for 16 dot-product instructions. Items run largest first (the causal triangle), dynamically scheduled.
 //
 // This translation unit also holds the kernel's binding (``prefill_attend``, registered by bindings.cpp
 // through ``def_prefill``): the kernel is compiled for AVX512-BF16 alone and runs only where
@@ -107,6 +108,37 @@ inline __m512bh pair_bcast(const uint16_t* pair) {
   return (__m512bh)_mm512_set1_epi32(bits);
 }
 
+// Pass 3 of an item for dimensions c .. c + 16 NV: out_rows[r] = sum_j weights[r][j] v_j / sums[r], NV
+// vectors of 16 dimensions for 16 / NV rows at a time (16 accumulators; rows past nr are not written).
+template <int NV>
+inline void weigh_values(const PrefillArgs& a, const uint16_t* weights, int64_t stride, const uint16_t* vp,
+                         int64_t pairs, int64_t c, int64_t nr, const float* sums, float* out_rows) {
+  constexpr int64_t RG = kRows / NV;
+  const int64_t d = a.d;
+  for (int64_t g = 0; g < nr; g += RG) {
+    __m512 acc[RG][NV];
+#pragma GCC unroll 16
+    for (int64_t r = 0; r < RG; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t jp = 0; jp < pairs; ++jp) {
+      __m512bh vv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) vv[v] = (__m512bh)_mm512_loadu_si512(vp + (jp * d + c + 16 * v) * 2);
+#pragma GCC unroll 16
+      for (int64_t r = 0; r < RG; ++r) {
+        const __m512bh w = pair_bcast(weights + (g + r) * stride + 2 * jp);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], w, vv[v]);
+      }
+    }
+    for (int64_t r = 0; r < RG && g + r < nr; ++r)
+      for (int v = 0; v < NV; ++v)
+        _mm512_storeu_ps(out_rows + (g + r) * a.H * d + c + 16 * v,
+                         _mm512_mul_ps(acc[r][v], _mm512_set1_ps(1.0f / sums[g + r])));
+  }
+}
+
 // One work item: rows r0 .. r0 + nr of query head h (its rows at q_rows, stride d), over the packed keys
 // kp and values vp of its kv-head. logits: kRows x stride floats; weights: kRows x stride bfloat16.
 void attend_rows(const PrefillArgs& a, const uint16_t* q_rows, int64_t r0, int64_t nr, const uint16_t* kp,
@@ -120,24 +152,37 @@ void attend_rows(const PrefillArgs& a, const uint16_t* q_rows, int64_t r0, int64
   for (int64_t r = 0; r < kRows; ++r) row_max[r] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 scale = _mm512_set1_ps(a.scale);
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  // pass 1: logits
-  for (int64_t kb = 0; kb < blocks; ++kb) {
-    const uint16_t* blk = kp + kb * kKeys * d;
-    __m512 acc[kRows];
-#pragma GCC unroll 16
-    for (int64_t r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < d / 2; ++p) {
-      const __m512bh kv = (__m512bh)_mm512_loadu_si512(blk + p * 2 * kKeys);
-#pragma GCC unroll 16
-      for (int64_t r = 0; r < kRows; ++r) acc[r] = _mm512_dpbf16_ps(acc[r], pair_bcast(rows[r] + 2 * p), kv);
-    }
-    const __m512i key = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int32_t>(kb * kKeys)));
-    for (int64_t r = 0; r < nr; ++r) {
-      const __mmask16 seen = _mm512_cmple_epi32_mask(key, _mm512_set1_epi32(static_cast<int32_t>(offset + r0 + r)));
-      const __m512 x = _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), seen,
-                                          _mm512_mul_ps(acc[r], scale));
-      row_max[r] = _mm512_max_ps(row_max[r], x);
-      _mm512_storeu_ps(logits + r * stride + kb * kKeys, x);
+  // pass 1: logits, two key blocks x 8 rows at a time (16 accumulators)
+  for (int64_t kb = 0; kb < blocks; kb += 2) {
+    const bool two = kb + 1 < blocks;
+    const uint16_t* blk0 = kp + kb * kKeys * d;
+    const uint16_t* blk1 = two ? blk0 + kKeys * d : blk0;
+    for (int64_t half = 0; half < kRows; half += 8) {
+      __m512 acc0[8], acc1[8];
+#pragma GCC unroll 8
+      for (int64_t r = 0; r < 8; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+      for (int64_t p = 0; p < d / 2; ++p) {
+        const __m512bh k0 = (__m512bh)_mm512_loadu_si512(blk0 + p * 2 * kKeys);
+        const __m512bh k1 = (__m512bh)_mm512_loadu_si512(blk1 + p * 2 * kKeys);
+#pragma GCC unroll 8
+        for (int64_t r = 0; r < 8; ++r) {
+          const __m512bh qq = pair_bcast(rows[half + r] + 2 * p);
+          acc0[r] = _mm512_dpbf16_ps(acc0[r], qq, k0);
+          acc1[r] = _mm512_dpbf16_ps(acc1[r], qq, k1);
+        }
+      }
+      for (int64_t r = 0; r < 8 && half + r < nr; ++r) {
+        const int64_t row = half + r;
+        const __m512i lim = _mm512_set1_epi32(static_cast<int32_t>(offset + r0 + row));
+        for (int64_t b = 0; b < (two ? 2 : 1); ++b) {
+          const __m512i key = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int32_t>((kb + b) * kKeys)));
+          const __mmask16 seen = _mm512_cmple_epi32_mask(key, lim);
+          const __m512 x = _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), seen,
+                                              _mm512_mul_ps(b ? acc1[r] : acc0[r], scale));
+          row_max[row] = _mm512_max_ps(row_max[row], x);
+          _mm512_storeu_ps(logits + row * stride + (kb + b) * kKeys, x);
+        }
+      }
     }
   }
   // pass 2: bfloat16 weights and their float32 sums
@@ -155,21 +200,11 @@ void attend_rows(const PrefillArgs& a, const uint16_t* q_rows, int64_t r0, int64
   }
   for (int64_t r = nr; r < kRows; ++r)  // rows past the item's end read row nr - 1's weights
     std::memcpy(weights + r * stride, weights + (nr - 1) * stride, sizeof(uint16_t) * blocks * kKeys);
-  // pass 3: weights x values, 16 dimensions at a time
+  // pass 3: weights x values, NV vectors of 16 dimensions x 16 / NV rows at a time (16 accumulators)
   const int64_t pairs = blocks * kKeys / 2;
-  for (int64_t c = 0; c < d; c += 16) {
-    __m512 acc[kRows];
-#pragma GCC unroll 16
-    for (int64_t r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
-    for (int64_t jp = 0; jp < pairs; ++jp) {
-      const __m512bh vv = (__m512bh)_mm512_loadu_si512(vp + (jp * d + c) * 2);
-#pragma GCC unroll 16
-      for (int64_t r = 0; r < kRows; ++r)
-        acc[r] = _mm512_dpbf16_ps(acc[r], pair_bcast(weights + r * stride + 2 * jp), vv);
-    }
-    for (int64_t r = 0; r < nr; ++r)
-      _mm512_storeu_ps(out_rows + r * a.H * d + c, _mm512_mul_ps(acc[r], _mm512_set1_ps(1.0f / sums[r])));
-  }
+  int64_t c = 0;
+  for (; c + 64 <= d; c += 64) weigh_values<4>(a, weights, stride, vp, pairs, c, nr, sums, out_rows);
+  if (c < d) weigh_values<2>(a, weights, stride, vp, pairs, c, nr, sums, out_rows);
 }
 
 #pragma GCC pop_options

@@ -45,7 +45,7 @@ def skipped_section(acc: pd.DataFrame, ablations: Path) -> list[str]:
 RULER_FIGURES = (RULER_PER_TASK_PNG.name, RULER_VS_COST_PNG.name)
 
 
-def ruler_section(acc: pd.DataFrame, ref: dict, out: Path, figs: dict | None = None) -> list[str]:
+def ruler_section(acc: pd.DataFrame, ref: dict, figs: dict | None = None) -> list[str]:
     parts = ["## RULER (paper Table 3)"]
     df = acc[acc["task"].fillna("").str.startswith("ruler/")]
     ok = df[df["status"] == "ok"]
@@ -82,7 +82,7 @@ def longbench_section(acc: pd.DataFrame, ref: dict) -> list[str]:
     return parts + [table(header, rows), COST_NOTE] + intervals(df, "longbench/") + skipped_notes(df)
 
 
-def ablation_section(root: Path, ref: dict, out: Path, figs: dict | None = None) -> list[str]:
+def ablation_section(root: Path, ref: dict, figs: dict | None = None) -> list[str]:
     parts = ["## Ablations"]
     centering_figure = figures.embed_all(figs, (CENTERING_PNG.name,))
     if not root.is_dir():

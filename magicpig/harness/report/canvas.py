@@ -118,14 +118,21 @@ def zero_marks(ax, xs, values, color: str, text: str = "") -> list:
     return marks
 
 
-def no_data(ax, what: str, missing: list[str]) -> None:
-    """Mark a panel as empty: big red text naming the missing file; records ``what`` in ``missing``."""
+def no_data(ax, what: str) -> None:
+    """Mark a panel as empty: big red text naming the missing file, which the figure records (``lacks``)."""
     ax.set_xticks([])
     ax.set_yticks([])
     lines = [textwrap.fill(line, 28) for line in f"no data: {what}".splitlines()]
     ax.text(0.5, 0.5, "\n".join(lines), ha="center", va="center", fontsize=13, color="crimson",
             transform=ax.transAxes)
-    missing.append(what)
+    lacks(ax.figure, what)
+
+
+def lacks(fig, *what: str) -> None:
+    """Record the data files ``what`` that ``fig`` could not draw (each once): ``save`` writes them into the
+    PNG's Description and the ``FigureResult``."""
+    missing = fig.__dict__.setdefault("_missing", [])
+    missing.extend(w for w in dict.fromkeys(what) if w not in missing)
 
 
 def note(ax, text: str) -> None:
@@ -142,18 +149,17 @@ def paper_note(ax, ref: dict, figure: str) -> None:
     note(ax, (ref.get("figures", {}).get(figure, {}) or {}).get("note", ""))
 
 
-def save_noted(fig, ref: dict, figure: str, path: Path, title: str, missing: list[str]) -> FigureResult:
+def save_noted(fig, ref: dict, figure: str, path: Path, title: str) -> FigureResult:
     """``save`` with the paper's caption of ``figure`` (``paper_note``) under the figure."""
     paper_note(fig.axes[0], ref, figure)
-    return save(fig, path, title, missing)
+    return save(fig, path, title)
 
 
 def no_data_figure(fig, axes, what: str, path: Path, title: str) -> FigureResult:
     """Save ``fig`` with every panel marked "no data: <what>" (``what`` recorded once as missing)."""
-    missing: list[str] = []
-    for i, ax in enumerate(axes):
-        no_data(ax, what, missing if i == 0 else [])
-    return save(fig, path, title, missing)
+    for ax in axes:
+        no_data(ax, what)
+    return save(fig, path, title)
 
 
 def loglog(ax) -> None:
@@ -162,8 +168,10 @@ def loglog(ax) -> None:
     readable_log(ax, "y")
 
 
-def save(fig, path: Path, title: str, missing: list[str]) -> FigureResult:
-    """Write ``fig`` to ``path`` (PNG, with the missing files in its Description) and close it."""
+def save(fig, path: Path, title: str) -> FigureResult:
+    """Write ``fig`` to ``path`` (PNG, with the missing files it records, ``lacks``, in its Description) and
+    close it."""
+    missing = fig.__dict__.get("_missing", [])
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     desc = ("no data: " + "; ".join(missing)) if missing else "complete"

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from magicpig.harness.results_tree import truthy
+from magicpig.harness.result_files import ResultFile
+from magicpig.harness.results_tree import read_table, truthy
 
 
 @dataclass
@@ -126,6 +127,16 @@ def no_data(ax, what: str) -> None:
     ax.text(0.5, 0.5, "\n".join(lines), ha="center", va="center", fontsize=13, color="crimson",
             transform=ax.transAxes)
     lacks(ax.figure, what)
+
+
+def panel_table(results: Path, file: ResultFile, *axes, what: str = "") -> pd.DataFrame | None:
+    """The result table ``file`` under ``results``; None when it is absent, its panels ``axes`` then marked
+    "no data: <what>" (default: the file's path under the results)."""
+    df = read_table(file.under(results))
+    if df is None:
+        for ax in axes:
+            no_data(ax, what or file.rel)
+    return df
 
 
 def lacks(fig, *what: str) -> None:

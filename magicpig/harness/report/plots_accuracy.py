@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from magicpig.harness.report import canvas
-from magicpig.harness.results_tree import canonical, ok_runs, read_table, truthy
+from magicpig.harness.results_tree import canonical, ok_runs, truthy
 from magicpig.harness.report.intervals import WHISKERS, run_level, whisker
 from magicpig.harness.report.paper_tables import PAPER_MODEL, paper_rows
 from magicpig.harness.result_files import CENTERING_SUMMARY_CSV, METRICS
@@ -141,10 +141,8 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         ax.set_ylabel("score (0-100)")
         ax.set_title(WHISKERS, fontsize=7)
         canvas.legend_below(ax, right=True)
-    df = read_table(CENTERING_SUMMARY_CSV.under(results))
-    if df is None:
-        canvas.no_data(axf, CENTERING_SUMMARY_CSV.rel)
-    else:
+    df = canvas.panel_table(results, CENTERING_SUMMARY_CSV, axf)
+    if df is not None:
         flag = truthy(df["centering"])
         labels = [f"({k},{l})" for k, l in zip(df["K"], df["L"])]
         order = list(dict.fromkeys(labels))

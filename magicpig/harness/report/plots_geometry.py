@@ -66,11 +66,8 @@ def sink_key_similarity(results: Path, ref: dict, path: Path) -> canvas.FigureRe
     beside a non-sink key's for scale."""
     title = "Sink key across random inputs, mean key across sentences (paper Figs. 5a, 5b)"
     fig, (axa, axb, axl) = canvas.subplots(3, title, width=4.6, height=4.4)
-    mat = read_table(INPUTS_MATRIX_CSV.under(results))
-    if mat is None:
-        canvas.no_data(axa, INPUTS_MATRIX_CSV.rel)
-        canvas.no_data(axb, INPUTS_MATRIX_CSV.rel)
-    else:
+    mat = canvas.panel_table(results, INPUTS_MATRIX_CSV, axa, axb)
+    if mat is not None:
         for ax, q, what in ((axa, "sink_key", "sink key (position 0), random inputs"),
                             (axb, "key_mean", "mean key (positions 1..), sentences")):
             g = mat[mat["quantity"] == q]
@@ -86,10 +83,8 @@ def sink_key_similarity(results: Path, ref: dict, path: Path) -> canvas.FigureRe
                          f"{n} inputs", fontsize=8)
             ax.set_xlabel("input")
             ax.set_ylabel("input")
-    sim = read_table(INPUTS_SIMILARITY_CSV.under(results))
-    if sim is None:
-        canvas.no_data(axl, INPUTS_SIMILARITY_CSV.rel)
-    else:
+    sim = canvas.panel_table(results, INPUTS_SIMILARITY_CSV, axl)
+    if sim is not None:
         names = {"sink_key": "sink key (random inputs)", "key_mean": "mean key (sentences)",
                  "other_key": "a middle key (random inputs), for scale"}
         for i, (q, g) in enumerate(sim.groupby("quantity", sort=False)):

@@ -77,19 +77,15 @@ def _panels(results: Path, title: str, x: str, y: str, by: str, xlabel: str, yla
     projection CSVs (None where absent: the panel says so). Returns (fig, axes, (decode.csv, the H200
     projection, the paper's-machine projection))."""
     fig, axes = canvas.subplots(3, title, width=4.8, height=height)
-    files = {"decode": DECODE_CSV, "projection_h200": PROJECTION_H200_CSV,
-             "projection_paper_latency": PROJECTION_PAPER_LATENCY_CSV}
-    frames = {name: read_table(file.under(results)) for name, file in files.items()}
-    for ax, name in zip(axes, frames):
-        if frames[name] is None:
-            canvas.no_data(ax, files[name].rel)
+    frames = tuple(canvas.panel_table(results, file, ax)
+                   for file, ax in zip((DECODE_CSV, PROJECTION_H200_CSV, PROJECTION_PAPER_LATENCY_CSV), axes))
+    for ax in axes:
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
-    df = frames["decode"]
-    if df is not None:
-        _measured(axes[0], df, x, y, by)
+    if frames[0] is not None:
+        _measured(axes[0], frames[0], x, y, by)
     axes[1].set_title("H200: " + PROJECTED, color="darkorange", fontsize=9)
-    return fig, axes, tuple(frames.values())
+    return fig, axes, frames
 
 
 def _paper_title(ax, paper_rows: list[dict]) -> None:

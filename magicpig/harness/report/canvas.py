@@ -73,34 +73,32 @@ def readable_log(ax, axis: str = "y") -> None:
     a.set_minor_formatter(NullFormatter())
 
 
-def log_if_wide(ax, values, axis: str = "y", decades: float = 1.0) -> bool:
-    """Switch ``axis`` to log scale when its positive ``values`` span at least ``decades`` decades (a linear
-    axis flattens the small ones to its floor); returns whether it did."""
+def log_if_wide(ax, values) -> None:
+    """Switch the y axis to log scale when its positive ``values`` span at least a decade (a linear axis
+    flattens the small ones to its floor)."""
     v = np.asarray([x for x in np.asarray(values, dtype=float).ravel() if np.isfinite(x) and x > 0])
-    if len(v) and v.max() / v.min() >= 10 ** decades:
-        readable_log(ax, axis)
-        return True
-    return False
+    if len(v) and v.max() / v.min() >= 10:
+        readable_log(ax, "y")
 
 
-def fit_single(ax, values, axis: str = "x", log: bool = False) -> None:
-    """With one distinct value on ``axis``: one tick at it and a span around it (matplotlib's default,
+def fit_single(ax, values, log: bool = False) -> None:
+    """With one distinct value on the x axis: one tick at it and a span around it (matplotlib's default,
     value +- 4%, prints ticks like 0.96 ... 1.04 for a batch of 1)."""
     vals = sorted({float(x) for x in np.asarray(values, dtype=float).ravel() if np.isfinite(x)})
     if len(vals) != 1:
         return
     v = vals[0]
     lo, hi = (v / 2, v * 2) if log and v > 0 else ((v - 1, v + 1) if abs(v) < 16 else (0.5 * v, 1.5 * v))
-    (ax.set_xlim if axis == "x" else ax.set_ylim)(lo, hi)
-    (ax.set_xticks if axis == "x" else ax.set_yticks)([v], [f"{v:g}"])
-    (ax.set_xticks if axis == "x" else ax.set_yticks)([], minor=True)
+    ax.set_xlim(lo, hi)
+    ax.set_xticks([v], [f"{v:g}"])
+    ax.set_xticks([], minor=True)
 
 
-def bar_values(ax, xs, values, fontsize: float = 6) -> None:
+def bar_values(ax, xs, values) -> None:
     """Each bar's value printed on top of it, so a bar of height 0 still reads as a result, not a gap."""
     for x, v in zip(xs, values):
         if np.isfinite(v):
-            ax.text(x, v, f"{v:.0f}", ha="center", va="bottom", fontsize=fontsize)
+            ax.text(x, v, f"{v:.0f}", ha="center", va="bottom", fontsize=6)
 
 
 def zero_marks(ax, xs, values, color: str, text: str = "") -> list:

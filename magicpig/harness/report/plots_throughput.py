@@ -24,7 +24,7 @@ def _system(ref: dict) -> dict:
     return ref.get("system", {}) or {}
 
 
-def _baseline_labels(ref: dict) -> dict:
+def baseline_labels(ref: dict) -> dict:
     """The paper's baselines (``system.baselines``) by key: the label each is named by."""
     return {k: v.get("label", k) for k, v in (_system(ref).get("baselines") or {}).items()}
 
@@ -32,7 +32,7 @@ def _baseline_labels(ref: dict) -> dict:
 def baselines_caption(ref: dict) -> str:
     """What each of the paper's ratios is over (``system.baselines`` and ``throughput_speedup`` of the paper
     reference, Sec. 5.2) and how the projection models the CPU baseline."""
-    system, labels = _system(ref), _baseline_labels(ref)
+    system, labels = _system(ref), baseline_labels(ref)
     per = "; ".join(f"{e['hardware']}: {labels.get(e.get('baseline'), e.get('baseline'))}"
                     for e in system.get("throughput_speedup", []))
     text = f"paper's baselines (Sec. 5.2): {per}."
@@ -197,7 +197,7 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path,
         canvas.legend_below(ax)
     where = "a GPU" if gpu.empty else ", ".join(sorted(set(gpu["_gpu"].astype(str))))
     ax.set_title(f"MEASURED on {where} (over GPU-only full attention)", fontsize=9)
-    paper, labels = _system(ref).get("throughput_speedup", []), _baseline_labels(ref)
+    paper, labels = _system(ref).get("throughput_speedup", []), baseline_labels(ref)
     proj = read_table(PROJECTION_PAPER_HARDWARE_CSV.under(results))
     names = [f"{p['hardware']}\n{p['model']} {p['context'] // 1024}K\n"
              + textwrap.fill(f"over {labels.get(p.get('baseline'), p.get('baseline'))}", 30) for p in paper]

@@ -27,7 +27,7 @@ from magicpig.harness.result_files import (ATTENTION_SPREAD_PNG, CENTERING_PNG, 
 
 def skipped_section(acc: pd.DataFrame, ablations: Path) -> list[str]:
     """Every (task, length) of the run that was skipped or is incomplete, with its reason, in one list."""
-    frames = [acc] + ([collect_metrics(ablations)] if ablations.is_dir() else [])
+    frames = [acc, collect_metrics(ablations)]
     df = pd.concat([f for f in frames if not f.empty]) if any(not f.empty for f in frames) else acc
     if df.empty or (df["status"] == "ok").all():
         return []

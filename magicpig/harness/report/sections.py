@@ -135,7 +135,7 @@ def build_report(results: Path | str, out: Path | str, preset: str, preset_confi
              "Reproduced numbers come from the results files; paper numbers from `config/paper_reference.yaml` "
              "(arXiv 2410.16179 v4). The paper's columns are for its models and context lengths; ours for the "
              "model and lengths of this preset, so compare trends, not cells, unless the settings match."]
-    acc = collect_metrics(results / "accuracy") if (results / "accuracy").is_dir() else collect_metrics(out / "none")
+    acc = collect_metrics(results / "accuracy")
     run = load_run(preset, preset_config, results, figs, acc, gpu_folders)
     inputs = ReportInputs(results, out, ref, figs, acc, run, gpu_folders)
     sections = report_sections()

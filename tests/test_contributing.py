@@ -100,7 +100,7 @@ def toy_figure(results, ref, path):
     if table is None:
         return canvas.no_data_figure(fig, axes, "estimation/spread_summary.csv", path, title)
     axes[0].plot(range(len(table)), "o")
-    return canvas.save(fig, path, title, [])
+    return canvas.save(fig, path, title)
 
 
 TOY_FIGURE = "recipe_toy.png"

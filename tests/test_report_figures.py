@@ -153,11 +153,11 @@ def _figure_text(monkeypatch, draw) -> str:
     seen: list[str] = []
     save = canvas.save
 
-    def capture(fig, path, title, missing):
+    def capture(fig, path, title):
         for ax in fig.axes:
             seen.extend([ax.get_title()] + [t.get_text() for t in ax.texts + ax.get_xticklabels()])
         seen.extend(fig.__dict__.get("_paper_notes", []))
-        return save(fig, path, title, missing)
+        return save(fig, path, title)
 
     monkeypatch.setattr(canvas, "save", capture)
     draw()

@@ -27,7 +27,7 @@ from magicpig.harness.result_files import (ATTENTION_SPREAD_PNG, CENTERING_PNG, 
 
 def skipped_section(acc: pd.DataFrame, ablations: Path) -> list[str]:
     """Every (task, length) of the run that was skipped or is incomplete, with its reason, in one list."""
-    frames = [acc] + ([collect_metrics(ablations)] if ablations.is_dir() else [])
+    frames = [acc, collect_metrics(ablations)]
     df = pd.concat([f for f in frames if not f.empty]) if any(not f.empty for f in frames) else acc
     if df.empty or (df["status"] == "ok").all():
         return []
@@ -45,7 +45,7 @@ def skipped_section(acc: pd.DataFrame, ablations: Path) -> list[str]:
 RULER_FIGURES = (RULER_PER_TASK_PNG.name, RULER_VS_COST_PNG.name)
 
 
-def ruler_section(acc: pd.DataFrame, ref: dict, out: Path, figs: dict | None = None) -> list[str]:
+def ruler_section(acc: pd.DataFrame, ref: dict, figs: dict | None = None) -> list[str]:
     parts = ["## RULER (paper Table 3)"]
     df = acc[acc["task"].fillna("").str.startswith("ruler/")]
     ok = df[df["status"] == "ok"]
@@ -82,7 +82,7 @@ def longbench_section(acc: pd.DataFrame, ref: dict) -> list[str]:
     return parts + [table(header, rows), COST_NOTE] + intervals(df, "longbench/") + skipped_notes(df)
 
 
-def ablation_section(root: Path, ref: dict, out: Path, figs: dict | None = None) -> list[str]:
+def ablation_section(root: Path, ref: dict, figs: dict | None = None) -> list[str]:
     parts = ["## Ablations"]
     centering_figure = figures.embed_all(figs, (CENTERING_PNG.name,))
     if not root.is_dir():

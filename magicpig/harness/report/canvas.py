@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from magicpig.harness.results_tree import truthy
+from magicpig.harness.result_files import ResultFile
+from magicpig.harness.results_tree import read_table, truthy
 
 
 @dataclass
@@ -72,34 +73,32 @@ def readable_log(ax, axis: str = "y") -> None:
     a.set_minor_formatter(NullFormatter())
 
 
-def log_if_wide(ax, values, axis: str = "y", decades: float = 1.0) -> bool:
-    """Switch ``axis`` to log scale when its positive ``values`` span at least ``decades`` decades (a linear
-    axis flattens the small ones to its floor); returns whether it did."""
+def log_if_wide(ax, values) -> None:
+    """Switch the y axis to log scale when its positive ``values`` span at least a decade (a linear axis
+    flattens the small ones to its floor)."""
     v = np.asarray([x for x in np.asarray(values, dtype=float).ravel() if np.isfinite(x) and x > 0])
-    if len(v) and v.max() / v.min() >= 10 ** decades:
-        readable_log(ax, axis)
-        return True
-    return False
+    if len(v) and v.max() / v.min() >= 10:
+        readable_log(ax, "y")
 
 
-def fit_single(ax, values, axis: str = "x", log: bool = False) -> None:
-    """With one distinct value on ``axis``: one tick at it and a span around it (matplotlib's default,
+def fit_single(ax, values, log: bool = False) -> None:
+    """With one distinct value on the x axis: one tick at it and a span around it (matplotlib's default,
     value +- 4%, prints ticks like 0.96 ... 1.04 for a batch of 1)."""
     vals = sorted({float(x) for x in np.asarray(values, dtype=float).ravel() if np.isfinite(x)})
     if len(vals) != 1:
         return
     v = vals[0]
     lo, hi = (v / 2, v * 2) if log and v > 0 else ((v - 1, v + 1) if abs(v) < 16 else (0.5 * v, 1.5 * v))
-    (ax.set_xlim if axis == "x" else ax.set_ylim)(lo, hi)
-    (ax.set_xticks if axis == "x" else ax.set_yticks)([v], [f"{v:g}"])
-    (ax.set_xticks if axis == "x" else ax.set_yticks)([], minor=True)
+    ax.set_xlim(lo, hi)
+    ax.set_xticks([v], [f"{v:g}"])
+    ax.set_xticks([], minor=True)
 
 
-def bar_values(ax, xs, values, fontsize: float = 6) -> None:
+def bar_values(ax, xs, values) -> None:
     """Each bar's value printed on top of it, so a bar of height 0 still reads as a result, not a gap."""
     for x, v in zip(xs, values):
         if np.isfinite(v):
-            ax.text(x, v, f"{v:.0f}", ha="center", va="bottom", fontsize=fontsize)
+            ax.text(x, v, f"{v:.0f}", ha="center", va="bottom", fontsize=6)
 
 
 def zero_marks(ax, xs, values, color: str, text: str = "") -> list:
@@ -118,14 +117,31 @@ def zero_marks(ax, xs, values, color: str, text: str = "") -> list:
     return marks
 
 
-def no_data(ax, what: str, missing: list[str]) -> None:
-    """Mark a panel as empty: big red text naming the missing file; records ``what`` in ``missing``."""
+def no_data(ax, what: str) -> None:
+    """Mark a panel as empty: big red text naming the missing file, which the figure records (``lacks``)."""
     ax.set_xticks([])
     ax.set_yticks([])
     lines = [textwrap.fill(line, 28) for line in f"no data: {what}".splitlines()]
     ax.text(0.5, 0.5, "\n".join(lines), ha="center", va="center", fontsize=13, color="crimson",
             transform=ax.transAxes)
-    missing.append(what)
+    lacks(ax.figure, what)
+
+
+def panel_table(results: Path, file: ResultFile, *axes, what: str = "") -> pd.DataFrame | None:
+    """The result table ``file`` under ``results``; None when it is absent, its panels ``axes`` then marked
+    "no data: <what>" (default: the file's path under the results)."""
+    df = read_table(file.under(results))
+    if df is None:
+        for ax in axes:
+            no_data(ax, what or file.rel)
+    return df
+
+
+def lacks(fig, *what: str) -> None:
+    """Record the data files ``what`` that ``fig`` could not draw (each once): ``save`` writes them into the
+    PNG's Description and the ``FigureResult``."""
+    missing = fig.__dict__.setdefault("_missing", [])
+    missing.extend(w for w in dict.fromkeys(what) if w not in missing)
 
 
 def note(ax, text: str) -> None:
@@ -142,18 +158,17 @@ def paper_note(ax, ref: dict, figure: str) -> None:
     note(ax, (ref.get("figures", {}).get(figure, {}) or {}).get("note", ""))
 
 
-def save_noted(fig, ref: dict, figure: str, path: Path, title: str, missing: list[str]) -> FigureResult:
+def save_noted(fig, ref: dict, figure: str, path: Path, title: str) -> FigureResult:
     """``save`` with the paper's caption of ``figure`` (``paper_note``) under the figure."""
     paper_note(fig.axes[0], ref, figure)
-    return save(fig, path, title, missing)
+    return save(fig, path, title)
 
 
 def no_data_figure(fig, axes, what: str, path: Path, title: str) -> FigureResult:
     """Save ``fig`` with every panel marked "no data: <what>" (``what`` recorded once as missing)."""
-    missing: list[str] = []
-    for i, ax in enumerate(axes):
-        no_data(ax, what, missing if i == 0 else [])
-    return save(fig, path, title, missing)
+    for ax in axes:
+        no_data(ax, what)
+    return save(fig, path, title)
 
 
 def loglog(ax) -> None:
@@ -162,8 +177,10 @@ def loglog(ax) -> None:
     readable_log(ax, "y")
 
 
-def save(fig, path: Path, title: str, missing: list[str]) -> FigureResult:
-    """Write ``fig`` to ``path`` (PNG, with the missing files in its Description) and close it."""
+def save(fig, path: Path, title: str) -> FigureResult:
+    """Write ``fig`` to ``path`` (PNG, with the missing files it records, ``lacks``, in its Description) and
+    close it."""
+    missing = fig.__dict__.get("_missing", [])
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     desc = ("no data: " + "; ".join(missing)) if missing else "complete"

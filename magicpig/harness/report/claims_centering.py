@@ -20,6 +20,7 @@ import pandas as pd
 from magicpig.harness.report import canvas
 from magicpig.harness.report.claims_accuracy import levels_text, task_levels
 from magicpig.harness.report.claims_context import Context, of_method
+from magicpig.harness.report.claims_system import prompt_of
 from magicpig.harness.results_tree import ok_runs, read_table, truthy
 from magicpig.harness.report.markdown import fmt
 from magicpig.harness.result_files import CENTERING_CSV, CENTERING_SUMMARY_CSV
@@ -46,9 +47,8 @@ def fraction_units(ctx: Context, method) -> tuple[pd.Series | None, str]:
         sel = canvas.sparse_layers(rows)
         sel = sel[(sel["K"] == method.K) & (sel["L"] == method.L) & ~truthy(sel["centering"])]
         if len(sel):
-            prompt = sel["prompt"].astype(str) if "prompt" in sel else pd.Series("(one capture)", index=sel.index)
-            return sel.groupby(prompt)["cost2"].mean(), ("attention-level, per captured prompt the mean over the "
-                                                         f"sparse layers; {_where(sel, 'n_prompt')}")
+            return sel.groupby(prompt_of(sel))["cost2"].mean(), (
+                f"attention-level, per captured prompt the mean over the sparse layers; {_where(sel, 'n_prompt')}")
     summ = read_table(CENTERING_SUMMARY_CSV.under(ctx.results))
     if summ is not None:
         sel = summ[(summ["K"] == method.K) & (summ["L"] == method.L) & ~truthy(summ["centering"])]

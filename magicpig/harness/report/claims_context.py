@@ -25,9 +25,8 @@ class Context:
         self.gpu_folders = list(gpu_folders) if gpu_folders is not None else gpu_run_folders(self.results)
         self.acc = ok_runs(self.results / "accuracy")
 
-    def runs(self, benchmark: str, tasks: list[str] | None = None, root: pd.DataFrame | None = None):
-        df = self.acc if root is None else root
-        df = df[df["task"].fillna("").str.startswith(benchmark)]
+    def runs(self, benchmark: str, tasks: list[str] | None = None):
+        df = self.acc[self.acc["task"].fillna("").str.startswith(benchmark)]
         return df[df["task"].isin(tasks)] if tasks else df
 
 

@@ -12,6 +12,7 @@ from magicpig.harness.report import canvas
 from magicpig.harness.results_tree import gpu_decode_rows, read_table
 from magicpig.harness.report.claims_context import Context, family
 from magicpig.harness.report.markdown import fmt
+from magicpig.harness.report.plots_throughput import baseline_labels
 from magicpig.harness.result_files import (DECODE_CSV, ERROR_TOPK_VS_ORACLE_CSV, ERROR_TOPK_VS_ORACLE_HEADS_CSV,
                                            KL_GRID_SUMMARY_CSV, PROJECTION_PAPER_HARDWARE_CSV, SPREAD_CSV)
 from magicpig.harness.stats.paired import log_t_interval
@@ -25,7 +26,7 @@ def _geomean(x: pd.Series) -> float:
     return float(np.exp(np.log(x.clip(lower=1e-12)).mean()))
 
 
-def _prompts(df: pd.DataFrame) -> pd.Series:
+def prompt_of(df: pd.DataFrame) -> pd.Series:
     """The capture each row belongs to: the ``prompt`` column, or one capture when the file has none."""
     return df["prompt"].astype(str) if "prompt" in df else pd.Series(ONE_PROMPT, index=df.index)
 
@@ -65,7 +66,7 @@ def error_ratio(claim: dict, ctx: Context) -> tuple[str, Verdict]:
         return (f"no long-tailed sparse layer (per-layer top-20% mass without sink: "
                 f"{fmt(mass.min(), digits=3)}-{fmt(mass.max(), digits=3)}; bound {bound:g})",
                 testable("missing data: no long-tailed layer in this capture"))
-    rows = rows.assign(_prompt=_prompts(rows))
+    rows = rows.assign(_prompt=prompt_of(rows))
     per_prompt = rows.groupby(["_prompt", "layer"])["topk_over_oracle"].apply(_geomean).groupby("_prompt").apply(
         _geomean)
     text, v = _decide_over_prompts(per_prompt, claim, "layers")
@@ -81,7 +82,7 @@ def _error_ratio_heads(claim: dict, heads: pd.DataFrame) -> tuple[str, Verdict]:
                 f"{fmt(sparse['top_mass_without_sink'].min(), digits=3)}-"
                 f"{fmt(sparse['top_mass_without_sink'].max(), digits=3)}; bound {bound:g})",
                 testable("missing data: no long-tailed head in this capture"))
-    tail = tail.assign(_prompt=_prompts(tail))
+    tail = tail.assign(_prompt=prompt_of(tail))
     per_head = tail.groupby(["_prompt", "layer", "head"])["topk_over_oracle"].apply(_geomean)
     per_prompt = per_head.groupby("_prompt").apply(_geomean)
     heads_seen = per_head.reset_index()[["layer", "head"]].drop_duplicates()
@@ -89,7 +90,7 @@ def _error_ratio_heads(claim: dict, heads: pd.DataFrame) -> tuple[str, Verdict]:
     names += " ..." if len(heads_seen) > 12 else ""
     n_heads = sparse.groupby(["layer", "head"]).ngroups
     text, v = _decide_over_prompts(per_prompt, claim, "heads")
-    prompts = f", in {tail['_prompt'].nunique()} of {_prompts(sparse).nunique()} prompts" if "prompt" in heads else ""
+    prompts = f", in {tail['_prompt'].nunique()} of {prompt_of(sparse).nunique()} prompts" if "prompt" in heads else ""
     return (f"{len(heads_seen)} of {n_heads} sparse-layer heads long-tailed ({names}){prompts}: {text}, "
             f"max {tail['topk_over_oracle'].max():.2f}", v)
 
@@ -217,7 +218,7 @@ def speedup(claim: dict, ctx: Context) -> tuple[str, Verdict]:
         return quoted or "—", testable(f"no GPU: no measured GPU rows ({where})")
     tol, min_runs = float(claim.get("tolerance", 2.0)), int(claim.get("min_runs", 3))
     paper = paper_ratios(ctx.ref)
-    labels = {k: v.get("label", k) for k, v in (ctx.ref.get("system", {}).get("baselines") or {}).items()}
+    labels = baseline_labels(ctx.ref)
     lines, verdicts = [], []
     for (gpu, model, context), g in rows.groupby(["_gpu", rows["model"].map(model_key), "context"], sort=True):
         per_run = [(_ratio(r, max_batch=False), _ratio(r, max_batch=True)) for r in runs(g)]
@@ -270,7 +271,7 @@ def _projection_quote(results: Path, ref: dict) -> str:
     proj = read_table(PROJECTION_PAPER_HARDWARE_CSV.under(results))
     if proj is None or "speedup" not in proj:
         return ""
-    labels = {k: v.get("label", k) for k, v in (ref.get("system", {}).get("baselines") or {}).items()}
+    labels = baseline_labels(ref)
     text = {k: (proj[k].fillna("").astype(str) if k in proj else pd.Series("", index=proj.index))
             for k in ("cpu_kernel", "cpu_efficiency_basis", "baseline")}
     paper = proj["paper_speedup"] if "paper_speedup" in proj else pd.Series(math.nan, index=proj.index)

@@ -87,11 +87,11 @@ def _scored(run: Path) -> tuple[dict, dict]:
     return {i: s for i, s in sample_scores(run).items() if i in rows}, rows
 
 
-def cell(text, limit: int = CELL_CHARS) -> str:
+def cell(text) -> str:
     """Untrusted text as an inert Markdown table cell (module docstring)."""
     text = str(text)
-    cut = len(text) > limit
-    text = re.sub(r"\r\n|\r|\n", "⏎", text[:limit])
+    cut = len(text) > CELL_CHARS
+    text = re.sub(r"\r\n|\r|\n", "⏎", text[:CELL_CHARS])
     text = "".join(ch for ch in text if ch.isprintable() or ch == " ")
     return _PUNCTUATION.sub(r"\\\1", text) + ("…" if cut else "")
 

@@ -52,7 +52,6 @@ def write_all(results: Path | str, out: Path | str, ref: dict,
     """Draw every figure of ``FIGURES`` from the results root into ``out``; returns name -> result.
     ``gpu_folders``: the GPU runs the speed-up figure reads (default: ``results_tree.gpu_run_folders``)."""
     results, out = Path(results), Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     plots = {**PLOTS, SPEEDUP_PAPER_HARDWARE_PNG.name: partial(plots_throughput.speedup_paper_hardware,
                                                                gpu_folders=gpu_folders)}
     return {name: plot(results, ref, out / name) for name, plot in plots.items()}

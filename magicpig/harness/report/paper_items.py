@@ -214,12 +214,12 @@ PAPER_ATTENTION_LENGTH = 16384  # Fig. 3 "16k total context", Fig. 4 "a KV-cache
 CAPTURE_NAME = re.compile(r"capture_(\d+)_p\d+")
 
 
-def capture_lengths(run: Run, df=None) -> tuple[list[int], str]:
+def capture_lengths(run: Run, df) -> tuple[list[int], str]:
     """The context lengths the attention-level experiments ran at: from the capture files
     (``estimation/captures/capture_<length>_p<i>.pt``) and the ``prompt`` column of ``df`` (their stems), else
     the preset's ``estimation.length``; with a note saying where the length came from when not a capture."""
     names = [p.name for p in (run.results / "estimation" / "captures").glob("capture_*")]
-    if df is not None and "prompt" in df.columns:
+    if "prompt" in df.columns:
         names += df["prompt"].astype(str).tolist()
     lengths = sorted({int(m.group(1)) for n in names if (m := CAPTURE_NAME.search(n))})
     if lengths:

@@ -51,9 +51,10 @@ def paper_model(acc: pd.DataFrame, ref: dict) -> str:
     return PAPER_MODEL
 
 
-def paper_rows(section: dict, model: str = PAPER_MODEL) -> dict:
-    """The paper's rows of one table for ``model``, keyed by canonical method spec."""
-    return {canonical(k): v for k, v in (section.get(model) or {}).items()}
+def paper_rows(section: dict, key: str = PAPER_MODEL) -> dict:
+    """The paper's rows of one table under ``key`` (a model's; Table 7's ``rows``), keyed by canonical method
+    spec."""
+    return {canonical(k): v for k, v in (section.get(key) or {}).items()}
 
 
 def paper_match(rows_ref: dict, runs: pd.DataFrame) -> tuple[str | None, list | None]:

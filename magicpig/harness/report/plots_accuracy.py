@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from magicpig.harness.report import canvas
-from magicpig.harness.results_tree import canonical, ok_runs, read_table, truthy
+from magicpig.harness.results_tree import canonical, ok_runs, truthy
 from magicpig.harness.report.intervals import WHISKERS, run_level, whisker
 from magicpig.harness.report.paper_tables import PAPER_MODEL, paper_rows
 from magicpig.harness.result_files import CENTERING_SUMMARY_CSV, METRICS
@@ -51,18 +51,17 @@ def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                      fontsize=8)
         canvas.legend_below(ax, right=True)
         canvas.paper_note(ax, ref, "ruler_per_task")
-    return canvas.save(fig, path, title, [])
+    return canvas.save(fig, path, title)
 
 
 def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """RULER average (the tables' task average, MOVER over the task intervals) vs measured cost2, one marker
     per (method, length); beside it the paper's Table 3 averages at the settings' nominal cost2."""
     title = "RULER average vs cost (ours | paper Table 3)"
-    missing: list[str] = []
     fig, (ax, axp) = canvas.subplots(2, title)
     ok = ok_runs(results / "accuracy", "ruler/")
     if ok.empty:
-        canvas.no_data(ax, f"accuracy/ruler/*/*/*/{METRICS.name}", missing)
+        canvas.no_data(ax, f"accuracy/ruler/*/*/*/{METRICS.name}")
     else:
         ntasks = ok["task"].nunique()
         for j, (n, at) in enumerate(ok.groupby("length")):
@@ -85,7 +84,7 @@ def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     paper = paper_rows(ref.get("ruler_table3", {}))
     lengths = ref.get("ruler_table3", {}).get("lengths", [])
     if not paper or not costs:
-        canvas.no_data(axp, "config/paper_reference.yaml: figures.ruler_vs_cost", missing)
+        canvas.no_data(axp, "config/paper_reference.yaml: figures.ruler_vs_cost")
     else:
         # one marker per setting, one colour per length: named in the legend, not by text beside the points
         written = {canonical(k): k for k in ref["ruler_table3"].get(PAPER_MODEL, {})}
@@ -102,7 +101,7 @@ def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         axp.set_title("paper (Llama-3.1-8B-Instruct)")
         canvas.legend_below(axp, ncol=3, fontsize=6)
         canvas.paper_note(axp, ref, "ruler_vs_cost")
-    return canvas.save(fig, path, title, missing)
+    return canvas.save(fig, path, title)
 
 
 def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -110,12 +109,11 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     no-centering NIAH and FWE as crosses) and the sampled fraction per (K, L) with / without centering
     (the paper's < 0.1% line)."""
     title = "Centering ablation (paper Fig. 9a)"
-    missing: list[str] = []
     fig, (ax, axf) = canvas.subplots(2, title)
     paper = ref.get("ablations", {}).get("no_centering", {})
     ok = ok_runs(results / "ablations" / "centering", "")
     if ok.empty:
-        canvas.no_data(ax, f"ablations/centering/*/{METRICS.name}", missing)
+        canvas.no_data(ax, f"ablations/centering/*/{METRICS.name}")
     else:
         tasks = sorted(ok["task"].unique())
         methods = list(dict.fromkeys(ok["method"]))
@@ -143,10 +141,8 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         ax.set_ylabel("score (0-100)")
         ax.set_title(WHISKERS, fontsize=7)
         canvas.legend_below(ax, right=True)
-    df = read_table(CENTERING_SUMMARY_CSV.under(results))
-    if df is None:
-        canvas.no_data(axf, CENTERING_SUMMARY_CSV.rel, missing)
-    else:
+    df = canvas.panel_table(results, CENTERING_SUMMARY_CSV, axf)
+    if df is not None:
         flag = truthy(df["centering"])
         labels = [f"({k},{l})" for k, l in zip(df["K"], df["L"])]
         order = list(dict.fromkeys(labels))
@@ -165,4 +161,4 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         canvas.readable_log(axf)
         axf.set_ylabel("sampled fraction (sparse layers)")
         canvas.legend_below(axf)
-    return canvas.save_noted(fig, ref, "centering", path, title, missing)
+    return canvas.save_noted(fig, ref, "centering", path, title)

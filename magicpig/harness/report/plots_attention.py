@@ -42,7 +42,7 @@ def attention_spread(results: Path, ref: dict, path: Path) -> canvas.FigureResul
     axh.set_xlabel(f"mass in the top {frac:.0%} of keys, per head (sparse layers)")
     axh.set_ylabel("heads")
     canvas.legend_below(axh)
-    return canvas.save_noted(fig, ref, "attention_spread", path, title, [])
+    return canvas.save_noted(fig, ref, "attention_spread", path, title)
 
 
 _SETTING = re.compile(r"^(topk|oracle)(@|=)(.+)$")
@@ -52,13 +52,10 @@ def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult
     """Relative output error vs cost2 for TopK, oracle sampling and MagicPIG (sparse-layer means), and
     TopK / oracle error ratio at equal distinct keys per layer, beside the paper's "up to 4x"."""
     title = "Output error vs budget: TopK, oracle sampling, MagicPIG (paper Figs. 3, 4, 6a/b)"
-    missing: list[str] = []
     fig, (ax, axr) = canvas.subplots(2, title)
     abl = ref.get("ablations", {})
-    df = read_table(ERROR_SUMMARY_CSV.under(results))
-    if df is None:
-        canvas.no_data(ax, ERROR_SUMMARY_CSV.rel, missing)
-    else:
+    df = canvas.panel_table(results, ERROR_SUMMARY_CSV, ax)
+    if df is not None:
         kinds = df["setting"].astype(str).map(lambda s: _SETTING.match(s))
         for i, name in enumerate(("topk", "oracle")):  # at a budget ("@"), and at MagicPIG's key count ("=")
             for sep, style, face, label in (("@", "o-", {}, f"{name} (budget)"),
@@ -74,10 +71,8 @@ def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult
         ax.set_xlabel("cost2 (fraction of keys used, measured)")
         ax.set_ylabel("relative output error ||ô-o||/||o|| (mean)")
         canvas.legend_below(ax)
-    tv = read_table(ERROR_TOPK_VS_ORACLE_CSV.under(results))
-    if tv is None:
-        canvas.no_data(axr, ERROR_TOPK_VS_ORACLE_CSV.rel, missing)
-    else:
+    tv = canvas.panel_table(results, ERROR_TOPK_VS_ORACLE_CSV, axr)
+    if tv is not None:
         dense = truthy(tv["dense_in_magicpig"]) if "dense_in_magicpig" in tv else tv["layer"] < 0
         points = axr.scatter(tv.loc[~dense, "unique_keys"], tv.loc[~dense, "topk_over_oracle"],
                              c=tv.loc[~dense, "layer"], cmap="viridis", label="MagicPIG's sparse layers")
@@ -95,20 +90,16 @@ def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult
         axr.set_xlabel("distinct keys (oracle sampling's unique draws)")
         axr.set_ylabel("TopK / oracle error, equal keys")
         canvas.legend_below(axr)
-    return canvas.save_noted(fig, ref, "error_vs_budget", path, title, missing)
+    return canvas.save_noted(fig, ref, "error_vs_budget", path, title)
 
 
 def geometry(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """Per-layer cosines of queries and keys to the sink key and to the key mean, and cos(q, k) before and
     after centering (mean ± std); the per-key distributions need ``estimation/geometry_hist.csv``."""
     title = "Query / key geometry (paper Fig. 5)"
-    missing: list[str] = []
     fig, (ax, axc, axh) = canvas.subplots(3, title, width=4.8)
-    df = read_table(GEOMETRY_CSV.under(results))
-    if df is None:
-        canvas.no_data(ax, GEOMETRY_CSV.rel, missing)
-        canvas.no_data(axc, GEOMETRY_CSV.rel, [])
-    else:
+    df = canvas.panel_table(results, GEOMETRY_CSV, ax, axc)
+    if df is not None:
         by = df.groupby("layer").mean(numeric_only=True)
         for col, style in (("q_cos_sink", "o-"), ("k_cos_sink", "s-"), ("q_cos_center", "o--"),
                            ("k_cos_center", "s--")):
@@ -128,10 +119,10 @@ def geometry(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         axc.set_xlabel("layer")
         axc.set_ylabel("cosine seen by the hash (mean ± std)")
         canvas.legend_below(axc)
-    hist = read_table(GEOMETRY_HIST_CSV.under(results))
-    if hist is None:
-        canvas.no_data(axh, f"{GEOMETRY_HIST_CSV.rel}\n(per-key cosine distribution)", missing)
-    else:  # columns: [layer, dense_in_magicpig,] quantity, bin_lo, bin_hi, count; summed over sparse layers
+    hist = canvas.panel_table(results, GEOMETRY_HIST_CSV, axh,
+                              what=f"{GEOMETRY_HIST_CSV.rel}\n(per-key cosine distribution)")
+    # columns: [layer, dense_in_magicpig,] quantity, bin_lo, bin_hi, count; summed over sparse layers
+    if hist is not None:
         for i, (q, g) in enumerate(canvas.sparse_layers(hist).groupby("quantity", sort=False)):
             g = g.groupby(["bin_lo", "bin_hi"], as_index=False)["count"].sum()
             axh.stairs(g["count"] / max(1, g["count"].sum()), np.append(g["bin_lo"].to_numpy(), g["bin_hi"].iloc[-1]),
@@ -139,22 +130,19 @@ def geometry(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         axh.set_xlabel("cosine")
         axh.set_ylabel("share of keys")
         canvas.legend_below(axh)
-    return canvas.save_noted(fig, ref, "geometry", path, title, missing)
+    return canvas.save_noted(fig, ref, "geometry", path, title)
 
 
 def kl_grid(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """Sampled fraction vs L for each K: measured on real keys, the p = 1/2 formula, and the paper's Table 9
     (from the reference file)."""
     title = "Sampled fraction over (K, L) (paper Table 9)"
-    missing: list[str] = []
     fig, (ax,) = canvas.subplots(1, title, width=6.5, height=4.5)
-    df = read_table(KL_GRID_SUMMARY_CSV.under(results))
+    df = canvas.panel_table(results, KL_GRID_SUMMARY_CSV, ax)
     t9 = ref.get("sampled_fraction_table9", {})
     Ks = sorted(set(t9.get("K", {})) | (set() if df is None else {int(k) for k in df["K"]}))
     color = {K: f"C{i}" for i, K in enumerate(Ks)}
-    if df is None:
-        canvas.no_data(ax, KL_GRID_SUMMARY_CSV.rel, missing)
-    else:
+    if df is not None:
         for K, g in df.groupby("K"):
             i, g = Ks.index(int(K)), g.sort_values("L")
             ax.plot(g["L"], g["measured"], "o-", color=f"C{i}", label=f"K={K} measured")
@@ -168,4 +156,4 @@ def kl_grid(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     canvas.readable_log(ax)
     ax.set_title("solid: measured here, dashed: paper Table 9, dotted: p=1/2 formula", fontsize=8)
     canvas.legend_below(ax, ncol=3)
-    return canvas.save(fig, path, title, missing)
+    return canvas.save(fig, path, title)

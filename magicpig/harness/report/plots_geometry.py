@@ -57,7 +57,7 @@ def attention_mass_curve(results: Path, ref: dict, path: Path) -> canvas.FigureR
     units = len(sp.groupby([c for c in ("prompt", "layer", "head") if c in sp]))
     axh.set_title(f"per head ({units} of layer x head x prompt)", fontsize=8)
     axh.legend(fontsize=7)
-    return canvas.save_noted(fig, ref, "attention_mass_curve", path, title, [])
+    return canvas.save_noted(fig, ref, "attention_mass_curve", path, title)
 
 
 def sink_key_similarity(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -65,18 +65,14 @@ def sink_key_similarity(results: Path, ref: dict, path: Path) -> canvas.FigureRe
     sentences (heat maps at one middle layer and kv-head), and per layer the mean pairwise cosine of each,
     beside a non-sink key's for scale."""
     title = "Sink key across random inputs, mean key across sentences (paper Figs. 5a, 5b)"
-    missing: list[str] = []
     fig, (axa, axb, axl) = canvas.subplots(3, title, width=4.6, height=4.4)
-    mat = read_table(INPUTS_MATRIX_CSV.under(results))
-    if mat is None:
-        canvas.no_data(axa, INPUTS_MATRIX_CSV.rel, missing)
-        canvas.no_data(axb, INPUTS_MATRIX_CSV.rel, [])
-    else:
+    mat = canvas.panel_table(results, INPUTS_MATRIX_CSV, axa, axb)
+    if mat is not None:
         for ax, q, what in ((axa, "sink_key", "sink key (position 0), random inputs"),
                             (axb, "key_mean", "mean key (positions 1..), sentences")):
             g = mat[mat["quantity"] == q]
             if g.empty:
-                canvas.no_data(ax, f"{INPUTS_MATRIX_CSV.rel}: {q}", missing)
+                canvas.no_data(ax, f"{INPUTS_MATRIX_CSV.rel}: {q}")
                 continue
             n = int(g["i"].max()) + 1
             m = np.full((n, n), np.nan)
@@ -87,10 +83,8 @@ def sink_key_similarity(results: Path, ref: dict, path: Path) -> canvas.FigureRe
                          f"{n} inputs", fontsize=8)
             ax.set_xlabel("input")
             ax.set_ylabel("input")
-    sim = read_table(INPUTS_SIMILARITY_CSV.under(results))
-    if sim is None:
-        canvas.no_data(axl, INPUTS_SIMILARITY_CSV.rel, missing)
-    else:
+    sim = canvas.panel_table(results, INPUTS_SIMILARITY_CSV, axl)
+    if sim is not None:
         names = {"sink_key": "sink key (random inputs)", "key_mean": "mean key (sentences)",
                  "other_key": "a middle key (random inputs), for scale"}
         for i, (q, g) in enumerate(sim.groupby("quantity", sort=False)):
@@ -105,7 +99,7 @@ def sink_key_similarity(results: Path, ref: dict, path: Path) -> canvas.FigureRe
         axl.set_ylabel("pairwise cosine across inputs")
         axl.set_title("line: mean over pairs and kv-heads\nband: lowest pair to highest kv-head mean", fontsize=8)
         axl.legend(fontsize=6)
-    return canvas.save_noted(fig, ref, "sink_key_similarity", path, title, missing)
+    return canvas.save_noted(fig, ref, "sink_key_similarity", path, title)
 
 
 def sink_vs_mean_key(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -133,7 +127,7 @@ def sink_vs_mean_key(results: Path, ref: dict, path: Path) -> canvas.FigureResul
     axh.set_xlabel("cosine")
     axh.set_ylabel(f"heads ({len(per_head)} of the sparse layers)")
     axh.legend(fontsize=7)
-    return canvas.save_noted(fig, ref, "sink_vs_mean_key", path, title, [])
+    return canvas.save_noted(fig, ref, "sink_vs_mean_key", path, title)
 
 
 def value_vs_logit(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -161,7 +155,7 @@ def value_vs_logit(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                      f"Spearman rho {rho:+.2f}", fontsize=8)
         ax.legend(fontsize=7)
     axes[0].set_ylabel("ln ||v_i - o||")
-    return canvas.save_noted(fig, ref, "value_vs_logit", path, title, [])
+    return canvas.save_noted(fig, ref, "value_vs_logit", path, title)
 
 
 def value_norms(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -196,4 +190,4 @@ def value_norms(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     axr.set_ylabel("sink's ||v|| / median token's ||v||")
     axr.set_title(f"{_prompts(df)} prompt(s)", fontsize=8)
     axr.legend(fontsize=7)
-    return canvas.save_noted(fig, ref, "value_norms", path, title, [])
+    return canvas.save_noted(fig, ref, "value_norms", path, title)

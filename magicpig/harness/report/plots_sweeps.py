@@ -73,16 +73,15 @@ def _score_panel(ax, xlabel: str, task: str, length: int, counts: list[int], log
     ax.legend(fontsize=6)
 
 
-def _save_panels(fig, axes, ref: dict, figure: str, path: Path, title: str, missing: list[str]) -> canvas.FigureResult:
+def _save_panels(fig, axes, ref: dict, figure: str, path: Path, title: str) -> canvas.FigureResult:
     """The score label on the first panel, the paper's caption of ``figure``, and the figure saved."""
     axes[0].set_ylabel(f"score ({WHISKERS})", fontsize=8)
-    return canvas.save_noted(fig, ref, figure, path, title, missing)
+    return canvas.save_noted(fig, ref, figure, path, title)
 
 
 def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """Fig. 1: TopK accuracy vs the fraction of keys it keeps, per task (NIAH, CWE, FWE), dense dashed."""
     title = "TopK accuracy vs fraction of keys (paper Fig. 1)"
-    missing: list[str] = []
     fig, (ax,) = canvas.subplots(1, title, width=7.5, height=4.8)
     runs = sweep_runs(results)
     length = _most_runs(runs[runs["family"] == "topk"], "length")
@@ -94,8 +93,8 @@ def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResu
     for i, task in enumerate(tasks):
         counts += _line(ax, topk[topk["task"] == task], "cost", "o-", f"C{i}", f"TopK, {_short(task)}")
         _dense_line(ax, runs, task, length, f"C{i}", f"dense, {_short(task)}")
-    missing += [f"{SWEEPS}/ruler/{word}*/{length}/topk@*" for word in ("niah", "cwe", "fwe")
-                if not any(word in _short(t) for t in tasks)]
+    canvas.lacks(fig, *[f"{SWEEPS}/ruler/{word}*/{length}/topk@*" for word in ("niah", "cwe", "fwe")
+                        if not any(word in _short(t) for t in tasks)])
     canvas.readable_log(ax, "x")
     ax.set_ylim(-3, 105)
     ax.set_xlabel("fraction of keys TopK keeps (cost2, measured)")
@@ -103,14 +102,13 @@ def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResu
     ax.set_title(f"TopK budgets {_budgets_text(topk)} (< 1: fraction, >= 1: keys); {_samples_text(counts)}; "
                  f"{WHISKERS}", fontsize=7)
     ax.legend(fontsize=7, ncol=2)
-    return canvas.save_noted(fig, ref, "topk_budget_sweep", path, title, missing)
+    return canvas.save_noted(fig, ref, "topk_budget_sweep", path, title)
 
 
 def oracle_vs_topk_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """Fig. 6c: oracle sampling against TopK, accuracy vs budget, one panel per task; the paper's ~32 keys of
     16K marked, and 32 keys at the length run here."""
     title = "Oracle sampling vs TopK: accuracy vs budget (paper Fig. 6c)"
-    missing: list[str] = []
     runs = sweep_runs(results)
     length = _most_runs(runs[runs["family"] == "oracle"], "length")
     tasks = [] if length is None else _family_tasks(runs, length, ("niah", "cwe", "fwe"))
@@ -124,7 +122,7 @@ def oracle_vs_topk_budget(results: Path, ref: dict, path: Path) -> canvas.Figure
         for i, fam in enumerate(("topk", "oracle")):
             rows = at[at["family"] == fam]
             if rows.empty:
-                canvas.no_data(ax, f"{SWEEPS}/{task}/{length}/{fam}@*", missing)
+                canvas.no_data(ax, f"{SWEEPS}/{task}/{length}/{fam}@*")
                 break
             counts += _line(ax, rows, "cost", "o-" if fam == "topk" else "s-", f"C{i}",
                             f"{'TopK' if fam == 'topk' else 'oracle sampling'} ({_budgets_text(rows)})")
@@ -135,14 +133,13 @@ def oracle_vs_topk_budget(results: Path, ref: dict, path: Path) -> canvas.Figure
                 ax.axvline(keys_16k / 16384, color="crimson", ls=":", lw=1,
                            label=f"paper: ~{keys_16k} keys of 16K (oracle keeps accuracy)")
             _score_panel(ax, "cost2: fraction of keys used (oracle: distinct draws)", _short(task), length, counts)
-    return _save_panels(fig, axes, ref, "oracle_vs_topk_budget", path, title, missing)
+    return _save_panels(fig, axes, ref, "oracle_vs_topk_budget", path, title)
 
 
 def centering_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """Fig. 9a: MagicPIG with and without centering at several L (K fixed) on NIAH and FWE, and the sampled
     fraction of each run (the paper's < 0.1% without centering)."""
     title = "Centering on / off across L (paper Fig. 9a)"
-    missing: list[str] = []
     runs = sweep_runs(results)
     mp = runs[runs["family"] == "magicpig"]
     off = mp[mp["centering"] == False]  # noqa: E712 (a column of bools and None)
@@ -164,7 +161,7 @@ def centering_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult
         for on, style, color, name in ((True, "o-", "C0", "centered"), (False, "s--", "C3", "not centered")):
             rows = at[at["centering"] == on]
             if rows.empty:
-                missing.append(f"{SWEEPS}/{task}/{length}/magicpig K={K} {name}")
+                canvas.lacks(fig, f"{SWEEPS}/{task}/{length}/magicpig K={K} {name}")
                 continue
             counts += _line(ax, rows, "L", style, color, name)
             if j == 0:
@@ -176,7 +173,7 @@ def centering_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult
             ax.axhline(paper[key], color="crimson", ls=":", lw=1, label=f"paper, no centering: {paper[key]:g}")
         _score_panel(ax, f"L (K = {K})", _short(task), length, counts, log_x=False)
     for ax in axes[len(tasks):-1]:
-        canvas.no_data(ax, f"{SWEEPS}/ruler/fwe or niah*/{length}", missing)
+        canvas.no_data(ax, f"{SWEEPS}/ruler/fwe or niah*/{length}")
     if "sampled_fraction_below" in paper:
         axf.axhline(paper["sampled_fraction_below"], color="crimson", ls=":", lw=1,
                     label=f"paper: < {100 * paper['sampled_fraction_below']:g}% without centering")
@@ -185,14 +182,13 @@ def centering_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult
     axf.set_ylabel("sampled fraction (cost2, measured in the run)")
     axf.set_title("keys sampled", fontsize=8)
     axf.legend(fontsize=6)
-    return _save_panels(fig, axes, ref, "centering_sweep", path, title, missing)
+    return _save_panels(fig, axes, ref, "centering_sweep", path, title)
 
 
 def magicpig_vs_topk_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """Figs. 9b/c: MagicPIG (several (K, L), centered) against TopK (several budgets) on CWE and FWE,
     accuracy vs measured cost2, so equal cost reads off vertically."""
     title = "MagicPIG vs TopK across cost on CWE and FWE (paper Figs. 9b/c)"
-    missing: list[str] = []
     runs = sweep_runs(results)
     mp_all = runs[(runs["family"] == "magicpig") & (runs["centering"] != False)]  # noqa: E712
     length = _most_runs(mp_all, "length")
@@ -201,12 +197,12 @@ def magicpig_vs_topk_cost(results: Path, ref: dict, path: Path) -> canvas.Figure
     for ax, word in zip(axes, ("cwe", "fwe")):
         tasks = [] if length is None else _family_tasks(runs, length, (word,))
         if not tasks:
-            canvas.no_data(ax, f"{SWEEPS}/ruler/{word}/*/{{magicpig,topk}}@*", missing)
+            canvas.no_data(ax, f"{SWEEPS}/ruler/{word}/*/{{magicpig,topk}}@*")
             continue
         at = runs[(runs["task"] == tasks[0]) & (runs["length"] == length)]
         tk, mp = at[at["family"] == "topk"], mp_all[(mp_all["task"] == tasks[0]) & (mp_all["length"] == length)]
         if tk.empty:
-            canvas.no_data(ax, f"{SWEEPS}/{tasks[0]}/{length}/topk@*", missing)
+            canvas.no_data(ax, f"{SWEEPS}/{tasks[0]}/{length}/topk@*")
             continue
         counts = _line(ax, tk, "cost", "o-", "C0", f"TopK ({_budgets_text(tk)})")
         mp = mp.sort_values("cost")
@@ -219,4 +215,4 @@ def magicpig_vs_topk_cost(results: Path, ref: dict, path: Path) -> canvas.Figure
         if gain is not None:
             ax.plot([], [], " ", label=f"paper (16K): MagicPIG up to +{gain:g} points over TopK at equal cost")
         _score_panel(ax, "cost2: fraction of keys used (measured)", word, length, counts)
-    return _save_panels(fig, axes, ref, "magicpig_vs_topk_cost", path, title, missing)
+    return _save_panels(fig, axes, ref, "magicpig_vs_topk_cost", path, title)

@@ -24,7 +24,7 @@ def _system(ref: dict) -> dict:
     return ref.get("system", {}) or {}
 
 
-def _baseline_labels(ref: dict) -> dict:
+def baseline_labels(ref: dict) -> dict:
     """The paper's baselines (``system.baselines``) by key: the label each is named by."""
     return {k: v.get("label", k) for k, v in (_system(ref).get("baselines") or {}).items()}
 
@@ -32,7 +32,7 @@ def _baseline_labels(ref: dict) -> dict:
 def baselines_caption(ref: dict) -> str:
     """What each of the paper's ratios is over (``system.baselines`` and ``throughput_speedup`` of the paper
     reference, Sec. 5.2) and how the projection models the CPU baseline."""
-    system, labels = _system(ref), _baseline_labels(ref)
+    system, labels = _system(ref), baseline_labels(ref)
     per = "; ".join(f"{e['hardware']}: {labels.get(e.get('baseline'), e.get('baseline'))}"
                     for e in system.get("throughput_speedup", []))
     text = f"paper's baselines (Sec. 5.2): {per}."
@@ -75,22 +75,17 @@ def _panels(results: Path, title: str, x: str, y: str, by: str, xlabel: str, yla
     """The three panels of a throughput figure: MEASURED ``y`` vs ``x`` per (method, ``by``) from decode.csv,
     then the H200 and the paper's-machine panels, titled PROJECTION, left for the caller to draw with the
     projection CSVs (None where absent: the panel says so). Returns (fig, axes, (decode.csv, the H200
-    projection, the paper's-machine projection), missing)."""
-    missing: list[str] = []
+    projection, the paper's-machine projection))."""
     fig, axes = canvas.subplots(3, title, width=4.8, height=height)
-    files = {"decode": DECODE_CSV, "projection_h200": PROJECTION_H200_CSV,
-             "projection_paper_latency": PROJECTION_PAPER_LATENCY_CSV}
-    frames = {name: read_table(file.under(results)) for name, file in files.items()}
-    for ax, name in zip(axes, frames):
-        if frames[name] is None:
-            canvas.no_data(ax, files[name].rel, missing)
+    frames = tuple(canvas.panel_table(results, file, ax)
+                   for file, ax in zip((DECODE_CSV, PROJECTION_H200_CSV, PROJECTION_PAPER_LATENCY_CSV), axes))
+    for ax in axes:
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
-    df = frames["decode"]
-    if df is not None:
-        _measured(axes[0], df, x, y, by)
+    if frames[0] is not None:
+        _measured(axes[0], frames[0], x, y, by)
     axes[1].set_title("H200: " + PROJECTED, color="darkorange", fontsize=9)
-    return fig, axes, tuple(frames.values()), missing
+    return fig, axes, frames
 
 
 def _paper_title(ax, paper_rows: list[dict]) -> None:
@@ -103,8 +98,8 @@ def throughput_batch(results: Path, ref: dict, path: Path) -> canvas.FigureResul
     """Tokens/s vs batch: measured on this machine | PROJECTION on one H200 | the paper's L20: its numbers
     beside the projection of the same settings (each machine on its own axes)."""
     title = "Decoding throughput vs batch"
-    fig, (ax, axp, axl), (df, proj, lat), missing = _panels(results, title, "batch", "tokens_per_s", "context",
-                                                            "batch", "tokens / s")
+    fig, (ax, axp, axl), (df, proj, lat) = _panels(results, title, "batch", "tokens_per_s", "context",
+                                                    "batch", "tokens / s")
     if df is not None:
         canvas.fit_single(ax, df["batch"])
     ax.set_title("MEASURED on this machine (" + ("no rows" if df is None else
@@ -129,15 +124,15 @@ def throughput_batch(results: Path, ref: dict, path: Path) -> canvas.FigureResul
                         label=f"paper {row['method']} (GPU-only, largest batch): {row['tokens_per_s']} tok/s")
     axl.set_ylim(bottom=0)
     _paper_title(axl, paper_rows)
-    return canvas.save(fig, path, title, missing)
+    return canvas.save(fig, path, title)
 
 
 def throughput_context(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     """ms per token vs context: measured on this machine | PROJECTION (H200, batch 1) | the paper's
     latency beside the projection of the same setting on the paper's machine."""
     title = "Decoding latency vs context"
-    fig, (ax, axp, axl), (df, proj, lat), missing = _panels(results, title, "context", "ms_per_token", "batch",
-                                                            "context (tokens)", "ms / token", height=6.0)
+    fig, (ax, axp, axl), (df, proj, lat) = _panels(results, title, "context", "ms_per_token", "batch",
+                                                    "context (tokens)", "ms / token", height=6.0)
     if df is not None:
         ax.set_xscale("log", base=2)
         canvas.fit_single(ax, df["context"], log=True)
@@ -173,7 +168,7 @@ def throughput_context(results: Path, ref: dict, path: Path) -> canvas.FigureRes
         canvas.note(axl, f"paper: {e['ms']:g} ms/token at batch {e['batch']} on the {_machine(e['hardware'])}, "
                          f"{e['model']}, {int(e['context']) // 1024}K, {e['method']} (Fig. 8c, Sec. 5.2)")
     canvas.note(axl, baselines_caption(ref))
-    return canvas.save(fig, path, title, missing)
+    return canvas.save(fig, path, title)
 
 
 def speedup_paper_hardware(results: Path, ref: dict, path: Path,
@@ -185,11 +180,10 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path,
     RTX 4090: the KV cache read from host memory at that rate, the weights on the GPU, the step their sum),
     our ratio printed beside the paper's 1.5x / 5.0x / 3.3x."""
     title = "Throughput speed-up over the paper's baseline of each setting"
-    missing: list[str] = []
     fig, (ax, axp) = canvas.subplots(2, title, width=6.0, height=6.0)
     gpu = gpu_decode_rows(results, list(gpu_run_folders(results) if gpu_folders is None else gpu_folders))
     if gpu.empty:
-        canvas.no_data(ax, f"{DECODE_CSV.rel} rows on a GPU\n(this machine has none), or a GPU run", missing)
+        canvas.no_data(ax, f"{DECODE_CSV.rel} rows on a GPU\n(this machine has none), or a GPU run")
     else:
         best = gpu.groupby(["context", "method"])["tokens_per_s"].max().unstack()
         dense = [c for c in best.columns if str(c).startswith("dense")]
@@ -203,7 +197,7 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path,
         canvas.legend_below(ax)
     where = "a GPU" if gpu.empty else ", ".join(sorted(set(gpu["_gpu"].astype(str))))
     ax.set_title(f"MEASURED on {where} (over GPU-only full attention)", fontsize=9)
-    paper, labels = _system(ref).get("throughput_speedup", []), _baseline_labels(ref)
+    paper, labels = _system(ref).get("throughput_speedup", []), baseline_labels(ref)
     proj = read_table(PROJECTION_PAPER_HARDWARE_CSV.under(results))
     names = [f"{p['hardware']}\n{p['model']} {p['context'] // 1024}K\n"
              + textwrap.fill(f"over {labels.get(p.get('baseline'), p.get('baseline'))}", 30) for p in paper]
@@ -214,7 +208,7 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path,
     for x, p in zip(xs, paper):
         axp.text(x, p["speedup"], f"{p['speedup']:g}x", ha="center", va="bottom", fontsize=6, color="crimson")
     if proj is None:
-        canvas.no_data(axp, PROJECTION_PAPER_HARDWARE_CSV.rel, missing)
+        canvas.no_data(axp, PROJECTION_PAPER_HARDWARE_CSV.rel)
     else:
         if "cpu_kernel" not in proj:
             proj = proj.assign(cpu_kernel="projected")
@@ -247,7 +241,7 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path,
     handles, names = axp.get_legend_handles_labels()
     axp.legend(handles, names, fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.32), frameon=False)
     canvas.note(axp, baselines_caption(ref))
-    return canvas.save(fig, path, title, missing)
+    return canvas.save(fig, path, title)
 
 
 def cpu_baselines(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
@@ -255,7 +249,6 @@ def cpu_baselines(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     at the largest batch that fits (``--max-throughput`` rows, the batch written at each point). Stock
     transformers, llama.cpp on the same GGUF file, our dense decoder and MagicPIG, all measured here."""
     title = "CPU decoders: stock transformers, llama.cpp, our dense, MagicPIG"
-    missing: list[str] = []
     fig, (ax, axm) = canvas.subplots(2, title, width=5.0, height=4.4)
     df = cpu_decode_rows(results)
     if df is not None:
@@ -284,7 +277,7 @@ def cpu_baselines(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     canvas.legend_below(ax, fontsize=6)
     best = df[df["search"].fillna("").astype(str) != ""]
     if best.empty:
-        canvas.no_data(axm, "max-batch rows (bench decode --max-throughput)", missing)
+        canvas.no_data(axm, "max-batch rows (bench decode --max-throughput)")
     for i, ((m, b), g) in enumerate(best.groupby(["method", "backend"], sort=False)):
         g = g.sort_values("context")
         axm.plot(g["context"], g["tokens_per_s"], "o-", color=f"C{i % 10}", label=system_label(m, b))
@@ -300,4 +293,4 @@ def cpu_baselines(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         axm.set_xscale("log", base=2)
         canvas.fit_single(axm, best["context"], log=True)
         canvas.legend_below(axm, fontsize=6)
-    return canvas.save(fig, path, title, missing)
+    return canvas.save(fig, path, title)

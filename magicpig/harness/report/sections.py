@@ -69,7 +69,7 @@ SECTIONS: list[Section] = [
     Section("skipped", "Skipped or incomplete", lambda r: build.skipped_section(r.acc, r.results / "ablations")),
     Section("claims", "Claims", lambda r: claims_section(r.results, r.ref, r.gpu_folders)),
     Section("disagreements", "Where methods disagree", lambda r: disagreements_section(r.acc, r.ref, r.out)),
-    Section("ruler", "RULER (paper Table 3)", lambda r: build.ruler_section(r.acc, r.ref, r.out, r.figs), ("Table 3",),
+    Section("ruler", "RULER (paper Table 3)", lambda r: build.ruler_section(r.acc, r.ref, r.figs), ("Table 3",),
             build.RULER_FIGURES, ("ruler",)),
     Section("ruler", TABLE4_TITLE,
             lambda r: paper_tables.ruler_model_section(r.acc, r.ref, "ruler_table4", TABLE4_TITLE), ("Table 4",),
@@ -83,7 +83,7 @@ SECTIONS: list[Section] = [
             families=("gsm8k", "lm_eval")),
     Section("reasoning", paper_tables.TABLE6_TITLE, lambda r: paper_tables.table6_section(r.acc, r.ref), ("Table 6",),
             families=("reasoning",)),
-    Section("ablations", "Ablations", lambda r: build.ablation_section(r.results / "ablations", r.ref, r.out, r.figs),
+    Section("ablations", "Ablations", lambda r: build.ablation_section(r.results / "ablations", r.ref, r.figs),
             figures=(CENTERING_PNG.name,)),
     Section("kl_tables", f"{tables_kl.HEADING} (paper Tables 10-13)",
             lambda r: tables_kl.kl_tables_section(r.results, r.ref), ("Table 10", "Table 11", "Table 12", "Table 13")),
@@ -135,7 +135,7 @@ def build_report(results: Path | str, out: Path | str, preset: str, preset_confi
              "Reproduced numbers come from the results files; paper numbers from `config/paper_reference.yaml` "
              "(arXiv 2410.16179 v4). The paper's columns are for its models and context lengths; ours for the "
              "model and lengths of this preset, so compare trends, not cells, unless the settings match."]
-    acc = collect_metrics(results / "accuracy") if (results / "accuracy").is_dir() else collect_metrics(out / "none")
+    acc = collect_metrics(results / "accuracy")
     run = load_run(preset, preset_config, results, figs, acc, gpu_folders)
     inputs = ReportInputs(results, out, ref, figs, acc, run, gpu_folders)
     sections = report_sections()

@@ -29,9 +29,8 @@ def sweep_section(results: Path, figs: dict | None = None) -> list[str]:
     """Score and measured cost2 of every sweep run (one row per method, one column per task) and the four
     sweep figures."""
     parts = ["## Budget and cost sweeps (Figures 1, 6c, 9a, 9b/c)"]
-    root = results / "sweeps"
-    df = collect_metrics(root) if root.is_dir() else None
-    if df is None or df.empty:
+    df = collect_metrics(results / "sweeps")
+    if df.empty:
         parts.append("Not run in this preset (no `sweeps` block, or its jobs have not finished).")
     else:
         ok = df[df["status"] == "ok"]

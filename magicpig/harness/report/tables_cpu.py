@@ -11,15 +11,13 @@ from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.results_tree import cpu_decode_rows, truthy
 
 TITLE = "CPU decoders side by side (batch 1, measured)"
-SYSTEMS = (("dense", "stock", "stock transformers"), ("dense", "llamacpp", "llama.cpp"),
-           ("dense", "reference", "our dense"))
+# the baseline decoders, by (method, backend), in the table's order
+SYSTEMS = {("dense", "stock"): "stock transformers", ("dense", "llamacpp"): "llama.cpp",
+           ("dense", "reference"): "our dense"}
 
 
 def system_label(method: str, backend: str) -> str:
-    for m, b, label in SYSTEMS:
-        if (method, backend) == (m, b):
-            return label
-    return f"{method}@{backend}"
+    return SYSTEMS.get((method, backend), f"{method}@{backend}")
 
 
 def batch_one(decode: pd.DataFrame) -> pd.DataFrame:
@@ -37,8 +35,7 @@ def cpu_baselines_section(results: Path) -> list[str]:
         return [f"### {TITLE}", "No batch-1 CPU rows."]
     fits = truthy(df["fits"])
     present = list(dict.fromkeys(zip(df["method"], df["backend"])))
-    baselines = [(m, b) for m, b, _ in SYSTEMS]
-    systems = [s for s in baselines if s in present] + [s for s in present if s not in baselines]
+    systems = [s for s in SYSTEMS if s in present] + [s for s in present if s not in SYSTEMS]
     llama = df[(df["backend"] == "llamacpp") & fits]
     magicpig = [s for s in systems if s[0].startswith("magicpig")] if len(llama) else []
     header = ["context"] + [system_label(*s) for s in systems] + [f"{m} vs llama.cpp" for m, _ in magicpig]

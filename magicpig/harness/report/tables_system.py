@@ -14,6 +14,7 @@ from magicpig.harness.projection.hardware import HARDWARE
 from magicpig.harness.results_tree import canonical, read_csv, read_machine, read_table, truthy
 from magicpig.harness.report.coverage_run import CellCheck
 from magicpig.harness.report.markdown import fmt, table
+from magicpig.harness.report.paper_tables import paper_rows
 from magicpig.harness.result_files import DECODE_CSV, MACHINE_JSON, PROJECTION_H200_CSV
 
 TABLE7_TITLE = "Table 7: (K, L) against latency and throughput"
@@ -26,17 +27,13 @@ DECODE_COLUMNS = ["model", "device", "context", "batch", "method", "backend", "f
                   "peak_device_mb", "fits", "reason", "search", "under_load"]
 
 
-def _fitted(df: pd.DataFrame) -> pd.DataFrame:
-    fits = df["fits"].astype(str).str.lower() == "true" if "fits" in df.columns else True
-    return df[fits & pd.to_numeric(df["ms_per_token"], errors="coerce").notna()]
-
-
 def kl_throughput(decode: pd.DataFrame, limit_ms: float) -> pd.DataFrame:
     """Per (context, method@backend) of ``bench decode`` rows: ms/token at batch 1, the highest tokens/s of
     any row, and the highest tokens/s of the rows whose step takes at most ``limit_ms``, with the batches
     they came from (a row that did not fit counts for none); ``*_under_load``: whether the row behind each
     of the three numbers was measured while another process shared the CPU (the bench's ``under_load``)."""
-    ok = _fitted(decode).copy()
+    fits = decode["fits"].astype(str).str.lower() == "true" if "fits" in decode.columns else True
+    ok = decode[fits & pd.to_numeric(decode["ms_per_token"], errors="coerce").notna()].copy()
     ok["_load"] = truthy(ok["under_load"]) if "under_load" in ok.columns else False
     ok["ms_per_token"] = ok["ms_per_token"].astype(float)
     ok["tokens_per_s"] = ok["tokens_per_s"].astype(float)
@@ -60,10 +57,6 @@ def kl_throughput(decode: pd.DataFrame, limit_ms: float) -> pd.DataFrame:
 
 def _load(flag) -> str:
     return " (under load)" if flag is True or str(flag).lower() == "true" else ""
-
-
-def _paper_table7(ref: dict) -> dict:
-    return {canonical(k): v for k, v in (ref.get("kl_throughput_table7", {}).get("rows") or {}).items()}
 
 
 def _paper_sec5(ref: dict, method: str) -> tuple[float | None, float | None]:
@@ -91,7 +84,7 @@ def table7_section(results: Path, ref: dict) -> list[str]:
     df = kl_throughput(decode, limit)
     if df.empty:
         return parts + ["No decode row fitted in memory, so there is nothing to tabulate."]
-    paper_rows = _paper_table7(ref)
+    paper = paper_rows(t7, "rows")
     parts.append(f"Per measured context and method: ms/token at batch 1, the highest throughput of the batches "
                  f"run (`--max-throughput` adds the largest batch that fits), and the highest throughput of the "
                  f"rows within the paper's {limit:g} ms/token limit; measured on this machine ('(under load)': "
@@ -104,7 +97,7 @@ def table7_section(results: Path, ref: dict) -> list[str]:
     for r in df.itertuples():
         if r.method.startswith("magicpig"):
             settings.add(r.method)
-        pv = paper_rows.get(r.method)
+        pv = paper.get(r.method)
         ms, tps = (pv.get("ms"), pv.get("max_tokens_per_s")) if pv else _paper_sec5(ref, r.method)
         rows.append([r.context, f"`{r.method}`", r.backend, fmt(r.ms_batch1) + _load(r.ms_batch1_under_load),
                      f"{fmt(r.max_tokens_per_s)} ({r.max_batch})" + _load(r.max_under_load),
@@ -113,7 +106,7 @@ def table7_section(results: Path, ref: dict) -> list[str]:
                      fmt(ms), fmt(tps), fmt(pv.get("limit_tokens_per_s")) if pv else "—"])
     parts.append(table(header, rows))
     note = (f"{len(settings)} MagicPIG (K, L) setting(s) measured (the paper's table has 6).")
-    if not paper_rows:
+    if not paper:
         note += (" The paper's per-setting cells are not transcribed in `config/paper_reference.yaml` "
                  "(`kl_throughput_table7.rows` is empty); only the (10, 150) figures its Sec. 5 states are shown.")
     return parts + [note]

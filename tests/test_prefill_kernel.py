@@ -13,8 +13,9 @@ from tiny_models import random_prompt, tiny_model
 from magicpig.cpu import prefill as kernel8
 from magicpig.engine import Engine
 
-needs_kernel = pytest.mark.skipif(not kernel8.prefill_kernel_usable(),
-                                  reason="kernel 8 needs the CPU module and a CPU with AVX512-BF16")
+needs_kernel = pytest.mark.skipif(
+    not kernel8.prefill_kernel_usable(),
+    reason="kernel 8 needs the CPU module, a CPU with AVX512-BF16 and MAGICPIG_ISA auto or avx512")
 
 
 def _reference(q, k, v, scale):
@@ -57,7 +58,7 @@ def test_kernel_is_stable_for_large_logits_and_refuses_bad_input_by_name():
     mod = kernel8.load()
     with pytest.raises(RuntimeError, match="head dim must be a multiple of 32"):
         mod.prefill_attend(q[..., :48].contiguous(), k[..., :48].contiguous(), v[..., :48].contiguous(), 1.0, 1)
-    with pytest.raises(RuntimeError, match="k must be bfloat16"):
+    with pytest.raises(RuntimeError, match="k must be BFloat16, got Float"):
         mod.prefill_attend(q, k.float(), v, 1.0, 1)
     with pytest.raises(RuntimeError, match=r"q's length must be in \[1, kv\]"):
         mod.prefill_attend(q, k[:, :, :10].contiguous(), v[:, :, :10].contiguous(), 1.0, 1)

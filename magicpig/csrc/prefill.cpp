@@ -26,6 +26,8 @@
 #include <limits>
 #include <vector>
 
+#include "bindings_checks.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define MP_PREFILL_X86 1
@@ -243,9 +245,8 @@ void prefill_attend_raw(const PrefillArgs& a, int threads) {
 }
 
 void check_bf16(const torch::Tensor& t, const char* name) {
-  TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
-  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
-  TORCH_CHECK(t.scalar_type() == torch::kBFloat16, name, " must be bfloat16, got ", c10::toString(t.scalar_type()));
+  check_cpu_contig(t, name);
+  check_dtype(t, torch::kBFloat16, name);
   TORCH_CHECK(t.dim() == 4, name, " must be 4-D, got ", t.dim(), " dimensions");
 }
 

@@ -5,7 +5,8 @@ How it plugs in (no modeling file is copied or edited):
 * ``register()`` adds the function ``magicpig_attention`` to ``transformers.AttentionInterface`` under the
   name ``"magicpig"`` and transformers' own ``sdpa_mask`` to ``AttentionMaskInterface`` under the same
   name, so the model builds the same boolean 4D mask (or ``None`` for a plain causal pattern) as it does
-  for ``sdpa``; a later chunk of a prefill without padding gets ``None`` too (``_mask_for``). ``import magicpig`` registers (at once, or when transformers' model code loads).
+  for ``sdpa``; a later chunk of a prefill without padding gets ``None`` too (``_mask_for``).
+  ``import magicpig`` registers (at once, or when transformers' model code loads).
 * Prefill (a query block longer than one token) is exact attention: SDPA over query blocks of
   ``PREFILL_BLOCK`` rows so a long prompt never materialises a full (n, n) score matrix, or kernel 8 for
   a bfloat16 block without a mask on a CPU with AVX512-BF16 (``magicpig.cpu.prefill``).
@@ -131,7 +132,8 @@ def register() -> None:
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     AttentionInterface.register(NAME, magicpig_attention)
-    AttentionMaskInterface.register(NAME, _mask_for(sdpa_mask))  # class-wide: ALL_MASK_ATTENTION_FUNCTIONS sees it
+    # class-wide: ALL_MASK_ATTENTION_FUNCTIONS sees it
+    AttentionMaskInterface.register(NAME, _mask_for(sdpa_mask))
     _registered = True
 
 

@@ -165,8 +165,9 @@ torch::Tensor mlp_residual(torch::Tensor h, torch::Tensor norm, double eps, std:
 void define(pybind11::module& m) {
   namespace py = pybind11;
   m.def("linear", &linear, "kernel 4: (x, weights, biases, isa, threads, into=None) -> [x W_p^T + b_p for each p] "
-        "side by side (decode rows), added to `into` when given; W_p float32, bfloat16 or int8 q8_0 rows", py::arg("x"), py::arg("weights"), py::arg("biases"),
-        py::arg("isa"), py::arg("threads"), py::arg("into") = py::none());
+        "side by side (decode rows), added to `into` when given; W_p float32, bfloat16 or int8 q8_0 rows",
+        py::arg("x"), py::arg("weights"), py::arg("biases"), py::arg("isa"), py::arg("threads"),
+        py::arg("into") = py::none());
   m.def("attention_in", &attention_in, "kernel 6: (h, norm, eps, [Wq, Wk, Wv], biases, cos, sin, heads, kv_heads, "
         "isa, threads) -> qkv with q and k rotated");
   m.def("mlp_residual", &mlp_residual, "kernel 6: (h, norm, eps, [Wgate, Wup, Wdown], biases, isa, threads, attn=None, "

@@ -25,10 +25,11 @@ DEFAULT_BUILD_TIMEOUT = 1800.0  # seconds to wait for another process's build of
 CFLAGS = ["-O3", "-fopenmp", "-fno-math-errno"]
 LDFLAGS = ["-fopenmp"]
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
-SOURCES = ["bindings.cpp", "bindings_layer.cpp", "build_tables.cpp", "retrieve.cpp", "attend.cpp", "exact.cpp",
+SOURCES = ["bindings.cpp", "build_tables.cpp", "retrieve.cpp", "attend.cpp", "exact.cpp",
            "linear.cpp", "decode_layer.cpp", "append.cpp", "prefill.cpp", "isa_scalar.cpp", "isa_avx2.cpp",
            "isa_avx512.cpp"]
-HEADERS = ["bindings_checks.h", "magicpig_cpu.h", "attend_impl.h", "linear_impl.h", "probe_impl.h", "isa_variant.h"]
+HEADERS = ["bindings_checks.h", "bindings_layer.h", "magicpig_cpu.h", "attend_impl.h", "linear_impl.h",
+           "probe_impl.h", "isa_variant.h"]
 
 
 def _install_key() -> str:

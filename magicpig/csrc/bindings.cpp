@@ -1,12 +1,12 @@
 // Python bindings of the MagicPIG CPU module (torch C++ extension). Checks shapes / dtypes, naming the
-// bad argument, then calls the raw-pointer kernels. The bindings of kernels 4 and 6 are in
-// bindings_layer.cpp (``def_layer``), kernel 8 and its binding in prefill.cpp (``def_prefill``); these three
-// are the only translation units that include torch.
+// bad argument, then calls the raw-pointer kernels. The only translation unit that includes torch; the
+// bindings of kernels 4 and 6 are in bindings_layer.h, included here.
 #include <torch/extension.h>
 
 #include <chrono>
 
 #include "bindings_checks.h"
+#include "bindings_layer.h"
 #include "magicpig_cpu.h"
 
 namespace {
@@ -398,6 +398,34 @@ std::vector<torch::Tensor> decode_step(torch::Tensor kv, torch::Tensor offsets, 
   return {out, lse, sampled_f, seconds};
 }
 
+void check_bf16(const torch::Tensor& t, const char* name) {
+  check_cpu_contig(t, name);
+  check_dtype(t, torch::kBFloat16, name);
+  TORCH_CHECK(t.dim() == 4, name, " must be 4-D, got ", t.dim(), " dimensions");
+}
+
+// Kernel 8: q (B, H, q, d), k and v (B, H_kv, kv, d) bfloat16 contiguous, q <= kv -> (B, q, H, d) float32.
+torch::Tensor prefill_attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale, int64_t threads) {
+  check_bf16(q, "q");
+  check_bf16(k, "k");
+  check_bf16(v, "v");
+  TORCH_CHECK(magicpig::prefill_supported(), "prefill_attend needs a CPU with AVX512-BF16");
+  const int64_t B = q.size(0), H = q.size(1), nq = q.size(2), d = q.size(3), Hkv = k.size(1), kv = k.size(2);
+  TORCH_CHECK(k.sizes() == v.sizes(), "k and v must have the same shape");
+  TORCH_CHECK(k.size(0) == B && k.size(3) == d, "k must be (B, H_kv, kv, d) with q's B and d");
+  TORCH_CHECK(Hkv > 0 && H % Hkv == 0, "H must be a multiple of H_kv, got H = ", H, ", H_kv = ", Hkv);
+  TORCH_CHECK(d % 32 == 0 && d > 0 && d <= 256, "head dim must be a multiple of 32 in [32, 256], got ", d);
+  TORCH_CHECK(nq >= 1 && nq <= kv, "q's length must be in [1, kv], got ", nq, " for kv = ", kv);
+  TORCH_CHECK(threads >= 1, "threads must be >= 1, got ", threads);
+  auto out = torch::empty({B, nq, H, d}, torch::kFloat32);
+  const magicpig::PrefillArgs a{B, H, Hkv, nq, kv, d, reinterpret_cast<const uint16_t*>(q.data_ptr()),
+                                reinterpret_cast<const uint16_t*>(k.data_ptr()),
+                                reinterpret_cast<const uint16_t*>(v.data_ptr()), static_cast<float>(scale),
+                                out.data_ptr<float>()};
+  magicpig::prefill_attend(a, static_cast<int>(threads));
+  return out;
+}
+
 // data viewed as rows of row_bytes; rows (count,) int64 row indices
 int64_t gather_rows(torch::Tensor data, int64_t row_bytes, torch::Tensor rows, int64_t prefetch, int64_t threads,
                     int64_t isa) {
@@ -422,11 +450,6 @@ int64_t stream_read(torch::Tensor data, int64_t threads) {
 
 }  // namespace
 
-namespace magicpig {
-void def_layer(pybind11::module& m);    // bindings_layer.cpp
-void def_prefill(pybind11::module& m);  // prefill.cpp
-}  // namespace magicpig
-
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "MagicPIG CPU kernels: hash tables, retrieval, importance-weighted sparse attention";
   m.def("cpu_supports", [](int64_t isa) { return magicpig::cpu_supports(static_cast<int>(isa)); },
@@ -450,6 +473,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gather_rows", &gather_rows, "read listed rows of a tensor with all threads (random-read probe; isa -1: the "
         "best variant)", py::arg("data"), py::arg("row_bytes"), py::arg("rows"), py::arg("prefetch"),
         py::arg("threads"), py::arg("isa") = -1);
-  magicpig::def_layer(m);
-  magicpig::def_prefill(m);
+  layer_bindings::define_layer(m);
+  m.def("prefill_supported", &magicpig::prefill_supported, "whether this CPU runs kernel 8 (AVX512-BF16)");
+  m.def("prefill_attend", &prefill_attend,
+        "kernel 8: (q, k, v, scale, threads) -> (B, q, H, d) float32, exact causal attention of a bfloat16 "
+        "prefill block (query i at position kv - q + i)");
 }

@@ -1,5 +1,4 @@
-// Argument checks shared by the translation units that bind kernels to Python (bindings.cpp,
-// bindings_layer.cpp, prefill.cpp): each names the bad argument.
+// Argument checks of the Python bindings (bindings.cpp and bindings_layer.h): each names the bad argument.
 #pragma once
 
 #include <torch/extension.h>

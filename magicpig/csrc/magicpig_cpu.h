@@ -104,6 +104,19 @@ struct ExactArgs {
 };
 using ExactRangeFn = void (*)(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t t1, float* part);
 
+// Kernel 8 (prefill.cpp): exact causal attention of a bfloat16 prefill block, query row i at position
+// kv - q + i; out (B, q, H, d) float32. Runs only where prefill_supported() (AVX512-BF16).
+struct PrefillArgs {
+  int64_t B, H, Hkv, q, kv, d;  // d: a multiple of 32, at most 256
+  const uint16_t* Q;            // (B, H, q, d) bfloat16, contiguous
+  const uint16_t* K;            // (B, Hkv, kv, d)
+  const uint16_t* V;            // (B, Hkv, kv, d)
+  float scale;
+  float* out;                   // (B, q, H, d) float32
+};
+bool prefill_supported();
+void prefill_attend(const PrefillArgs& a, int threads);
+
 // Kernel 5 driver: out (B, H, d) float32, lse (B, H) float32 (natural log; -inf and out = 0 when n = 0
 // and there is no prior; NaN for a head whose query holds a NaN or inf), merged with the prior result
 // when one is given. Token ranges of a group are split over the threads.

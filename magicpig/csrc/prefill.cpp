@@ -13,11 +13,8 @@
 // dimensions, 4 vectors x 4 rows at a time) and divides by the sum. Each inner step loads a few vectors
 // for 16 dot-product instructions. Items run largest first (the causal triangle), dynamically scheduled.
 //
-// This translation unit also holds the kernel's binding (``prefill_attend``, registered by bindings.cpp
-// through ``def_prefill``): the kernel is compiled for AVX512-BF16 alone and runs only where
-// ``prefill_supported()`` says the CPU has it.
-#include <torch/extension.h>
-
+// The kernel is compiled for AVX512-BF16 alone and runs only where ``prefill_supported()`` says the CPU
+// has it; its binding is in bindings.cpp.
 #include <omp.h>
 
 #include <algorithm>
@@ -26,7 +23,7 @@
 #include <limits>
 #include <vector>
 
-#include "bindings_checks.h"
+#include "magicpig_cpu.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -38,25 +35,6 @@ namespace {
 
 constexpr int64_t kRows = 16;  // query rows per work item
 constexpr int64_t kKeys = 16;  // keys per packed key block (one float32 vector of logits)
-
-struct PrefillArgs {
-  int64_t B, H, Hkv, q, kv, d;  // d: a multiple of 32, at most 256
-  const uint16_t* Q;            // (B, H, q, d) bfloat16, contiguous
-  const uint16_t* K;            // (B, Hkv, kv, d)
-  const uint16_t* V;            // (B, Hkv, kv, d)
-  float scale;
-  float* out;                   // (B, q, H, d) float32
-};
-
-bool prefill_supported() {
-#if defined(MP_PREFILL_X86)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
-#else
-  return false;
-#endif
-}
 
 // Keys of one (sequence, kv-head) into blocks [kb][d / 2][16 keys][2]; keys past kv are zero.
 void pack_keys(const uint16_t* k, int64_t kv, int64_t d, int64_t blocks, uint16_t* kp) {
@@ -244,41 +222,18 @@ void prefill_attend_raw(const PrefillArgs& a, int threads) {
 #endif
 }
 
-void check_bf16(const torch::Tensor& t, const char* name) {
-  check_cpu_contig(t, name);
-  check_dtype(t, torch::kBFloat16, name);
-  TORCH_CHECK(t.dim() == 4, name, " must be 4-D, got ", t.dim(), " dimensions");
-}
-
-// q (B, H, q, d), k and v (B, H_kv, kv, d) bfloat16 contiguous, q <= kv -> (B, q, H, d) float32.
-torch::Tensor prefill_attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale, int64_t threads) {
-  check_bf16(q, "q");
-  check_bf16(k, "k");
-  check_bf16(v, "v");
-  TORCH_CHECK(prefill_supported(), "prefill_attend needs a CPU with AVX512-BF16");
-  const int64_t B = q.size(0), H = q.size(1), nq = q.size(2), d = q.size(3), Hkv = k.size(1), kv = k.size(2);
-  TORCH_CHECK(k.sizes() == v.sizes(), "k and v must have the same shape");
-  TORCH_CHECK(k.size(0) == B && k.size(3) == d, "k must be (B, H_kv, kv, d) with q's B and d");
-  TORCH_CHECK(Hkv > 0 && H % Hkv == 0, "H must be a multiple of H_kv, got H = ", H, ", H_kv = ", Hkv);
-  TORCH_CHECK(d % 32 == 0 && d > 0 && d <= 256, "head dim must be a multiple of 32 in [32, 256], got ", d);
-  TORCH_CHECK(nq >= 1 && nq <= kv, "q's length must be in [1, kv], got ", nq, " for kv = ", kv);
-  TORCH_CHECK(threads >= 1, "threads must be >= 1, got ", threads);
-  auto out = torch::empty({B, nq, H, d}, torch::kFloat32);
-  const PrefillArgs a{B, H, Hkv, nq, kv, d,
-                      reinterpret_cast<const uint16_t*>(q.data_ptr()), reinterpret_cast<const uint16_t*>(k.data_ptr()),
-                      reinterpret_cast<const uint16_t*>(v.data_ptr()), static_cast<float>(scale),
-                      out.data_ptr<float>()};
-  prefill_attend_raw(a, static_cast<int>(threads));
-  return out;
-}
-
 }  // namespace
 
-void def_prefill(pybind11::module& m) {
-  m.def("prefill_supported", &prefill_supported, "whether this CPU runs kernel 8 (AVX512-BF16)");
-  m.def("prefill_attend", &prefill_attend,
-        "kernel 8: (q, k, v, scale, threads) -> (B, q, H, d) float32, exact causal attention of a bfloat16 "
-        "prefill block (query i at position kv - q + i)");
+bool prefill_supported() {
+#if defined(MP_PREFILL_X86)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
 }
+
+void prefill_attend(const PrefillArgs& a, int threads) { prefill_attend_raw(a, threads); }
 
 }  // namespace magicpig

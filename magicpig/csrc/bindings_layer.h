@@ -1,12 +1,15 @@
 // Python bindings of kernels 4 (linear) and 6 (attention_in, mlp_residual): the decode step's linear layers
-// and the two halves of a Llama-family layer around its attention. Registered by bindings.cpp through
-// ``def_layer``.
+// and the two halves of a Llama-family layer around its attention. Included once, by bindings.cpp (the one
+// translation unit that includes torch, whose headers take most of the module's build), which registers
+// them with ``define_layer``.
+#pragma once
+
 #include <torch/extension.h>
 
 #include "bindings_checks.h"
 #include "magicpig_cpu.h"
 
-namespace {
+namespace layer_bindings {
 
 using magicpig::check_cpu_contig;
 using magicpig::check_dtype;
@@ -162,7 +165,7 @@ torch::Tensor mlp_residual(torch::Tensor h, torch::Tensor norm, double eps, std:
   return h;
 }
 
-void define(pybind11::module& m) {
+inline void define_layer(pybind11::module& m) {
   namespace py = pybind11;
   m.def("linear", &linear, "kernel 4: (x, weights, biases, isa, threads, into=None) -> [x W_p^T + b_p for each p] "
         "side by side (decode rows), added to `into` when given; W_p float32, bfloat16 or int8 q8_0 rows",
@@ -176,10 +179,4 @@ void define(pybind11::module& m) {
         py::arg("attn") = py::none(), py::arg("o") = py::none(), py::arg("o_bias") = py::none());
 }
 
-}  // namespace
-
-namespace magicpig {
-
-void def_layer(pybind11::module& m) { define(m); }
-
-}  // namespace magicpig
+}  // namespace layer_bindings

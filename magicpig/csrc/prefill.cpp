@@ -190,7 +190,9 @@ void attend_rows(const PrefillArgs& a, const uint16_t* q_rows, int64_t r0, int64
 #pragma GCC pop_options
 #endif
 
-void prefill_attend_raw(const PrefillArgs& a, int threads) {
+}  // namespace
+
+void prefill_attend(const PrefillArgs& a, int threads) {
 #if defined(MP_PREFILL_X86)
   const int64_t d = a.d, G = a.H / a.Hkv, kblocks = (a.kv + kKeys - 1) / kKeys, pairs = kblocks * kKeys / 2;
   const int64_t groups = a.B * a.Hkv, kp_size = kblocks * kKeys * d, vp_size = pairs * 2 * d;
@@ -222,8 +224,6 @@ void prefill_attend_raw(const PrefillArgs& a, int threads) {
 #endif
 }
 
-}  // namespace
-
 bool prefill_supported() {
 #if defined(MP_PREFILL_X86)
   __builtin_cpu_init();
@@ -233,7 +233,5 @@ bool prefill_supported() {
   return false;
 #endif
 }
-
-void prefill_attend(const PrefillArgs& a, int threads) { prefill_attend_raw(a, threads); }
 
 }  // namespace magicpig

@@ -43,7 +43,8 @@ setup-llamacpp: setup
 	CMAKE_ARGS="-DGGML_NATIVE=ON" $(PY) -m pip install -q "llama-cpp-python==0.3.36"
 	$(PY) -c "import llama_cpp; print('llama-cpp-python', llama_cpp.__version__)"
 
-# one pytest worker per core (pytest-xdist, in the dev extra): no test may rely on the order or process it runs in
+# one pytest worker per core (pytest-xdist, in the dev extra), each with its share of the threads (tests/conftest.py):
+# no test may rely on the order or process it runs in
 test: setup
 	$(VENV)/bin/pytest -q -n auto
 

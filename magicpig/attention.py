@@ -67,12 +67,13 @@ def exact_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     if mask is None and query.device.type == "cpu" and (
             query.dtype == torch.bfloat16 or torch.get_autocast_dtype("cpu") == torch.bfloat16
             and torch.is_autocast_enabled("cpu")):
-        from magicpig.cpu.prefill import prefill_attention
+        from magicpig.cpu.prefill import prefill_attention, prefill_kernel_usable
 
-        bf16 = [t.to(torch.bfloat16) for t in (query, key, value)]  # what autocast's SDPA would attend
-        fast = prefill_attention(*bf16, scaling)
-        if fast is not None:
-            return fast.to(torch.bfloat16)
+        if prefill_kernel_usable():  # else no bfloat16 copies: SDPA casts for itself under autocast
+            bf16 = [t.to(torch.bfloat16) for t in (query, key, value)]  # what autocast's SDPA would attend
+            fast = prefill_attention(*bf16, scaling)
+            if fast is not None:
+                return fast.to(torch.bfloat16)
     B, H, q, d = query.shape
     Hkv, kv = key.shape[1], key.shape[2]
     if H % Hkv:

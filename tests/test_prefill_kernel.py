@@ -100,8 +100,9 @@ def test_bfloat16_prefill_attends_every_chunk_with_the_kernel_and_stays_close(mo
     exact = Engine(model, None, prefill_chunk=128).prefill(prompt)
     assert calls == []  # the float32 prefill never asks for kernel 8
     fast = Engine(model, None, prefill_chunk=128, prefill_dtype="bfloat16").prefill(prompt)
-    assert len(calls) == 2 * 3  # 2 layers x 3 chunks (128, 128, 44), none of them masked
-    assert all(calls) == kernel8.prefill_kernel_usable()
+    # 2 layers x 3 chunks (128, 128, 44), none of them masked; where the kernel is not usable it is not asked
+    # (no bfloat16 copies made for nothing)
+    assert calls == [True] * (2 * 3 if kernel8.prefill_kernel_usable() else 0)
     diff = (exact.logits - fast.logits).abs().max().item()
     assert 0 < diff < 0.05 * exact.logits.abs().max().item()
     assert int(exact.logits.argmax()) == int(fast.logits.argmax())

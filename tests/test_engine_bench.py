@@ -380,3 +380,39 @@ def test_llamacpp_rows_decode_the_embedded_gguf(tmp_path):
                             csv_path=str(tmp_path / "d.csv"), verbose=False)
     assert rows[0]["fits"] is True and rows[0]["weights"] == "gguf Q4_1", rows[0]
     assert rows[0]["runtime_version"].startswith("llama-cpp-python") and rows[0]["x_bytes_limit"] != ""
+
+
+@pytest.mark.skipif(not llamacpp.bindings_installed(), reason="llama.cpp bindings not installed (make setup-llamacpp)")
+def test_llamacpp_state_dir_restores_an_earlier_runs_prefill(tmp_path, monkeypatch):
+    """With a state folder the prefill runs once: a later run (a fresh process: its in-memory copy gone)
+    restores it from the folder and decodes the same tokens; other ids get their own file; a record that does
+    not describe its state file is refused by name; a file where the folder should be is refused up front."""
+    from magicpig.models import resolve
+
+    src = resolve("smollm2")
+    path = f"{src.path}/{src.gguf_file}"
+    tok_ids = list(range(1000, 1200))
+    state = tmp_path / "state"
+    monkeypatch.setattr(llamacpp, "_prefilled", {})
+    first = llamacpp.time_llamacpp(path, tok_ids, 1, steps=3, warmup=0, threads=2, state_dir=str(state))
+    assert first["prefill"] == "run"
+    files = sorted(p.suffix for p in state.iterdir())
+    assert files == [".json", ".state"]
+    monkeypatch.setattr(llamacpp, "_prefilled", {})  # as in a new process
+    again = llamacpp.time_llamacpp(path, tok_ids, 1, steps=3, warmup=0, threads=2, state_dir=str(state))
+    assert again["prefill"] == "restored" and again["first_token"] == first["first_token"]
+    assert again["last_tokens"] == first["last_tokens"]  # the restored cache decodes as the prefilled one
+    kept = llamacpp.time_llamacpp(path, tok_ids, 1, steps=3, warmup=0, threads=2, state_dir=str(state))
+    assert kept["prefill"] == "kept"
+    other = llamacpp.time_llamacpp(path, tok_ids[:-1], 1, steps=1, warmup=0, threads=2, state_dir=str(state))
+    assert other["prefill"] == "run" and len(list(state.glob("*.state"))) == 2
+    record = next(p for p in state.glob("*.json") if p.stem == next(state.glob("*.state")).stem)
+    record.write_text('{"first_token": 1, "bytes": 3}')
+    monkeypatch.setattr(llamacpp, "_prefilled", {})
+    with pytest.raises(ValueError, match="does not describe"):
+        for ids in (tok_ids, tok_ids[:-1]):
+            llamacpp.time_llamacpp(path, ids, 1, steps=1, warmup=0, threads=2, state_dir=str(state))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match="llamacpp_state_dir .* is not a folder"):
+        bench_decode.run("smollm2", (128,), ["dense@llamacpp"], llamacpp_state_dir=str(tmp_path / "file"),
+                         csv_path=str(tmp_path / "e.csv"))

@@ -35,17 +35,18 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
         dtype: str | None = None, csv_path: str | None = None, prefill_chunk: int = 2048,
         max_throughput: bool = False, max_batch: int = 256, verbose: bool = True,
         offload_dtype: str | None = None, linear: str = "auto", forward: str = "auto", weights: str = WEIGHTS,
-        llamacpp_kv: str = "f16", diagnostics: bool = False) -> list[dict]:
+        llamacpp_kv: str = "f16", llamacpp_state_dir: str | None = None, diagnostics: bool = False) -> list[dict]:
     """Time decoding for every (context, batch, method@backend); returns the rows (also appended to
     ``csv_path`` one at a time). methods: (spec, backend) pairs or ``SPEC[@BACKEND]`` strings. weights: kernel
-    4's weight storage in the engine's rows; llamacpp_kv: llama.cpp's KV cache type. diagnostics:
+    4's weight storage in the engine's rows; llamacpp_kv: llama.cpp's KV cache type; llamacpp_state_dir: a folder
+    keeping llama.cpp's prefills for later runs (``llamacpp``). diagnostics:
     also the columns ``table.DIAGNOSTIC_COLUMNS`` (and, on the CPU, a streaming read between timed steps)."""
     from magicpig.engine import Engine
     from magicpig.models import load_model, resolve, shape_weight_bytes
 
     contexts, batches = tuple(contexts), tuple(batches)
     check_options(fill, steps, warmup, contexts, batches, tile_base, offload_dtype, max_batch, linear, forward,
-                  weights, llamacpp_kv)
+                  weights, llamacpp_kv, llamacpp_state_dir)
     methods = [parse_method_arg(m if isinstance(m, str) else str(SpecOnBackend(*m))) for m in methods]
     if not methods:
         raise ValueError("methods must not be empty")
@@ -58,8 +59,8 @@ def run(model: str = "smollm2", contexts=CONTEXTS, methods=METHODS, *, batches=B
     if csv_path is None:
         csv_path = os.path.join("results", "bench", f"decode_{time.strftime('%Y%m%d-%H%M%S')}.csv")
     Table(csv_path, {}, diagnostics).start()  # a file of other columns is refused before the model loads
-    settings = (steps, warmup, csv_path, verbose, offload_dtype, linear, forward, weights, llamacpp_kv, diagnostics,
-                memory.converge_allocator())
+    settings = (steps, warmup, csv_path, verbose, offload_dtype, linear, forward, weights, llamacpp_kv,
+                llamacpp_state_dir, diagnostics, memory.converge_allocator())
     if src.shape is not None:  # a shape model whose weights cannot fit is refused before it is built
         bench = DecodeRun(model, model_shape(src.shape).config(), True, dev, torch_dtype, *settings)
         need = shape_weight_bytes(src.shape, torch_dtype)

@@ -43,7 +43,7 @@ def resolve_dtype(name: str | None, device: str):
 
 
 def check_options(fill, steps, warmup, contexts, batches, tile_base, offload_dtype, max_batch, linear, forward, weights,
-                  llamacpp_kv) -> None:
+                  llamacpp_kv, llamacpp_state_dir=None) -> None:
     """Every argument of ``run``, checked before anything is loaded."""
     from magicpig.decode_forward import check_forward_impl
     from magicpig.decode_linear import check_linear_impl
@@ -68,3 +68,4 @@ def check_options(fill, steps, warmup, contexts, batches, tile_base, offload_dty
     check_weight_format(weights)
     if llamacpp_kv not in llamacpp.KV_TYPES:
         raise ValueError(f"llamacpp_kv must be one of {', '.join(llamacpp.KV_TYPES)}, got {llamacpp_kv!r}")
+    llamacpp.check_state_dir(llamacpp_state_dir)

@@ -20,7 +20,7 @@ class DecodeRun:
     """One run's model, settings and rows: a row measured, refused, or searched for its largest batch."""
 
     def __init__(self, model, config, shape_only, device, dtype, steps, warmup, csv_path, verbose, offload_dtype,
-                 linear, forward, weights, llamacpp_kv, diagnostics, malloc_policy):
+                 linear, forward, weights, llamacpp_kv, llamacpp_state_dir, diagnostics, malloc_policy):
         import transformers
 
         from magicpig import __version__
@@ -29,7 +29,7 @@ class DecodeRun:
         self.model, self.net, self.tokenizer = model, None, None
         self.device, self.steps, self.warmup, self.offload_dtype = device, steps, warmup, offload_dtype
         self.linear, self.forward, self.weights, self.diagnostics = linear, forward, weights, diagnostics
-        self.llamacpp_kv = llamacpp_kv
+        self.llamacpp_kv, self.llamacpp_state_dir = llamacpp_kv, llamacpp_state_dir
         src = resolve(model, allow_shape=True)
         self.gguf_path = os.path.join(src.path, src.gguf_file) if src.gguf_file else None
         self.versions = {"stock": f"transformers {transformers.__version__}", "engine": f"magicpig {__version__}"}
@@ -99,7 +99,10 @@ class DecodeRun:
             with RowMonitor(self.device, self.diagnostics) as mon:
                 if backend == "llamacpp":
                     out = llamacpp.time_llamacpp(self.gguf_path, self.context_ids(n), batch, steps, warmup,
-                                                 torch.get_num_threads(), self.llamacpp_kv)
+                                                 torch.get_num_threads(), self.llamacpp_kv, self.llamacpp_state_dir)
+                    if out["prefill"] == "restored":
+                        self.table.log(f"llama.cpp: context {n}, batch {batch}: the prefill restored from "
+                                       f"{self.llamacpp_state_dir}")
                 else:
                     pre = repeat_batch(pre1, batch)
                     if backend == "stock":

@@ -11,6 +11,11 @@ sequence's next token from its logits. Flash attention on, the KV cache in ``kv_
 same thread count as the engine's rows. llama-cpp-python's own default is flash attention off; llama.cpp's
 command line defaults to auto, which picks it on a CPU.
 
+With a state folder (``bench decode --llamacpp-state-dir DIR``) the prefilled sequence's state is also kept on
+disk, named by a hash of what it depends on (the GGUF file's bytes, the token ids, the KV type, the batch, the
+threads, the bindings' version), and a later run restores it instead of prefilling again (18 minutes at 32K on
+2 cores): the decode steps a row times are the same either way, and the run's log says which rows restored.
+
 The bindings are an optional extra (``make setup-llamacpp``). ``unavailable_reason`` says why a row cannot
 run (bindings missing, a model without a GGUF file), and the row is written with ``fits=false`` and that
 reason instead.
@@ -18,7 +23,10 @@ reason instead.
 from __future__ import annotations
 
 import ctypes
+import functools
+import hashlib
 import importlib.util
+import json
 import os
 import time
 
@@ -73,6 +81,62 @@ def estimate_nbytes(gguf_path: str, shape, n: int, batch: int, new_tokens: int, 
     return int(os.path.getsize(gguf_path) + kv + compute)
 
 
+def check_state_dir(state_dir: str | None) -> None:
+    """``state_dir`` (``--llamacpp-state-dir``): None, or a folder (created on first use); else ValueError."""
+    if state_dir is not None and os.path.exists(state_dir) and not os.path.isdir(state_dir):
+        raise ValueError(f"llamacpp_state_dir {state_dir!r} exists and is not a folder")
+
+
+@functools.lru_cache(maxsize=8)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _state_paths(state_dir: str, gguf_path: str, ids, kv_type: str, threads: int, batch: int) -> tuple[str, str]:
+    """(state file, its record) in ``state_dir``, named by the sha256 of everything the state depends on: the
+    names are ours (hex digits), never read from the folder."""
+    import llama_cpp
+
+    st = os.stat(gguf_path)
+    key = {"gguf_sha256": _file_sha256(gguf_path, st.st_size, st.st_mtime_ns), "kv": kv_type, "threads": threads,
+           "batch": batch, "bindings": llama_cpp.__version__}
+    h = hashlib.sha256(json.dumps(key, sort_keys=True).encode())
+    h.update(np.asarray(ids, dtype=np.int64).tobytes())
+    base = os.path.join(state_dir, h.hexdigest())
+    return base + ".state", base + ".json"
+
+
+def _load_state(paths: tuple[str, str], n_vocab: int):
+    """(state bytes, first token) kept by an earlier run, or None when the folder has none for this key. A record
+    that does not describe its state file (another size, a token outside the vocabulary) is an error naming it."""
+    state_path, record_path = paths
+    if not (os.path.isfile(state_path) and os.path.isfile(record_path)):
+        return None
+    with open(record_path, encoding="utf-8") as f:
+        record = json.load(f)
+    first, size = (record.get("first_token"), record.get("bytes")) if isinstance(record, dict) else (None, None)
+    ok = isinstance(first, int) and 0 <= first < n_vocab and isinstance(size, int)
+    if not ok or size != os.path.getsize(state_path):
+        raise ValueError(f"llama.cpp state record {record_path} does not describe {state_path}: delete both")
+    with open(state_path, "rb") as f:
+        return (ctypes.c_uint8 * size).from_buffer_copy(f.read()), first
+
+
+def _save_state(paths: tuple[str, str], state, first: int) -> None:
+    """The state and its record, each written to a temporary name and renamed: a killed run leaves no half file."""
+    for path, data in ((paths[0], bytes(state)), (paths[1], json.dumps({"first_token": first,
+                                                                          "bytes": len(state)}).encode())):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+
+
 class _Batch:
     """A ``llama_batch`` of up to ``capacity`` tokens, each in one sequence."""
 
@@ -94,11 +158,13 @@ class _Batch:
 
 
 def time_llamacpp(gguf_path: str, ids: list[int], batch: int, steps: int, warmup: int, threads: int,
-                  kv_type: str = "f16") -> dict:
-    """Prefill ``ids`` with llama.cpp (or restore the last row's prefill of the same ids), copy the context to
-    ``batch`` sequences and time the decode steps. Returns the dict ``timed_decode.time_engine`` returns, and
-    ``first_token``: the prefill's greedy token; raises MemoryError when llama.cpp cannot allocate its
-    context or a step fails."""
+                  kv_type: str = "f16", state_dir: str | None = None) -> dict:
+    """Prefill ``ids`` with llama.cpp (or restore the last row's prefill of the same ids, or with ``state_dir``
+    an earlier run's), copy the context to ``batch`` sequences and time the decode steps. Returns the dict
+    ``timed_decode.time_engine`` returns, ``first_token`` (the prefill's greedy token), ``last_tokens`` (each
+    sequence's pick at the last step) and ``prefill``: ``run``,
+    ``kept`` (this process's earlier row) or ``restored`` (from ``state_dir``); raises MemoryError when llama.cpp
+    cannot allocate its context or a step fails."""
     import llama_cpp as lc
 
     if kv_type not in KV_TYPES:
@@ -136,12 +202,16 @@ def time_llamacpp(gguf_path: str, ids: list[int], batch: int, steps: int, warmup
         batches.append(step_batch)
         # a sequence's saved state restores only into a context of the same number of KV streams (sequences)
         key = (gguf_path, tuple(ids), kv_type, threads, batch)
-        if _prefilled.get("key") == key:  # the same context and batch prefilled by an earlier row: restored
+        paths = _state_paths(state_dir, gguf_path, ids, kv_type, threads, batch) if state_dir else None
+        if _prefilled.get("key") != key and paths and (kept := _load_state(paths, n_vocab)) is not None:
+            _prefilled.update(key=key, state=kept[0], first=kept[1], source="restored")
+        if _prefilled.get("key") == key:  # the same context and batch prefilled before: restored
             state = _prefilled["state"]
             if lc.llama_state_seq_set_data(ctx, state, len(state), 0) == 0:
                 raise MemoryError("llama.cpp could not restore the prefilled sequence")
-            first = _prefilled["first"]
+            first, prefill = _prefilled["first"], _prefilled.pop("source", "kept")
         else:
+            prefill = "run"
             _prefilled.clear()
             prompt = _Batch(min(N_BATCH, n))
             batches.append(prompt)
@@ -157,6 +227,8 @@ def time_llamacpp(gguf_path: str, ids: list[int], batch: int, steps: int, warmup
             state = (ctypes.c_uint8 * size)()
             lc.llama_state_seq_get_data(ctx, state, size, 0)
             _prefilled.update(key=key, state=state, first=first)
+            if paths:
+                _save_state(paths, state, first)
         mem = lc.llama_get_memory(ctx)
         for s in range(1, batch):
             lc.llama_memory_seq_cp(mem, 0, s, -1, -1)
@@ -177,7 +249,8 @@ def time_llamacpp(gguf_path: str, ids: list[int], batch: int, steps: int, warmup
             lc.llama_free(ctx)
         lc.llama_model_free(model)
     return {"step_seconds": step_seconds, "setup_seconds": setup, "sampled_fraction": 1.0, "timings": None,
-            "linear": "llamacpp", "forward": "llamacpp", "first_token": first}
+            "linear": "llamacpp", "forward": "llamacpp", "first_token": first, "prefill": prefill,
+            "last_tokens": tokens}
 
 
 def _argmax(logits_ptr, n_vocab: int) -> int:

@@ -521,7 +521,7 @@ def test_every_backends_row_is_flagged_under_load(tmp_path, monkeypatch, backend
     def timed(*a, **k):
         wall["t"] += 10.0  # ten seconds of decoding while the other processes took 0.92 cores
         return {"step_seconds": [0.5] * 6, "setup_seconds": 0.0, "sampled_fraction": 1.0, "linear": "",
-                "forward": "", "timings": None}
+                "forward": "", "timings": None, "prefill": "run"}
 
     monkeypatch.setattr(decode_rows.llamacpp, "time_llamacpp", timed)
     monkeypatch.setattr(timed_decode, "time_stock", timed)
@@ -530,7 +530,7 @@ def test_every_backends_row_is_flagged_under_load(tmp_path, monkeypatch, backend
     run = types.SimpleNamespace(
         steps=4, warmup=2, device=torch.device("cpu"), table=_bench_table(tmp_path / "d.csv"), llamacpp_reason="",
         malloc_policy="", stream_buffer=None, diagnostics=False, gguf_path="m.gguf", llamacpp_kv="f16",
-        stream_gbps=None, model="smollm2", net=None, tokenizer=None, offload_dtype=None, linear="auto",
+        llamacpp_state_dir=None, stream_gbps=None, model="smollm2", net=None, tokenizer=None, offload_dtype=None, linear="auto",
         forward="auto", weights="model", estimate=lambda *a, **k: {"device": 0, "host": 0, "kv": 0, "tables": 0},
         row_setup=lambda b: {}, context_ids=lambda n: [1] * n, llamacpp_bytes_limit=lambda row: {})
     row = decode_rows.DecodeRun.measure(run, None, 256, 1, "dense", backend, "exact")

@@ -19,12 +19,17 @@ from pathlib import Path
 def write_text_atomic(path: str | Path, text: str) -> None:
     """Replace ``path`` with ``text`` (UTF-8) in one step; on any error the old file stays and no
     temporary is left behind."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """``write_text_atomic`` for bytes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(data)
             f.flush()
         os.replace(tmp, path)
     except OSError as exc:

@@ -32,6 +32,8 @@ import time
 
 import numpy as np
 
+from magicpig.atomic_io import write_bytes_atomic, write_text_atomic
+
 KV_TYPES = {"f16": 1, "q8_0": 8}  # ggml_type of the KV cache
 KV_ELEM_BYTES = {"f16": 2.0, "q8_0": 34 / 32}
 FLASH_ATTN_ENABLED = 1  # llama_flash_attn_type
@@ -127,14 +129,9 @@ def _load_state(paths: tuple[str, str], n_vocab: int):
 
 
 def _save_state(paths: tuple[str, str], state, first: int) -> None:
-    """The state and its record, each written to a temporary name and renamed: a killed run leaves no half file."""
-    for path, data in ((paths[0], bytes(state)), (paths[1], json.dumps({"first_token": first,
-                                                                          "bytes": len(state)}).encode())):
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+    """The state, then its record (which marks it complete), each replaced in one step (``atomic_io``)."""
+    write_bytes_atomic(paths[0], bytes(state))
+    write_text_atomic(paths[1], json.dumps({"first_token": first, "bytes": len(state)}))
 
 
 class _Batch:

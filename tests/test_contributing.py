@@ -17,7 +17,7 @@ from test_report_sections import test_sections_list_registered_items_and_every_f
 import magicpig.methods
 from magicpig.harness import families
 from magicpig.harness.pipeline_config import validate_pipeline_config
-from magicpig.harness.report import build_report, canvas, figures, paper_items, sections, sections_sweeps
+from magicpig.harness.report import build, build_report, canvas, figures, paper_items, sections
 from magicpig.harness.results_tree import read_table
 from magicpig.methods import import_modules, parse_method, registry
 
@@ -116,7 +116,7 @@ def wire_figure(monkeypatch):
         monkeypatch.setitem(figures.PLOTS, TOY_FIGURE, toy_figure)
         monkeypatch.setattr(figures, "FIGURES", list(figures.PLOTS))
         if section:
-            monkeypatch.setattr(sections_sweeps, "TOKEN_FIGURES", (*sections_sweeps.TOKEN_FIGURES, TOY_FIGURE))
+            monkeypatch.setattr(build, "TOKEN_FIGURES", (*build.TOKEN_FIGURES, TOY_FIGURE))
             monkeypatch.setattr(sections, "SECTIONS", [
                 dataclasses.replace(s, figures=(*s.figures, TOY_FIGURE)) if s.title.startswith(TOKEN_SECTION) else s
                 for s in sections.SECTIONS])

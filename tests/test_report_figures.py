@@ -246,7 +246,7 @@ def test_whiskers_are_the_tables_intervals_and_never_collapse_at_one_sample(monk
     spans = whiskers(fig)
     assert spans, name
     assert min(hi - lo for lo, hi in spans) > 40, (name, spans)  # [2.5, 100] or wider, never [v, v]
-    from magicpig.harness.report.intervals import WHISKERS
+    from magicpig.harness.report.paper_tables import WHISKERS
 
     if name != "ruler_vs_cost.png":  # its ours-panel names MOVER, the label of the task-average interval
         texts = [t.get_text() for ax in fig.axes for t in (ax.title, ax.yaxis.label)] + [fig._suptitle.get_text()]
@@ -256,7 +256,7 @@ def test_whiskers_are_the_tables_intervals_and_never_collapse_at_one_sample(monk
 
 def test_per_task_whisker_is_the_table_cell(monkeypatch, tmp_path):
     """ruler_per_task: the whisker of one score of 100 runs from the table's 2.5 to 100."""
-    from magicpig.harness.report.intervals import interval_table
+    from magicpig.harness.report.paper_tables import interval_table
     from magicpig.harness.results_tree import collect_metrics
 
     root = tmp_path / "results"

@@ -1,7 +1,7 @@
 """The report's job-time section sums Snakemake's benchmark files per rule."""
 import pytest
 
-from magicpig.harness.report.job_times import job_time_section
+from magicpig.harness.report.build import job_time_section
 from magicpig.harness.results_tree import read_job_times
 
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"

@@ -1,10 +1,10 @@
-"""The report's CPU decoders table (``magicpig.harness.report.tables_cpu``): each row beside its bytes-limit
+"""The report's CPU decoders table (``magicpig.harness.report.tables_system``): each row beside its bytes-limit
 and its share of it (issue 42 item 4)."""
 from __future__ import annotations
 
 import pandas as pd
 
-from magicpig.harness.report.tables_cpu import cpu_baselines_section
+from magicpig.harness.report.tables_system import cpu_baselines_section
 
 COLUMNS = dict(device="cpu", batch=1, fits=True, search="", weights="q8_0")
 

@@ -152,13 +152,13 @@ GEOMETRY_CSV = _experiment("geometry.csv", REPORT + "plots_attention.py")
 GEOMETRY_SUMMARY_CSV = _experiment("geometry_summary.csv", REPORT + "build.py")
 GEOMETRY_HIST_CSV = _experiment("geometry_hist.csv", REPORT + "plots_attention.py")
 MASS_CURVE_CSV = _experiment("mass_curve.csv", REPORT + "plots_geometry.py", REPORT + "paper_items.py")
-MASS_CURVE_SUMMARY_CSV = _experiment("mass_curve_summary.csv", REPORT + "sections_sweeps.py")
+MASS_CURVE_SUMMARY_CSV = _experiment("mass_curve_summary.csv", REPORT + "build.py")
 SINK_CENTER_CSV = _experiment("sink_center.csv", REPORT + "plots_geometry.py", REPORT + "paper_items.py")
-SINK_CENTER_SUMMARY_CSV = _experiment("sink_center_summary.csv", REPORT + "sections_sweeps.py")
+SINK_CENTER_SUMMARY_CSV = _experiment("sink_center_summary.csv", REPORT + "build.py")
 VALUE_OUTPUT_CSV = _experiment("value_output.csv", REPORT + "plots_geometry.py", REPORT + "paper_items.py")
 VALUE_OUTPUT_SUMMARY_CSV = _experiment("value_output_summary.csv")
 VALUE_NORM_CSV = _experiment("value_norm.csv", REPORT + "plots_geometry.py", REPORT + "paper_items.py")
-VALUE_NORM_SUMMARY_CSV = _experiment("value_norm_summary.csv", REPORT + "sections_sweeps.py")
+VALUE_NORM_SUMMARY_CSV = _experiment("value_norm_summary.csv", REPORT + "build.py")
 
 INPUTS_SIMILARITY_CSV = ResultFile("inputs_similarity.csv", ESTIMATION, ("estimation_inputs",),
                                    "magicpig.harness.estimate_inputs",
@@ -236,15 +236,15 @@ CENTERING_PNG = _figure("centering.png", "build.py", (
 KL_GRID_PNG = _figure("kl_grid.png", "build.py", (
     "Sampled fraction of the keys for MagicPIG's (K, L) grid against L, one line per K: measured on the captured "
     "keys, the well-spread p = 1/2 formula, and the paper's Table 9."))
-TOPK_BUDGET_SWEEP_PNG = _figure("topk_budget_sweep.png", "sections_sweeps.py")
-ORACLE_VS_TOPK_BUDGET_PNG = _figure("oracle_vs_topk_budget.png", "sections_sweeps.py")
-CENTERING_SWEEP_PNG = _figure("centering_sweep.png", "sections_sweeps.py")
-MAGICPIG_VS_TOPK_COST_PNG = _figure("magicpig_vs_topk_cost.png", "sections_sweeps.py")
-ATTENTION_MASS_CURVE_PNG = _figure("attention_mass_curve.png", "sections_sweeps.py")
-SINK_KEY_SIMILARITY_PNG = _figure("sink_key_similarity.png", "sections_sweeps.py")
-SINK_VS_MEAN_KEY_PNG = _figure("sink_vs_mean_key.png", "sections_sweeps.py")
-VALUE_VS_LOGIT_PNG = _figure("value_vs_logit.png", "sections_sweeps.py")
-VALUE_NORMS_PNG = _figure("value_norms.png", "sections_sweeps.py")
+TOPK_BUDGET_SWEEP_PNG = _figure("topk_budget_sweep.png", "build.py")
+ORACLE_VS_TOPK_BUDGET_PNG = _figure("oracle_vs_topk_budget.png", "build.py")
+CENTERING_SWEEP_PNG = _figure("centering_sweep.png", "build.py")
+MAGICPIG_VS_TOPK_COST_PNG = _figure("magicpig_vs_topk_cost.png", "build.py")
+ATTENTION_MASS_CURVE_PNG = _figure("attention_mass_curve.png", "build.py")
+SINK_KEY_SIMILARITY_PNG = _figure("sink_key_similarity.png", "build.py")
+SINK_VS_MEAN_KEY_PNG = _figure("sink_vs_mean_key.png", "build.py")
+VALUE_VS_LOGIT_PNG = _figure("value_vs_logit.png", "build.py")
+VALUE_NORMS_PNG = _figure("value_norms.png", "build.py")
 THROUGHPUT_BATCH_PNG = _figure("throughput_batch.png", "build.py", (
     "Decode throughput (tokens/s) against batch size: measured on this machine, beside the PROJECTION "
     "(bandwidth model, not measured) on one H200 and the paper's L20 points."))

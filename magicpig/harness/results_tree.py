@@ -265,6 +265,11 @@ def truthy(series: pd.Series) -> pd.Series:
     return series.map(lambda v: str(v).strip().lower() in ("true", "1", "yes"))
 
 
+def sparse_layers(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows of MagicPIG's sparse layers (all rows when the ``dense_in_magicpig`` column is absent)."""
+    return df[~truthy(df["dense_in_magicpig"])] if "dense_in_magicpig" in df else df
+
+
 def gpu_decode_rows(results: Path, gpu_folders: list[Path]) -> pd.DataFrame:
     """Every measured GPU decode row: the pipeline's throughput/decode.csv and the decode.csv of each GPU run
     folder (``gpu_run_folders``), each row with the file it came from (``_source``)."""

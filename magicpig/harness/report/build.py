@@ -1,5 +1,7 @@
 """Sections of ``REPORT.md`` built from the results tree: the skipped items, RULER (Table 3), LongBench
-(Table 2), the ablations, the attention-level experiments and throughput (``sections.SECTIONS`` orders them)."""
+(Table 2), the ablations, the attention-level experiments, throughput, the budget / cost sweeps (Figs. 1, 6c, 9a,
+9b/c; ``results/<preset>/sweeps``) and the per-token attention figures (Figs. 2a, 5a-c, 10, 11; ``estimation``),
+which ``sections.SECTIONS`` orders; and what the run itself cost (``job_time_section``)."""
 from __future__ import annotations
 
 import json
@@ -9,20 +11,23 @@ from typing import Iterator
 import pandas as pd
 
 from magicpig.harness.report import figures
-from magicpig.harness.results_tree import collect_metrics, read_csv, tune_kl_files
+from magicpig.harness.results_tree import collect_metrics, read_csv, read_job_times, tune_kl_files
 from magicpig.harness.report.markdown import fmt, table
-from magicpig.harness.report.paper_tables import (COST_HEADER, COST_NOTE, PAPER_COST_HEADER, intervals, paper_model,
-                                                  ruler_rows, skipped_notes, task_table)
-from magicpig.harness.report.tables_cpu import cpu_baselines_section
-from magicpig.harness.report.tables_system import DECODE_COLUMNS
-from magicpig.harness.result_files import (ATTENTION_SPREAD_PNG, CENTERING_PNG, CENTERING_SUMMARY_CSV,
-                                           CPU_BASELINES_PNG, DECODE_CSV, DECODE_PREDICTED_CSV, ERROR_SUMMARY_CSV,
-                                           ERROR_TOPK_VS_ORACLE_CSV, ERROR_VS_BUDGET_PNG, FIT_CSV, GEOMETRY_PNG,
-                                           GEOMETRY_SUMMARY_CSV, KERNEL_CSV, KL_GRID_PNG, KL_GRID_SUMMARY_CSV,
-                                           PROJECTION_H200_CSV, PROJECTION_PAPER_HARDWARE_CSV,
-                                           PROJECTION_PAPER_LATENCY_CSV, RULER_PER_TASK_PNG,
-                                           RULER_VS_COST_PNG, SPEEDUP_PAPER_HARDWARE_PNG, SPREAD_SUMMARY_CSV,
-                                           THROUGHPUT_BATCH_PNG, THROUGHPUT_CONTEXT_PNG, TUNE_KL_JSON, ResultFile)
+from magicpig.harness.report.paper_tables import (COST_NOTE, intervals, paper_model, ruler_table, skipped_notes,
+                                                  task_table)
+from magicpig.harness.report.tables_system import DECODE_COLUMNS, cpu_baselines_section
+from magicpig.harness.result_files import (ATTENTION_MASS_CURVE_PNG, ATTENTION_SPREAD_PNG, CENTERING_PNG,
+                                           CENTERING_SUMMARY_CSV, CENTERING_SWEEP_PNG, CPU_BASELINES_PNG, DECODE_CSV,
+                                           DECODE_PREDICTED_CSV, ERROR_SUMMARY_CSV, ERROR_TOPK_VS_ORACLE_CSV,
+                                           ERROR_VS_BUDGET_PNG, FIT_CSV, GEOMETRY_PNG, GEOMETRY_SUMMARY_CSV, KERNEL_CSV,
+                                           KL_GRID_PNG, KL_GRID_SUMMARY_CSV, MAGICPIG_VS_TOPK_COST_PNG,
+                                           MASS_CURVE_SUMMARY_CSV, ORACLE_VS_TOPK_BUDGET_PNG, PROJECTION_H200_CSV,
+                                           PROJECTION_PAPER_HARDWARE_CSV, PROJECTION_PAPER_LATENCY_CSV,
+                                           RULER_PER_TASK_PNG, RULER_VS_COST_PNG, SINK_CENTER_SUMMARY_CSV,
+                                           SINK_KEY_SIMILARITY_PNG, SINK_VS_MEAN_KEY_PNG, SPEEDUP_PAPER_HARDWARE_PNG,
+                                           SPREAD_SUMMARY_CSV, THROUGHPUT_BATCH_PNG, THROUGHPUT_CONTEXT_PNG,
+                                           TOPK_BUDGET_SWEEP_PNG, TUNE_KL_JSON, VALUE_NORMS_PNG, VALUE_NORM_SUMMARY_CSV,
+                                           VALUE_VS_LOGIT_PNG, ResultFile)
 
 
 def skipped_section(acc: pd.DataFrame, ablations: Path) -> list[str]:
@@ -53,14 +58,10 @@ def ruler_section(acc: pd.DataFrame, ref: dict, figs: dict | None = None) -> lis
         return parts + ["No RULER results in this run."] + skipped_notes(df) + \
             figures.embed_all(figs, RULER_FIGURES)
     lengths = sorted(ok["length"].unique())
-    paper = ref["ruler_table3"]
     model = paper_model(ok, ref)
-    header = ["method"] + [f"ours {n}" for n in lengths] + ["tasks", "cost2"] + \
-             [f"paper {n // 1024}K" for n in paper["lengths"]]
-    rows = ruler_rows(ok, lengths, ok["task"].nunique(), paper, model)
     parts.append("Average score over tasks (string match ×100); `cost2` = mean fraction of offloaded keys used. "
                  f"Paper rows: `{model}`.")
-    parts.append(table(header, rows))
+    parts.append(ruler_table(ok, lengths, lengths, ref["ruler_table3"], model))
     for n in lengths:
         s = ok[ok["length"] == n].pivot_table(index="task", columns="method", values="score", aggfunc="mean")
         parts.append(f"Per task at {n} tokens:")
@@ -76,10 +77,9 @@ def longbench_section(acc: pd.DataFrame, ref: dict) -> list[str]:
         return parts + ["No LongBench results in this run (the preset runs none)."]
     paper = ref["longbench_table2"]
     tasks = paper["tasks"][:-1]
-    header = (["method"] + [f"ours {t}" for t in tasks] + ["ours avg", "cost2"] + COST_HEADER
-              + [f"paper {t}" for t in paper["tasks"]] + PAPER_COST_HEADER)
-    rows = task_table(df, [f"longbench/{t}" for t in tasks], paper, paper_model(df, ref), costs=True)
-    return parts + [table(header, rows), COST_NOTE] + intervals(df, "longbench/") + skipped_notes(df)
+    scores = task_table(df, [f"longbench/{t}" for t in tasks], tasks, paper["tasks"], paper, paper_model(df, ref),
+                        costs=True)
+    return parts + [scores, COST_NOTE] + intervals(df, "longbench/") + skipped_notes(df)
 
 
 def ablation_section(root: Path, ref: dict, figs: dict | None = None) -> list[str]:
@@ -107,15 +107,13 @@ def ablation_section(root: Path, ref: dict, figs: dict | None = None) -> list[st
     setups = sorted(p for p in root.glob("setup_*") if p.is_dir())
     parts.append("### Evaluation setup A (question prefilled) vs B (question decoded sparsely)")
     if not setups:
-        parts.append("Not run.")
-    else:
-        df = pd.concat([collect_metrics(p).assign(setup=p.name.removeprefix("setup_")) for p in setups])
-        ok = df[df["status"] == "ok"]
-        piv = ok.pivot_table(index=["method", "setup"], columns="task", values="score", aggfunc="mean")
-        parts.append(table(["method", "setup"] + [c.removeprefix("ruler/") for c in piv.columns],
-                           [[f"`{m}`", s] + [fmt(v) for v in r] for (m, s), r in piv.iterrows()]))
-        parts += intervals(df, "ruler/", by="setup")
-    return parts
+        return parts + ["Not run."]
+    df = pd.concat([collect_metrics(p).assign(setup=p.name.removeprefix("setup_")) for p in setups])
+    ok = df[df["status"] == "ok"]
+    piv = ok.pivot_table(index=["method", "setup"], columns="task", values="score", aggfunc="mean")
+    header = ["method", "setup"] + [c.removeprefix("ruler/") for c in piv.columns]
+    rows = [[f"`{m}`", s] + [fmt(v) for v in r] for (m, s), r in piv.iterrows()]
+    return parts + [table(header, rows)] + intervals(df, "ruler/", by="setup")
 
 
 def table9(ref: dict, method: str) -> float | None:
@@ -221,3 +219,67 @@ def throughput_section(results: Path, figs: dict | None = None) -> list[str]:
     tables = [text for _, text in present_tables(results, THROUGHPUT_TITLES)]
     return (["## Throughput and latency"] + (tables or ["Not run."]) + cpu_baselines_section(results)
             + figures.embed_all(figs, THROUGHPUT_FIGURES))
+
+
+SWEEP_FIGURES = (TOPK_BUDGET_SWEEP_PNG.name, ORACLE_VS_TOPK_BUDGET_PNG.name, CENTERING_SWEEP_PNG.name,
+                 MAGICPIG_VS_TOPK_COST_PNG.name)
+TOKEN_FIGURES = (ATTENTION_MASS_CURVE_PNG.name, SINK_KEY_SIMILARITY_PNG.name, SINK_VS_MEAN_KEY_PNG.name,
+                 VALUE_VS_LOGIT_PNG.name, VALUE_NORMS_PNG.name)
+# summary tables shown above the per-token figures: result file -> title
+TOKEN_TABLES = {
+    MASS_CURVE_SUMMARY_CSV: "Attention mass held by the top fraction of keys (Figure 2a; sparse layers, all prompts)",
+    SINK_CENTER_SUMMARY_CSV: "cos(k_sink, k_avg) per kv-head (Figure 5c; sparse layers, all prompts)",
+    VALUE_NORM_SUMMARY_CSV: "Value norm of the sink against the median token (Figure 11)",
+}
+
+
+def sweep_section(results: Path, figs: dict | None = None) -> list[str]:
+    """Score and measured cost2 of every sweep run (a row per method, a column per task) and the sweep figures."""
+    parts = ["## Budget and cost sweeps (Figures 1, 6c, 9a, 9b/c)"]
+    df = collect_metrics(results / "sweeps")
+    if df.empty:
+        parts.append("Not run in this preset (no `sweeps` block, or its jobs have not finished).")
+    else:
+        ok = df[df["status"] == "ok"]
+        for length, at in ok.groupby("length"):
+            piv = at.pivot_table(index="method", columns="task", values="score", aggfunc="mean", sort=False)
+            cost = at.groupby("method", sort=False)["cost"].mean()
+            samples = at.groupby("method", sort=False)["samples"].max()
+            parts.append(f"### Sweep runs at {length} tokens (score; cost2 = fraction of keys used, measured)")
+            parts.append(table(["method"] + [c.removeprefix("ruler/") for c in piv.columns] + ["cost2", "samples"],
+                               [[f"`{m}`"] + [fmt(v) for v in r] + [fmt(cost.get(m), pct=True), samples.get(m)]
+                                for m, r in piv.iterrows()]))
+    return parts + figures.embed_all(figs, SWEEP_FIGURES)
+
+
+def token_section(results: Path, figs: dict | None = None) -> list[str]:
+    """The per-token experiments' summaries and figures."""
+    return (["## Attention per key and per token (Figures 2a, 5a-c, 10, 11)"]
+            + [text for _, text in present_tables(results, TOKEN_TABLES)] + figures.embed_all(figs, TOKEN_FIGURES))
+
+
+JOB_TIMES_HEADING = "## Job time of this run"
+
+
+def job_time_section(results: Path) -> list[str]:
+    """What the run itself cost, from Snakemake's benchmark files (``results_tree.read_job_times``): per rule the
+    jobs, summed wall minutes, the longest job, CPU minutes and peak RSS; then the total."""
+    df = read_job_times(results)
+    if df.empty:
+        return [JOB_TIMES_HEADING, "No benchmark files under `benchmarks/` (the run has not finished a job, or it "
+                                   "predates them)."]
+    by_rule = df.groupby("rule", sort=False).agg(jobs=("job", "size"), seconds=("seconds", "sum"),
+                                                 longest=("seconds", "max"), cpu=("cpu_seconds", "sum"),
+                                                 rss=("max_rss_mb", "max")).sort_values("seconds", ascending=False)
+    rows = [[f"`{r.Index}`", r.jobs, fmt(r.seconds / 60), fmt(r.longest / 60), fmt(r.cpu / 60), f"{r.rss / 1024:.2f}"]
+            for r in by_rule.itertuples()]
+    total = df["seconds"].sum()
+    rows.append(["**all**", len(df), f"**{fmt(total / 60)}**", fmt(df['seconds'].max() / 60),
+                 fmt(df["cpu_seconds"].sum() / 60), f"{df['max_rss_mb'].max() / 1024:.2f}"])
+    return [JOB_TIMES_HEADING,
+            f"Wall time of the {len(df)} finished jobs, from Snakemake's benchmark files "
+            f"(`benchmarks/<rule>/<job>.tsv`): {total / 3600:.2f} h in all. Jobs that each take every core run one "
+            "after another, so this sum is the run's wall time less Snakemake's own start-up; a job that was "
+            "interrupted and rerun counts its last attempt only. CPU time is user + system time of the job's "
+            "processes; peak RSS is the largest job's.",
+            table(["rule", "jobs", "wall (min)", "longest job (min)", "CPU (min)", "peak RSS (GB)"], rows)]

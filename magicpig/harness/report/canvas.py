@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from magicpig.harness.result_files import ResultFile
-from magicpig.harness.results_tree import read_table, truthy
+from magicpig.harness.results_tree import read_table
 
 
 @dataclass
@@ -51,17 +51,14 @@ def legend_below(ax, ncol: int = 2, fontsize: float = 7, right: bool = False) ->
     handles, labels = ax.get_legend_handles_labels()
     if not handles:
         return
-    if right:
-        ax.legend(handles, labels, fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
-    else:
-        ax.legend(handles, labels, fontsize=fontsize, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=ncol,
-                  frameon=False)
+    place = ({"loc": "upper left", "bbox_to_anchor": (1.02, 1)} if right
+             else {"loc": "upper center", "bbox_to_anchor": (0.5, -0.3), "ncol": ncol})
+    ax.legend(handles, labels, fontsize=fontsize, frameon=False, **place)
 
 
 def readable_log(ax, axis: str = "y") -> None:
-    """``axis`` on a log scale with plain tick labels at 1, 2, 5 x 10^k, and 3 x 10^k too when the axis spans
-    under 1.5 decades (matplotlib's minor labels such as 3x10^1 and 4x10^1 run into each other). Call it after
-    plotting: it reads the axis' limits."""
+    """``axis`` on a log scale with plain tick labels at 1, 2, 5 x 10^k (and 3 x 10^k under 1.5 decades: matplotlib's
+    minor labels such as 3x10^1 and 4x10^1 run into each other). Call it after plotting: it reads the limits."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
@@ -102,9 +99,8 @@ def bar_values(ax, xs, values) -> None:
 
 
 def zero_marks(ax, xs, values, color: str, text: str = "") -> list:
-    """Each value of exactly 0 as a marker on the panel's floor (in axes coordinates, so a log axis, which has
-    no 0, shows it too), with ``text`` printed above it: a bar of height 0 is otherwise invisible. Returns the
-    markers drawn."""
+    """Each value of exactly 0 as a marker on the panel's floor (in axes coordinates: a log axis has no 0), with
+    ``text`` above it: a bar of height 0 is otherwise invisible. Returns the markers drawn."""
     from matplotlib.transforms import blended_transform_factory
 
     floor = blended_transform_factory(ax.transData, ax.transAxes)
@@ -119,8 +115,7 @@ def zero_marks(ax, xs, values, color: str, text: str = "") -> list:
 
 def no_data(ax, what: str) -> None:
     """Mark a panel as empty: big red text naming the missing file, which the figure records (``lacks``)."""
-    ax.set_xticks([])
-    ax.set_yticks([])
+    ax.set(xticks=[], yticks=[])
     lines = [textwrap.fill(line, 28) for line in f"no data: {what}".splitlines()]
     ax.text(0.5, 0.5, "\n".join(lines), ha="center", va="center", fontsize=13, color="crimson",
             transform=ax.transAxes)
@@ -178,27 +173,20 @@ def loglog(ax) -> None:
 
 
 def save(fig, path: Path, title: str) -> FigureResult:
-    """Write ``fig`` to ``path`` (PNG, with the missing files it records, ``lacks``, in its Description) and
-    close it."""
+    """Write ``fig`` to ``path`` (PNG; the missing files it records, ``lacks``, in its Description); close it."""
     missing = fig.__dict__.get("_missing", [])
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     desc = ("no data: " + "; ".join(missing)) if missing else "complete"
-    width_in = fig.get_size_inches()[0]
-    lines = [textwrap.fill(t, max(40, int(width_in * 15))) for t in fig.__dict__.get("_paper_notes", [])]
-    text = "\n".join(lines)
-    n = text.count("\n") + 1 if text else 0
-    bottom = min(0.4, 0.045 * n * 4.0 / fig.get_size_inches()[1]) if n else 0
-    if text:
+    width, height = fig.get_size_inches()
+    text = "\n".join(textwrap.fill(t, max(40, int(width * 15))) for t in fig.__dict__.get("_paper_notes", []))
+    bottom = 0
+    if text:  # the captions in a box along the bottom, the panels above it
+        bottom = min(0.4, 0.045 * (text.count("\n") + 1) * 4.0 / height) + 0.02
         fig.text(0.01, 0.005, text, fontsize=7.5, va="bottom", ha="left",
                  bbox={"boxstyle": "round", "facecolor": "lightyellow", "alpha": 0.9, "edgecolor": "0.6"})
-    fig.tight_layout(rect=(0, bottom + (0.02 if n else 0), 1, 0.95))
+    fig.tight_layout(rect=(0, bottom, 1, 0.95))
     # bbox "tight": the legends under the panels stay inside the picture
     fig.savefig(path, dpi=100, metadata={"Title": title, "Description": desc}, bbox_inches="tight")
     plt().close(fig)
     return FigureResult(path, title, list(missing))
-
-
-def sparse_layers(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows of MagicPIG's sparse layers (all rows when the ``dense_in_magicpig`` column is absent)."""
-    return df[~truthy(df["dense_in_magicpig"])] if "dense_in_magicpig" in df else df

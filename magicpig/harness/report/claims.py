@@ -1,11 +1,9 @@
 """The claims table: each qualitative claim of the paper (``claims:`` in ``config/paper_reference.yaml``),
 what this run measured, and a verdict: reproduced / not reproduced / not testable here (why).
 
-A claim's ``kind`` names its test (``TESTS``: accuracy tests in ``claims_accuracy``, attention-level and
-system tests in ``claims_system``); the thresholds, margins and their sources are the YAML's. Accuracy
-intervals are made by ``paired`` (exact or score intervals for 0/100 scores, a bootstrap that cannot collapse
-for graded scores, MOVER over tasks); a comparison that rests on fewer than ``min_samples`` samples per task,
-method and length, or on a baseline at the floor or ceiling, cannot decide and says so with its tasks and n.
+A claim's ``kind`` names its test (``TESTS``: accuracy tests in ``claims_accuracy`` and ``claims_centering``,
+attention-level and system tests in ``claims_system``); the thresholds, margins and their sources are the YAML's,
+and ``INTERVAL_NOTE`` (printed above the table) says how the intervals are made.
 """
 from __future__ import annotations
 
@@ -103,9 +101,8 @@ def evaluate(results: Path | str, ref: dict, gpu_folders: Sequence[Path] | None 
     ctx = Context(Path(results), ref, gpu_folders)
     claims = list(ref.get("claims", {}).get("items", []))
     first = [_run(c, ctx) for c in claims]
-    adjusted = holm(claims, first, ctx)
     out = []
-    for claim, run, (verdict, note, measured_adj) in zip(claims, first, adjusted):
+    for claim, run, (verdict, note, measured_adj) in zip(claims, first, holm(claims, first, ctx)):
         measured = run.measured
         if measured_adj and measured_adj != measured:
             measured = f"{measured}; at Holm's level: {measured_adj}"
@@ -137,9 +134,7 @@ def claims_section(results: Path | str, ref: dict, gpu_folders: Sequence[Path] |
 
 def test_cell(c: ClaimResult) -> str:
     """The test with the paper's own words for its margin and baseline (``paper_words``)."""
-    if not c.paper_words:
-        return c.test
-    return f"{c.test}. The paper's words: " + "; ".join(c.paper_words)
+    return f"{c.test}. The paper's words: " + "; ".join(c.paper_words) if c.paper_words else c.test
 
 
 def verdict_cell(c: ClaimResult) -> str:

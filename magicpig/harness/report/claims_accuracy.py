@@ -54,11 +54,9 @@ def paired_tasks(a: pd.DataFrame, b: pd.DataFrame, ctx: Context,
             thin.append(detectable.pair_variance(xa, xb))
             continue
         part = task_difference(task, xa, xb)
-        if guard == FLOOR and part.base < ctx.floor_points:
-            left_out.append(f"{_short(task)} (baseline {part.base:.1f}: at the floor)")
-            continue
-        if guard == CEILING and part.base > SCORE_RANGE - ctx.floor_points:
-            left_out.append(f"{_short(task)} (baseline {part.base:.1f}: at the ceiling)")
+        no_room = part.base < ctx.floor_points if guard == FLOOR else part.base > SCORE_RANGE - ctx.floor_points
+        if guard in (FLOOR, CEILING) and no_room:
+            left_out.append(f"{_short(task)} (baseline {part.base:.1f}: at the {guard})")
             continue
         parts.append(part)
     return parts, left_out, thin

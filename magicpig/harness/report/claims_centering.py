@@ -1,27 +1,22 @@
 """The centering claim's test (``no_centering_collapse``, paper Fig. 9a): without key centering, MagicPIG
-(10, 150) samples under 0.1% of the keys and NIAH falls to about 0.
+(10, 150) samples under 0.1% of the keys and NIAH falls to about 0. Two parts, both decided by intervals, each
+naming the model and the length it ran on:
 
-Two parts, both decided by intervals:
-
-* the uncentered sampled fraction over prompts: per captured prompt, the mean over MagicPIG's sparse layers
-  (``estimation/centering.csv``, one row per prompt, layer, K, L and centering); the mean over prompts with
-  ``paired.mean_t_interval`` (Student t, widened to the bootstrap-t: a fraction near 0 is right-skewed), below
-  the paper's bound. Without per-prompt rows: the summary (one value) or the uncentered decoding runs' cost
-  (one value per run) stand in, each a unit;
+* the uncentered sampled fraction over prompts, below the paper's bound: per captured prompt the mean over
+  MagicPIG's sparse layers (``estimation/centering.csv``), over prompts ``paired.mean_t_interval`` (Student t,
+  widened to the bootstrap-t: a fraction near 0 is right-skewed). Without per-prompt rows the summary (one
+  value) or the uncentered decoding runs' cost (one value per run) stand in, each a unit;
 * the uncentered NIAH score's interval below ``niah_near_zero_points`` while the centered run's lies above
   ``centered_min_points`` (otherwise the model fails NIAH anyway and a low uncentered score shows no collapse).
-
-Every part names the model and the length it ran on.
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from magicpig.harness.report import canvas
 from magicpig.harness.report.claims_accuracy import levels_text, task_levels
 from magicpig.harness.report.claims_context import Context, of_method
 from magicpig.harness.report.claims_system import prompt_of
-from magicpig.harness.results_tree import ok_runs, read_table, truthy
+from magicpig.harness.results_tree import ok_runs, read_table, sparse_layers, truthy
 from magicpig.harness.report.markdown import fmt
 from magicpig.harness.result_files import CENTERING_CSV, CENTERING_SUMMARY_CSV
 from magicpig.harness.stats import detectable
@@ -34,9 +29,7 @@ from magicpig.harness.stats.verdicts import (NOT_REPRODUCED, NOT_TESTABLE, REPRO
 def _where(df: pd.DataFrame, length_col: str) -> str:
     """'SmolLM2-135M, 4096 tokens' from a frame's model and length columns (several values joined)."""
     def values(col: str) -> str:
-        if col not in df:
-            return "?"
-        return "/".join(str(v) for v in dict.fromkeys(df[col].dropna().astype(str))) or "?"
+        return ("/".join(dict.fromkeys(df[col].dropna().astype(str))) or "?") if col in df else "?"
     return f"{values('model')}, {values(length_col)} tokens"
 
 
@@ -44,7 +37,7 @@ def fraction_units(ctx: Context, method) -> tuple[pd.Series | None, str]:
     """(one uncentered sampled fraction per unit, what the units are and where they ran)."""
     rows = read_table(CENTERING_CSV.under(ctx.results))
     if rows is not None and {"K", "L", "centering", "cost2"} <= set(rows.columns):
-        sel = canvas.sparse_layers(rows)
+        sel = sparse_layers(rows)
         sel = sel[(sel["K"] == method.K) & (sel["L"] == method.L) & ~truthy(sel["centering"])]
         if len(sel):
             return sel.groupby(prompt_of(sel))["cost2"].mean(), (

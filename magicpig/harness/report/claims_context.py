@@ -11,11 +11,8 @@ from magicpig.harness.results_tree import canonical, gpu_run_folders, ok_runs
 
 
 class Context:
-    """What the tests read: the results root, the finished accuracy runs, the reference, ``min_samples``
-    (per task, per method, per length), ``floor_points`` and where the GPU check's results are.
-
-    ``gpu_folders``: the GPU runs read (default ``results_tree.gpu_run_folders``: those under results/gpu and
-    the committed ones)."""
+    """What the tests read (module docstring); ``min_samples`` counts per task, method and length. ``gpu_folders``:
+    the GPU runs read (default ``results_tree.gpu_run_folders``: those under results/gpu and the committed ones)."""
 
     def __init__(self, results: Path, ref: dict, gpu_folders: Sequence[Path] | None = None):
         self.results, self.ref = Path(results), ref

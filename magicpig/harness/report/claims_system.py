@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from magicpig.harness.report import canvas
-from magicpig.harness.results_tree import gpu_decode_rows, read_table
+from magicpig.harness.results_tree import gpu_decode_rows, read_table, sparse_layers
 from magicpig.harness.report.claims_context import Context, family
 from magicpig.harness.report.markdown import fmt
 from magicpig.harness.report.plots_throughput import baseline_labels
@@ -31,21 +30,23 @@ def prompt_of(df: pd.DataFrame) -> pd.Series:
     return df["prompt"].astype(str) if "prompt" in df else pd.Series(ONE_PROMPT, index=df.index)
 
 
-def _decide_over_prompts(per_prompt: pd.Series, claim: dict, unit: str) -> tuple[str, Verdict]:
-    """Interval over prompts of the geometric-mean ratio; fewer than ``min_prompts`` prompts cannot decide
-    (the heads or layers of one prompt share its text and are not independent samples)."""
+def _decide_over_prompts(rows: pd.DataFrame, keys: list[str], claim: dict, unit: str) -> tuple[pd.Series, str, Verdict]:
+    """(ratio per unit, text, verdict): the geometric-mean error ratio per unit (``keys``: layer, or layer and head)
+    of each prompt; the interval over prompts of their geometric means; fewer than ``min_prompts`` prompts cannot
+    decide (the units of one prompt share its text and are not independent samples)."""
     min_prompts = int(claim.get("min_prompts", 3))
-    iv = log_t_interval(per_prompt.to_numpy())
+    per_unit = rows.assign(_prompt=prompt_of(rows)).groupby(["_prompt", *keys])["topk_over_oracle"].apply(_geomean)
+    iv = log_t_interval(per_unit.groupby("_prompt").apply(_geomean).to_numpy())
     text = (f"TopK/oracle error ratio {iv.value:.2f}" + (f" [{iv.lo:.2f}, {iv.hi:.2f}]" if iv.n > 1 else "")
             + f" (n={iv.n} prompt{'s' * (iv.n != 1)}; per prompt the geometric mean over its long-tailed {unit}; "
             "Student t interval of the mean log ratio over prompts)")
     if iv.n < min_prompts:
-        return text, testable(f"n={iv.n} prompt{'s' * (iv.n != 1)}: fewer than {min_prompts} prompts (the {unit} "
-                              "within one prompt are not independent samples)")
+        return per_unit, text, testable(f"n={iv.n} prompt{'s' * (iv.n != 1)}: fewer than {min_prompts} prompts "
+                                        f"(the {unit} within one prompt are not independent samples)")
     v = decide(iv, 1.0, min_n=min_prompts, strict=True)
     if v.status not in (REPRODUCED, NOT_REPRODUCED):
         v = testable(f"ratio interval [{iv.lo:.2f}, {iv.hi:.2f}] over {iv.n} prompts includes 1")
-    return text, v
+    return per_unit, text, v
 
 
 def error_ratio(claim: dict, ctx: Context) -> tuple[str, Verdict]:
@@ -59,38 +60,32 @@ def error_ratio(claim: dict, ctx: Context) -> tuple[str, Verdict]:
         miss = [f.name for f, d in ((ERROR_TOPK_VS_ORACLE_CSV, tv), (SPREAD_CSV, sp)) if d is None]
         return "—", testable("missing data: estimation/" + ", estimation/".join(miss))
     bound = float(claim["long_tail_top_mass_below"])
-    mass = canvas.sparse_layers(sp).groupby("layer")["top_mass_without_sink"].mean()
+    mass = sparse_layers(sp).groupby("layer")["top_mass_without_sink"].mean()
     tail = set(mass[mass < bound].index)
     rows = tv[tv["layer"].isin(tail)]
     if rows.empty:
         return (f"no long-tailed sparse layer (per-layer top-20% mass without sink: "
                 f"{fmt(mass.min(), digits=3)}-{fmt(mass.max(), digits=3)}; bound {bound:g})",
                 testable("missing data: no long-tailed layer in this capture"))
-    rows = rows.assign(_prompt=prompt_of(rows))
-    per_prompt = rows.groupby(["_prompt", "layer"])["topk_over_oracle"].apply(_geomean).groupby("_prompt").apply(
-        _geomean)
-    text, v = _decide_over_prompts(per_prompt, claim, "layers")
+    _, text, v = _decide_over_prompts(rows, ["layer"], claim, "layers")
     return f"{len(tail)} long-tailed layers: {text}, max {rows['topk_over_oracle'].max():.2f}", v
 
 
 def _error_ratio_heads(claim: dict, heads: pd.DataFrame) -> tuple[str, Verdict]:
     bound = float(claim["long_tail_top_mass_below"])
-    sparse = canvas.sparse_layers(heads)
+    sparse = sparse_layers(heads)
     tail = sparse[sparse["top_mass_without_sink"] < bound]
     if tail.empty:
         return (f"no long-tailed head in the sparse layers (top-20% mass without sink: "
                 f"{fmt(sparse['top_mass_without_sink'].min(), digits=3)}-"
                 f"{fmt(sparse['top_mass_without_sink'].max(), digits=3)}; bound {bound:g})",
                 testable("missing data: no long-tailed head in this capture"))
-    tail = tail.assign(_prompt=prompt_of(tail))
-    per_head = tail.groupby(["_prompt", "layer", "head"])["topk_over_oracle"].apply(_geomean)
-    per_prompt = per_head.groupby("_prompt").apply(_geomean)
+    per_head, text, v = _decide_over_prompts(tail, ["layer", "head"], claim, "heads")
     heads_seen = per_head.reset_index()[["layer", "head"]].drop_duplicates()
     names = ", ".join(f"L{int(la)}h{int(h)}" for la, h in list(heads_seen.itertuples(index=False, name=None))[:12])
     names += " ..." if len(heads_seen) > 12 else ""
     n_heads = sparse.groupby(["layer", "head"]).ngroups
-    text, v = _decide_over_prompts(per_prompt, claim, "heads")
-    prompts = f", in {tail['_prompt'].nunique()} of {prompt_of(sparse).nunique()} prompts" if "prompt" in heads else ""
+    prompts = f", in {prompt_of(tail).nunique()} of {prompt_of(sparse).nunique()} prompts" if "prompt" in heads else ""
     return (f"{len(heads_seen)} of {n_heads} sparse-layer heads long-tailed ({names}){prompts}: {text}, "
             f"max {tail['topk_over_oracle'].max():.2f}", v)
 
@@ -120,8 +115,7 @@ def table9(claim: dict, ctx: Context) -> tuple[str, Verdict]:
 # ---- throughput ---------------------------------------------------------------------------------------------------
 def model_key(name: str) -> str:
     """'shape:llama-3.1-8b', 'meta-llama/Llama-3.1-8B-Instruct' -> 'llama-3.1-8b' (the paper's model keys)."""
-    key = str(name).removeprefix("shape:").rpartition("/")[2].lower()
-    return key.removesuffix("-instruct")
+    return str(name).removeprefix("shape:").rpartition("/")[2].lower().removesuffix("-instruct")
 
 
 def paper_ratios(ref: dict) -> list[dict]:
@@ -190,9 +184,8 @@ def runs(g: pd.DataFrame) -> list[pd.DataFrame]:
 
 
 def _paper_ratio(paper: list[dict], gpu: str, model: str, context: int) -> tuple[dict | None, list[dict]]:
-    """The paper ratio a measured GPU setting is set against: over GPU-only full attention (what a GPU run
-    measures), its own hardware's, else the smallest for that model and context; and the ratios over another
-    baseline, which a GPU run cannot measure."""
+    """(The paper ratio over GPU-only full attention a measured GPU setting is set against: its own hardware's, else
+    the smallest for that model and context; the paper ratios over other baselines, which a GPU run cannot measure)."""
     same = [p for p in paper if p["model"] == model and p["context"] == int(context)]
     gpu_only = [p for p in same if p["baseline"] == "gpu_full"]
     own = [p for p in gpu_only if p["hardware"].lower() in str(gpu).lower()]
@@ -272,9 +265,8 @@ def _projection_quote(results: Path, ref: dict) -> str:
     if proj is None or "speedup" not in proj:
         return ""
     labels = baseline_labels(ref)
-    text = {k: (proj[k].fillna("").astype(str) if k in proj else pd.Series("", index=proj.index))
-            for k in ("cpu_kernel", "cpu_efficiency_basis", "baseline")}
-    paper = proj["paper_speedup"] if "paper_speedup" in proj else pd.Series(math.nan, index=proj.index)
+    text = (proj.reindex(columns=["cpu_kernel", "cpu_efficiency_basis", "baseline"]).astype(object).fillna("")
+            .astype(str))
 
     def one(r) -> str:
         v, over, p = float(r.speedup), labels.get(r.q_baseline, r.q_baseline), float(r.q_paper)
@@ -282,8 +274,8 @@ def _projection_quote(results: Path, ref: dict) -> str:
             return f"{r.hardware} (full attention does not fit)"
         return (f"{r.hardware} {v:.2f}x" + (f" over {over}" if over else "")
                 + (f" (paper {p:.1f}x)" if math.isfinite(p) else ""))
-    groups = proj.assign(_k=text["cpu_kernel"], _why=text["cpu_efficiency_basis"], q_baseline=text["baseline"],
-                         q_paper=pd.to_numeric(paper, errors="coerce")).groupby(["_k", "_why"], sort=False)
+    quoted = proj.assign(_k=text["cpu_kernel"], _why=text["cpu_efficiency_basis"], q_baseline=text["baseline"],
+                         q_paper=pd.to_numeric(proj.get("paper_speedup", math.nan), errors="coerce"))
     return "PROJECTION (bandwidth model, not measured): " + "; ".join(
         f"CPU kernel {k}" * bool(k) + f" [{why}]" * bool(why) + ": " * bool(k or why)
-        + ", ".join(one(r) for r in g.itertuples()) for (k, why), g in groups)
+        + ", ".join(one(r) for r in g.itertuples()) for (k, why), g in quoted.groupby(["_k", "_why"], sort=False))

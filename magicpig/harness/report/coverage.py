@@ -28,8 +28,7 @@ def section_of(item, sections) -> str | None:
 
 def anchor(heading: str) -> str:
     """The anchor GitHub gives a Markdown heading: lower case, punctuation dropped, spaces as hyphens."""
-    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
-    return text.replace(" ", "-")
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
 def figure_gaps(run: Run, names: tuple[str, ...]) -> list[str]:
@@ -95,8 +94,7 @@ def load_run(preset: str, config: dict | None, results: Path, figures: dict, acc
     """A ``Run`` of ``preset``: its config as given, else its block of config/*.yaml (empty when unknown);
     ``gpu_folders``: the GPU runs the report reads (default ``results_tree.gpu_run_folders``)."""
     presets = all_presets()
-    if config is None:
-        config = presets.get(preset, {})
+    config = presets.get(preset, {}) if config is None else config
     gpu = tuple(gpu_run_folders(Path(results)) if gpu_folders is None else gpu_folders)
     return Run(preset, json.loads(json.dumps(config)), Path(results), figures, accuracy,
                {**presets, preset: config}, gpu)

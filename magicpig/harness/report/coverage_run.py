@@ -10,6 +10,7 @@ import pandas as pd
 
 from magicpig.harness.report.canvas import FigureResult
 from magicpig.harness.results_tree import read_csv
+from magicpig.shapes import model_shape
 
 REPRODUCED = "reproduced here"
 PARTIAL = "partial"
@@ -31,9 +32,7 @@ def add_gaps(status: str, *gaps: str) -> str:
     run one stays as it is."""
     if not any(gaps) or status.startswith(NOT_RUN):
         return status
-    if status.startswith(REPRODUCED):
-        return partial(*gaps)
-    return partial(status.removeprefix(f"{PARTIAL}: "), *gaps)
+    return partial(*gaps) if status.startswith(REPRODUCED) else partial(status.removeprefix(f"{PARTIAL}: "), *gaps)
 
 
 def reproduced(*how: str) -> str:
@@ -67,8 +66,7 @@ def cells_status(checks: list[CellCheck], rows_expected: int, what: str) -> str:
     naming the rows missing and the cells outside (``what``: how ours were obtained, said either way)."""
     rows = {c.row for c in checks}
     bad = [c for c in checks if not c.passes]
-    tolerances = sorted({c.tolerance for c in checks})
-    within = "within " + ", ".join(f"{100 * t:g}%" for t in tolerances) + " of the paper's"
+    within = "within " + ", ".join(f"{100 * t:g}%" for t in sorted({c.tolerance for c in checks})) + " of the paper's"
     if len(rows) >= rows_expected and not bad:
         return reproduced(f"all {len(rows)} rows, {len(checks)} cells {within} ({what})")
     gaps = [f"{len(rows)} of the paper's {rows_expected} rows checked" if len(rows) < rows_expected else ""]
@@ -104,8 +102,6 @@ class Run:
 
     def model_context(self) -> int | None:
         """The model's context window (max_position_embeddings of its stored shape), None when unknown."""
-        from magicpig.shapes import model_shape
-
         try:
             return model_shape(self.model).max_position_embeddings or None
         except (ValueError, TypeError):

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from magicpig.harness.disagreements import PairedUnit, write
+from magicpig.harness.disagreements import PairedUnit, rows as disagreeing, write
 from magicpig.harness.results_tree import prediction_rows, sample_scores
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.report.claims_context import family, of_method
@@ -54,11 +54,8 @@ def claim_pairs(ref: dict, acc: pd.DataFrame) -> dict[tuple[str, str], set[str] 
         for other in others:
             if of_method(ok, other).empty:
                 continue
-            key = (method, other)
-            if key in pairs:
-                pairs[key] = None if pairs[key] is None or tasks is None else pairs[key] | tasks
-            else:
-                pairs[key] = tasks
+            old = pairs.get((method, other), tasks)  # a pair of several claims: the union of their tasks
+            pairs[(method, other)] = None if old is None or tasks is None else old | tasks
     return pairs
 
 
@@ -97,8 +94,7 @@ def cell(text) -> str:
 
 
 def _plain(spec: str) -> str:
-    """A method spec for the summary line, which GitHub shows without Markdown: only characters a spec is
-    made of are kept."""
+    """A method spec for the summary line (GitHub shows it without Markdown): only a spec's characters kept."""
     return re.sub(r"[^A-Za-z0-9=.,:+-]", "", str(spec))[:CELL_CHARS] or "?"
 
 
@@ -119,8 +115,7 @@ def disagreements_section(acc: pd.DataFrame, ref: dict, out: Path) -> list[str]:
         units = paired_units(acc, a, b, tasks)
         if not units:
             continue
-        pair_dir = folder / f"{slug(a)}__vs__{slug(b)}"
-        written = write(units, pair_dir)
+        written = write(units, folder / f"{slug(a)}__vs__{slug(b)}")
         total = sum(k for _, _, k in written)
         paired = sum(len(u.ids) for u, _, _ in written)
         parts.append(f"<details><summary>A = {_plain(a)}, B = {_plain(b)}: {total} of {paired} paired samples "
@@ -136,9 +131,7 @@ def disagreements_section(acc: pd.DataFrame, ref: dict, out: Path) -> list[str]:
 
 
 def _table(unit: PairedUnit) -> str:
-    from magicpig.harness.disagreements import rows
-
-    shown = rows(unit)[:ROWS_SHOWN]
+    shown = disagreeing(unit)[:ROWS_SHOWN]
     header = ["id", "question", "gold", "answer A", "score A", "cost A", "answer B", "score B", "cost B"]
     return table(header, [[cell(r["id"]), cell(r["question"]), cell(r["gold"]), cell(r["answer_a"]),
                            fmt(r["score_a"]), _cost(r["cost_a"]), cell(r["answer_b"]), fmt(r["score_b"]),

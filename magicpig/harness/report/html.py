@@ -63,9 +63,7 @@ def _local_image(root: Path, src: str) -> Path | None:
         path = (root / src).resolve()
     except (OSError, RuntimeError, ValueError):
         return None
-    if not path.is_relative_to(root) or path.suffix.lower() not in IMAGE_SUFFIXES or not path.is_file():
-        return None
-    return path
+    return path if path.is_relative_to(root) and path.suffix.lower() in IMAGE_SUFFIXES and path.is_file() else None
 
 
 # a collapsed block of the Markdown: a paragraph that is exactly `<details><summary>TEXT</summary>` opens it, one

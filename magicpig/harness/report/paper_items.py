@@ -1,12 +1,11 @@
 """Every table and figure of the paper (arXiv 2410.16179 v4), the one place a report item is declared.
 
 Each ``PaperItem`` names what the paper's item shows, where in the report ours is (the section of
-``sections.SECTIONS`` that lists its label, or its own ``section``: the start of a subheading), the report
-figures that draw it (names of ``figures.FIGURES``; every figure belongs to at least one item, which
-tests/test_coverage.py checks) and ``check``: its status from a ``coverage.Run`` (the
-preset's config, the results present), computed at report time. An item with neither a section nor a
-figure is reported as not produced by this build. A new figure is named here, in ``figures.PLOTS`` and in the
-section that embeds it (CONTRIBUTING.md, "Add a figure").
+``sections.SECTIONS`` that lists its label, or its own ``section``: the start of a subheading), the report figures
+that draw it (names of ``figures.FIGURES``; tests/test_coverage.py checks that every figure belongs to an item) and
+``check``: its status from a ``coverage_run.Run`` (the preset's config, the results present), computed at report
+time; an item with neither a section nor a figure is reported as not produced by this build. A new figure is named
+here, in ``figures.PLOTS`` and in the section that embeds it (CONTRIBUTING.md, "Add a figure").
 """
 from __future__ import annotations
 
@@ -50,9 +49,7 @@ class PaperItem:
 def absent(run: Run, runs: Callable[[dict], bool], what: str, *needs: str) -> str:
     """Status when ``what`` is not in the results: this preset runs it (so it has not run yet) or not (``needs``:
     what running it needs)."""
-    if runs(run.config):
-        return partial(f"no {what} in this run yet")
-    return not_run(*needs, run.elsewhere(runs))
+    return partial(f"no {what} in this run yet") if runs(run.config) else not_run(*needs, run.elsewhere(runs))
 
 
 def _model_note(run: Run) -> str:
@@ -78,8 +75,7 @@ def _length_note(run: Run, ours: list[int], paper: list[int]) -> str:
 
 def benchmark(family: str, lengths: bool = False) -> Callable[[Run], str]:
     """Status of a benchmark family's accuracy table (``families.FAMILIES[family]``): scheduled by the preset's
-    block of the family, results under its prefix, the paper's rows (settings) of its table run, skipped tasks
-    with their reason."""
+    block, results under its prefix, the paper's rows (settings) of its table run, skipped tasks with their reason."""
     def check(run: Run) -> str:
         fam = FAMILIES[family]
         block, prefix, table_key = fam.block, fam.prefix, fam.table_key
@@ -215,9 +211,8 @@ CAPTURE_NAME = re.compile(r"capture_(\d+)_p\d+")
 
 
 def capture_lengths(run: Run, df) -> tuple[list[int], str]:
-    """The context lengths the attention-level experiments ran at: from the capture files
-    (``estimation/captures/capture_<length>_p<i>.pt``) and the ``prompt`` column of ``df`` (their stems), else
-    the preset's ``estimation.length``; with a note saying where the length came from when not a capture."""
+    """The context lengths the attention-level experiments ran at, from the capture files' names
+    (``capture_<length>_p<i>``) and the ``prompt`` column of ``df``, else the preset's ``estimation.length`` (noted)."""
     names = [p.name for p in (run.results / "estimation" / "captures").glob("capture_*")]
     if "prompt" in df.columns:
         names += df["prompt"].astype(str).tolist()
@@ -266,17 +261,16 @@ def centering(run: Run) -> str:
 def throughput(model: str, context: int, hardware: str) -> Callable[[Run], str]:
     """Fig. 8 panels: measured here (CPU or GPU), a GPU run of ``make gpu-check``, or the labelled projection."""
     def check(run: Run) -> str:
-        decode_files = sorted(run.results.glob(f"{DECODE_CSV.folder}/**/{DECODE_CSV.name}"))
-        frames = [run.csv(str(p.relative_to(run.results))) for p in decode_files]
-        measured = any(f is not None and "model" in f.columns and f["model"].astype(str).str.contains(model, case=False, regex=False).any()
+        found = (results_tree.read_csv(p) for p in run.results.glob(f"{DECODE_CSV.folder}/**/{DECODE_CSV.name}"))
+        frames = [f for f in found if f is not None]
+        measured = any("model" in f and f["model"].astype(str).str.contains(model, case=False, regex=False).any()
                        for f in frames)
-        gpu = bool(run.gpu_folders)
         if measured and run.on_gpu:
             return partial_or_reproduced(f"on this run's GPU, not the paper's {hardware}" if hardware else "")
-        if run.csv(PROJECTION_PAPER_HARDWARE_CSV.rel) is None and not any(f is not None for f in frames):
+        if run.csv(PROJECTION_PAPER_HARDWARE_CSV.rel) is None and not frames:
             return absent(run, lambda p: bool(p.get("decode_bench")), "throughput results")
         return partial(f"{model} at {context} on {hardware}: a bandwidth-model projection here, not a measurement "
-                       "(needs a GPU; `make gpu-check`)" + (", GPU runs shown" if gpu else ""),
+                       "(needs a GPU; `make gpu-check`)" + (", GPU runs shown" if run.gpu_folders else ""),
                        "measured on this machine's CPU" + ("" if measured else f" for `{run.model}` only"))
     return check
 
@@ -297,9 +291,7 @@ def sweep(run: Run) -> str:
 
 def diagram(what: str) -> Callable[[Run], str]:
     """A diagram of the paper: no data to reproduce; ``what`` says what it draws and where ours touches it."""
-    def check(run: Run) -> str:
-        return not_run(f"a diagram, no data: {what}")
-    return check
+    return lambda run: not_run(f"a diagram, no data: {what}")
 
 
 # ---- the registry -----------------------------------------------------------------------------------------

@@ -1,6 +1,9 @@
 """Report sections of the paper's model-specific accuracy tables: Table 1 (GSM8K-CoT, COQA, MMLU-CoT),
-Tables 4 and 5 (RULER on the 512K-context models and on Llama-3.1-70B) and Table 6 (infini_igsm), and the
-lookup of the paper's rows for a run's model that every accuracy table uses.
+Tables 4 and 5 (RULER on the 512K-context models and on Llama-3.1-70B) and Table 6 (infini_igsm), the
+lookup of the paper's rows for a run's model that every accuracy table uses, and the table of 95% intervals and
+sample counts each accuracy section ends with (``intervals``: per task ``paired.level_interval`` of the per-sample
+scores, task averages by MOVER, ``paired.task_average``). The accuracy figures draw the same intervals
+(``run_level``), so a whisker is as wide as its table cell.
 
 A run is put beside the paper's rows of its own model (``paper_models`` of the reference file maps a
 preset's Hugging Face id to the paper's model key); a model the paper does not evaluate (the embedded
@@ -11,13 +14,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from magicpig.harness.results_tree import canonical
-from magicpig.harness.report.intervals import interval_table
+from magicpig.harness.results_tree import canonical, sample_scores
 from magicpig.harness.report.markdown import fmt, table
+from magicpig.harness.stats.paired import TaskInterval, level_interval, task_average
 
 PAPER_MODEL = "llama-3.1-8b-instruct"
 TABLE1_TITLE = "GSM8K-CoT, COQA, MMLU-CoT (paper Table 1, lm-evaluation-harness tasks)"
 TABLE6_TITLE = "infini_igsm reasoning (paper Table 6)"
+# what the figures' whiskers are, said on each figure that draws them
+WHISKERS = "whiskers: 95% CI as in the tables (Clopper-Pearson for 0/100 scores, else bootstrap with an exact bound)"
 # Table 1's columns: our task name -> the paper's column name (lm_eval_table1.tasks)
 TABLE1_TASKS = {"gsm8k": "gsm8k_cot", "coqa": "coqa", "mmlu_cot": "mmlu_cot"}
 # the local window of the lm-eval tasks: what the paper says and how this suite reads it
@@ -28,12 +33,11 @@ LOCAL_WINDOW_NOTE = (
     "sparse method of this table: MagicPIG and Quest both run with `local=24` here (the paper presets write it in "
     "their specs; GSM8K also applies it to a MagicPIG spec that leaves it out).")
 # the presets that run each model of Tables 4-6 and what they need (for the "not run" lines)
+LONG_NEEDS = "a GPU, the weights of {} and host memory for a 256K-token cache"
 MODEL_PRESETS = {
-    "megabeam-mistral-7b-512k": ("paper-long", "a GPU, the weights of aws-prototyping/MegaBeam-Mistral-7B-512k "
-                                               "and host memory for a 256K-token cache"),
-    "llama3-8b-prolong-512k": ("paper-long-prolong", "a GPU, the weights of "
-                                                     "princeton-nlp/Llama-3-8B-ProLong-512k-Instruct and host memory "
-                                                     "for a 256K-token cache"),
+    "megabeam-mistral-7b-512k": ("paper-long", LONG_NEEDS.format("aws-prototyping/MegaBeam-Mistral-7B-512k")),
+    "llama3-8b-prolong-512k": ("paper-long-prolong",
+                               LONG_NEEDS.format("princeton-nlp/Llama-3-8B-ProLong-512k-Instruct")),
     "llama-3.1-70b-instruct": ("paper-70b", "GPUs for 140 GB of bf16 weights and the weights of "
                                             "meta-llama/Llama-3.1-70B-Instruct"),
 }
@@ -52,8 +56,7 @@ def paper_model(acc: pd.DataFrame, ref: dict) -> str:
 
 
 def paper_rows(section: dict, key: str = PAPER_MODEL) -> dict:
-    """The paper's rows of one table under ``key`` (a model's; Table 7's ``rows``), keyed by canonical method
-    spec."""
+    """The paper's rows of one table under ``key`` (a model's; Table 7's ``rows``), keyed by canonical spec."""
     return {canonical(k): v for k, v in (section.get(key) or {}).items()}
 
 
@@ -68,9 +71,8 @@ def paper_match(rows_ref: dict, runs: pd.DataFrame) -> tuple[str | None, list | 
 
 def paper_only_rows(section: dict, matched: set, n_ours: int, model: str = PAPER_MODEL,
                     paper_values=lambda values: values, extra=lambda key: []) -> list[list[str]]:
-    """The paper's settings this run has no results for (named as the reference file writes them), so every
-    row of the paper's table is listed: ``paper_values`` picks the columns shown from a row, ``extra`` gives
-    the cells after them by canonical spec."""
+    """The paper's rows this run has no results for (named as the reference file writes them): ``paper_values``
+    picks the columns shown from a row, ``extra`` gives the cells after them by canonical spec."""
     return [[f"`{spec}` (paper only)"] + ["—"] * n_ours + [fmt(x) for x in paper_values(values)]
             + extra(canonical(spec)) for spec, values in (section.get(model) or {}).items()
             if canonical(spec) not in matched]
@@ -91,10 +93,57 @@ def skipped_notes(df: pd.DataFrame) -> list[str]:
     return ["Not run or incomplete:\n" + "\n".join(lines)]
 
 
+def _cell(part: TaskInterval) -> str:
+    return f"{part.value:.1f} [{part.lo:.1f}, {part.hi:.1f}] (n={part.n})"
+
+
+def interval_table(df: pd.DataFrame, prefix: str = "", by: str = "length") -> str:
+    """One row per (method, ``by``) of a ``collect_metrics`` frame: the task average and each task, as
+    'mean [lo, hi] (n=...)'. A run without predictions.jsonl shows its metrics score with 'no samples'."""
+    ok = df[df["status"] == "ok"]
+    if ok.empty:
+        return "No finished runs."
+    tasks = sorted(ok["task"].unique())
+    rows = []
+    for (method, key), g in ok.groupby(["method", by], sort=False):
+        parts, cells = [], []
+        for t in tasks:
+            r = g[g["task"] == t]
+            if r.empty:
+                cells.append("—")
+                continue
+            scores = [s for p in r["path"] for s in sample_scores(p).values()]
+            if scores:
+                parts.append(level_interval(t, scores))
+                cells.append(_cell(parts[-1]))
+            else:
+                cells.append(f"{r['score'].mean():.1f} (no samples)")
+        avg = task_average(parts).text() if parts else "—"
+        if parts and len(parts) < g["task"].nunique():
+            avg += f" ({len(parts)}/{g['task'].nunique()} tasks)"
+        rows.append([f"`{method}`", str(key), avg] + cells)
+    return table(["method", by, "average [95% CI] (n)"] + [t.removeprefix(prefix) for t in tasks], rows)
+
+
 def intervals(df: pd.DataFrame, prefix: str, by: str = "length") -> list[str]:
     return ["Every accuracy number above with its 95% interval and sample count (per task: Clopper-Pearson "
             "for 0/100 scores, else a percentile bootstrap over samples widened to an exact bound when nearly "
             "every score is the same; task averages: MOVER over the task intervals):", interval_table(df, prefix, by)]
+
+
+def run_level(row) -> TaskInterval:
+    """One run's (a ``collect_metrics`` row) mean score with the interval its table cell prints (``level_interval``
+    of its per-sample scores); without them its metrics score, with no interval (n = 0, how = 'no samples')."""
+    scores = list(sample_scores(row.path).values())
+    if not scores:
+        v = float(row.score)
+        return TaskInterval(str(row.task), 0, v, v, v, "no samples")
+    return level_interval(str(row.task), scores)
+
+
+def whisker(value: float, lo: float, hi: float) -> tuple[float, float]:
+    """(below, above) lengths of an error bar around ``value`` (never negative)."""
+    return max(0.0, value - lo), max(0.0, hi - value)
 
 
 # the cost columns of Tables 1 and 2 beside our measured cost2: ours, then the paper's (its `costs` rows)
@@ -107,12 +156,12 @@ COST_NOTE = ("Costs as fractions of full attention (Table 1's caption: \"Cost1, 
              "key), total = cost1 + cost2. The paper's three cost columns follow its scores.")
 
 
-def task_table(df: pd.DataFrame, tasks: list[str], paper: dict, model: str,
-               paper_values=lambda values: values, costs: bool = False) -> list[list[str]]:
-    """One row per method: our score per task (``tasks``: task names), their average, measured cost2 (with
-    ``costs``: also cost1 and the total), then the paper's columns of that setting (``paper_values`` picks them
-    from a row; with ``costs`` its cost1, cost2 and total from the section's ``costs`` rows); the paper's other
-    rows follow as 'paper only'."""
+def task_table(df: pd.DataFrame, tasks: list[str], ours: list[str], theirs: list[str], paper: dict, model: str,
+               paper_values=lambda values: values, costs: bool = False) -> str:
+    """One row per method: our score per task (``tasks``: task names; ``ours``: their column names), their
+    average, measured cost2 (with ``costs``: also cost1 and the total), then the paper's columns ``theirs`` of that
+    setting (``paper_values`` picks them from a row; with ``costs`` its cost1, cost2 and total from the section's
+    ``costs`` rows); the paper's other rows follow as 'paper only'."""
     ok = df[df["status"] == "ok"]
     rows_ref = {k: paper_values(v) for k, v in paper_rows(paper, model).items()}
     cost_ref = paper_rows(paper.get("costs") or {}, model) if costs else {}
@@ -136,7 +185,9 @@ def task_table(df: pd.DataFrame, tasks: list[str], paper: dict, model: str,
         rows.append([f"`{method}`"] + [fmt(s) for s in scores] + [avg, fmt(cost2, pct=True)] + ours_costs
                     + ([fmt(x) for x in pv] if pv else ["—"] * n_paper) + paper_costs(key))
     n_ours = len(tasks) + 2 + (len(COST_HEADER) if costs else 0)
-    return rows + paper_only_rows(paper, matched, n_ours, model, paper_values, paper_costs)
+    header = (["method"] + [f"ours {t}" for t in ours] + ["ours avg", "cost2"] + (COST_HEADER if costs else [])
+              + [f"paper {t}" for t in theirs] + (PAPER_COST_HEADER if costs else []))
+    return table(header, rows + paper_only_rows(paper, matched, n_ours, model, paper_values, paper_costs))
 
 
 def family_section(family, acc: pd.DataFrame, ref: dict) -> list[str]:
@@ -149,10 +200,9 @@ def family_section(family, acc: pd.DataFrame, ref: dict) -> list[str]:
         return parts + [f"No results of block `{family.block}` in this run."]
     paper = ref.get(family.table_key) or {}
     tasks = sorted(df["task"].unique())
-    header = (["method"] + [f"ours {t.removeprefix(family.prefix) or t}" for t in tasks] + ["ours avg", "cost2"]
-              + [f"paper {t}" for t in paper.get("tasks", [])])
-    rows = task_table(df, tasks, paper, paper_model(df, ref))
-    return parts + [table(header, rows)] + intervals(df, family.prefix) + skipped_notes(df)
+    ours = [t.removeprefix(family.prefix) or t for t in tasks]
+    return (parts + [task_table(df, tasks, ours, paper.get("tasks", []), paper, paper_model(df, ref))]
+            + intervals(df, family.prefix) + skipped_notes(df))
 
 
 def table1_section(acc: pd.DataFrame, ref: dict) -> list[str]:
@@ -164,14 +214,13 @@ def table1_section(acc: pd.DataFrame, ref: dict) -> list[str]:
     paper = ref["lm_eval_table1"]
     model = paper_model(df, ref)
     cols = [paper["tasks"].index(c) for c in TABLE1_TASKS.values()]
-    header = (["method"] + [f"ours {t}" for t in TABLE1_TASKS] + ["ours avg", "cost2"] + COST_HEADER
-              + [f"paper {paper['tasks'][c]}" for c in cols] + PAPER_COST_HEADER)
-    rows = task_table(df, list(TABLE1_TASKS), paper, model, lambda v: [v[c] for c in cols], costs=True)
+    scores = task_table(df, list(TABLE1_TASKS), list(TABLE1_TASKS), [paper["tasks"][c] for c in cols], paper, model,
+                        lambda v: [v[c] for c in cols], costs=True)
     parts.append(f"Scores ×100: GSM8K strict match, COQA token F1 (exact match is recorded in each run's "
                  f"metrics; the paper does not say which of lm-eval's two CoQA metrics its column shows), MMLU-CoT "
                  f"exact match of the extracted choice. Paper rows: `{model}`.")
     parts.append(LOCAL_WINDOW_NOTE)
-    return parts + [table(header, rows), COST_NOTE] + intervals(df, "") + skipped_notes(df)
+    return parts + [scores, COST_NOTE] + intervals(df, "") + skipped_notes(df)
 
 
 def tasks_done(counts: list[int], tasks: int) -> str:
@@ -182,10 +231,10 @@ def tasks_done(counts: list[int], tasks: int) -> str:
     return text if len(ran) == len(counts) else f"{text} ({len(ran)} of {len(counts)} lengths)"
 
 
-def ruler_rows(ok: pd.DataFrame, lengths: list[int], tasks: int, paper: dict, model: str) -> list[list[str]]:
-    """One row per method of finished RULER runs: the task average per length, tasks done, cost2, the
-    paper's row of the same setting; then the paper's rows this run lacks."""
-    rows_ref = paper_rows(paper, model)
+def ruler_table(ok: pd.DataFrame, lengths: list[int], ours: list[str], paper: dict, model: str) -> str:
+    """One row per method of finished RULER runs: the task average per length (``ours``: their column names),
+    tasks done, cost2, the paper's row of the same setting; then the paper's rows this run lacks."""
+    rows_ref, tasks = paper_rows(paper, model), ok["task"].nunique()
     rows, matched = [], set()
     for method, g in ok.groupby("method", sort=False):
         counts = [g[g["length"] == n]["task"].nunique() for n in lengths]
@@ -195,7 +244,9 @@ def ruler_rows(ok: pd.DataFrame, lengths: list[int], tasks: int, paper: dict, mo
                                        for n, c in zip(lengths, counts)]
                     + [tasks_done(counts, tasks), fmt(g["cost"].mean(), pct=True)]
                     + ([fmt(x) for x in pv] if pv else ["—"] * len(paper["lengths"])))
-    return rows + paper_only_rows(paper, matched, len(lengths) + 2, model=model)
+    header = (["method"] + [f"ours {n}" for n in ours] + ["tasks", "cost2"]
+              + [f"paper {n // 1024}K" for n in paper["lengths"]])
+    return table(header, rows + paper_only_rows(paper, matched, len(lengths) + 2, model=model))
 
 
 def ruler_model_section(acc: pd.DataFrame, ref: dict, table_key: str, title: str) -> list[str]:
@@ -211,8 +262,7 @@ def ruler_model_section(acc: pd.DataFrame, ref: dict, table_key: str, title: str
     if model in models and not ok.empty:
         lengths = sorted(ok["length"].unique())
         parts.append(f"Average RULER score over tasks (×100) of this run's model beside the paper's `{model}` rows.")
-        parts.append(table(["method"] + [f"ours {n // 1024}K" for n in lengths] + ["tasks", "cost2"] + header_paper,
-                           ruler_rows(ok, lengths, ok["task"].nunique(), paper, model)))
+        parts.append(ruler_table(ok, lengths, [f"{n // 1024}K" for n in lengths], paper, model))
         return parts + intervals(ok, "ruler/") + skipped_notes(df)
     for m in models:
         preset, needs = MODEL_PRESETS.get(m, ("—", "its weights"))
@@ -243,8 +293,7 @@ def table6_section(acc: pd.DataFrame, ref: dict) -> list[str]:
             parts += [f"Not run in this preset (block `reasoning` lists none of {', '.join(tasks)}). The paper's "
                       "rows:", paper_table(header_paper, section[model])]
             continue
-        header = ["method"] + [f"ours {n}-ops" for n in ops] + ["ours avg", "cost2"] + header_paper
-        parts.append(table(header, task_table(sub, tasks, section, model)))
+        parts.append(task_table(sub, tasks, [f"{n}-ops" for n in ops], [f"{n}-ops" for n in ops], section, model))
     return parts + ["Accuracy ×100 (the integer after 'Answer:' equals the solution's). The paper's TopK setting "
                     "is its fraction of keys, oracle sampling's its fraction of drawn keys."] \
         + intervals(df, "infini_igsm/") + skipped_notes(df)

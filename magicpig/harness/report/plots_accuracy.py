@@ -1,8 +1,5 @@
 """Accuracy figures: RULER per task (our runs of Table 3's settings), RULER average vs cost, and the centering
-ablation (Fig. 9a).
-
-Each function takes the results root, the paper reference (``config/paper_reference.yaml``) and the output
-path, and always writes its PNG (see ``canvas``). Whiskers are the tables' 95% intervals (``intervals``)."""
+ablation (Fig. 9a). Whiskers are the tables' 95% intervals (``paper_tables.run_level``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,16 +8,14 @@ import numpy as np
 
 from magicpig.harness.report import canvas
 from magicpig.harness.results_tree import canonical, ok_runs, truthy
-from magicpig.harness.report.intervals import WHISKERS, run_level, whisker
-from magicpig.harness.report.paper_tables import PAPER_MODEL, paper_rows
+from magicpig.harness.report.paper_tables import PAPER_MODEL, WHISKERS, paper_rows, run_level, whisker
 from magicpig.harness.result_files import CENTERING_SUMMARY_CSV, METRICS
 from magicpig.harness.stats.paired import task_average
 
 
 def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
-    """Grouped bars per RULER task and method (one panel per context length, at most 4) with the tables' 95%
-    intervals; dashed lines: the paper's Table 3 average of the same setting at its first length (the paper
-    prints no per-task cells)."""
+    """Grouped bars per RULER task and method (a panel per context length, at most 4) with the tables' 95%
+    intervals; dashed: the paper's Table 3 average of the setting at its first length (it has no per-task cells)."""
     title = "RULER per task: our runs of Table 3's settings (paper: 13-task averages only)"
     ok = ok_runs(results / "accuracy", "ruler/")
     lengths = sorted(ok["length"].unique())[:4]
@@ -45,8 +40,7 @@ def ruler_per_task(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                 ax.axhline(paper[method][0], color=f"C{i}", ls="--", lw=1)
         ax.set_xticks(np.arange(len(tasks)) + 0.4 - width / 2)
         ax.set_xticklabels([t.removeprefix("ruler/") for t in tasks], rotation=45, ha="right")
-        ax.set_ylim(0, 105)
-        ax.set_ylabel("score (0-100)")
+        ax.set(ylim=(0, 105), ylabel="score (0-100)")
         ax.set_title(f"ours at {n} tokens" + ("; dashed: paper Table 3 average" if paper else "") + f"\n{WHISKERS}",
                      fontsize=8)
         canvas.legend_below(ax, right=True)
@@ -105,9 +99,8 @@ def ruler_vs_cost(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
 
 
 def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
-    """Centering ablation (Fig. 9a): accuracy per task with / without centering (95% whiskers, the paper's
-    no-centering NIAH and FWE as crosses) and the sampled fraction per (K, L) with / without centering
-    (the paper's < 0.1% line)."""
+    """Fig. 9a: accuracy per task with / without centering (95% whiskers, the paper's no-centering NIAH and FWE as
+    crosses) and the sampled fraction per (K, L) with / without centering (the paper's < 0.1% line)."""
     title = "Centering ablation (paper Fig. 9a)"
     fig, (ax, axf) = canvas.subplots(2, title)
     paper = ref.get("ablations", {}).get("no_centering", {})
@@ -137,15 +130,13 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                     ax.plot(x, paper[key], "kx", ms=10, mew=2)
         ax.plot([], [], "kx", label="paper, no centering")
         ax.set_xticks(xs, [t.removeprefix("ruler/") for t in tasks], rotation=30, ha="right")
-        ax.set_ylim(0, 105)
-        ax.set_ylabel("score (0-100)")
+        ax.set(ylim=(0, 105), ylabel="score (0-100)")
         ax.set_title(WHISKERS, fontsize=7)
         canvas.legend_below(ax, right=True)
     df = canvas.panel_table(results, CENTERING_SUMMARY_CSV, axf)
     if df is not None:
         flag = truthy(df["centering"])
-        labels = [f"({k},{l})" for k, l in zip(df["K"], df["L"])]
-        order = list(dict.fromkeys(labels))
+        order = list(dict.fromkeys(f"({k},{l})" for k, l in zip(df["K"], df["L"])))
         xs = np.arange(len(order))
         for on, color, name in ((True, "C0", "centered"), (False, "C3", "not centered")):
             sub = df[flag == on]
@@ -155,10 +146,8 @@ def centering(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         if "sampled_fraction_below" in paper:
             axf.axhline(paper["sampled_fraction_below"], color="k", ls="--", lw=1,
                         label=f"paper: no centering < {100 * paper['sampled_fraction_below']:g}%")
-        axf.set_yscale("log")
         axf.set_xticks(xs + 0.2, order)
-        axf.set_xlabel("(K, L)")
         canvas.readable_log(axf)
-        axf.set_ylabel("sampled fraction (sparse layers)")
+        axf.set(xlabel="(K, L)", ylabel="sampled fraction (sparse layers)")
         canvas.legend_below(axf)
     return canvas.save_noted(fig, ref, "centering", path, title)

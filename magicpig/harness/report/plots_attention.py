@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from magicpig.harness.report import canvas
-from magicpig.harness.results_tree import read_table, truthy
+from magicpig.harness.results_tree import read_table, sparse_layers, truthy
 from magicpig.harness.result_files import (ERROR_SUMMARY_CSV, ERROR_TOPK_VS_ORACLE_CSV, GEOMETRY_CSV, GEOMETRY_HIST_CSV,
                                            KL_GRID_SUMMARY_CSV, SPREAD_CSV)
 
@@ -31,16 +31,13 @@ def attention_spread(results: Path, ref: dict, path: Path) -> canvas.FigureResul
     ax.plot(by.index, by["top_mass_with_sink"], "o-", label=f"top {frac:.0%} keys, with sink")
     ax.plot(by.index, by["top_mass_without_sink"], "s-", label=f"top {frac:.0%} keys, sink removed")
     ax.plot(by.index, by["sink_mass"], "^:", label="sink mass")
-    ax.set_ylim(0, 1.05)
-    ax.set_xlabel("layer")
-    ax.set_ylabel("share of attention mass (mean over heads)")
+    ax.set(ylim=(0, 1.05), xlabel="layer", ylabel="share of attention mass (mean over heads)")
     canvas.legend_below(ax)
-    sp = canvas.sparse_layers(df)
+    sp = sparse_layers(df)
     bins = np.linspace(0, 1, 21)
     axh.hist(sp["top_mass_with_sink"], bins, alpha=0.6, label="with sink")
     axh.hist(sp["top_mass_without_sink"], bins, alpha=0.6, label="sink removed")
-    axh.set_xlabel(f"mass in the top {frac:.0%} of keys, per head (sparse layers)")
-    axh.set_ylabel("heads")
+    axh.set(xlabel=f"mass in the top {frac:.0%} of keys, per head (sparse layers)", ylabel="heads")
     canvas.legend_below(axh)
     return canvas.save_noted(fig, ref, "attention_spread", path, title)
 
@@ -68,8 +65,7 @@ def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult
             ax.annotate(str(r.setting).removeprefix("magicpig"), (r.cost2, r.rel_error_mean), fontsize=6,
                         xytext=(0, 9 if k % 2 == 0 else -11), textcoords="offset points", ha="center")
         canvas.loglog(ax)
-        ax.set_xlabel("cost2 (fraction of keys used, measured)")
-        ax.set_ylabel("relative output error ||ô-o||/||o|| (mean)")
+        ax.set(xlabel="cost2 (fraction of keys used, measured)", ylabel="relative output error ||ô-o||/||o|| (mean)")
         canvas.legend_below(ax)
     tv = canvas.panel_table(results, ERROR_TOPK_VS_ORACLE_CSV, axr)
     if tv is not None:
@@ -87,8 +83,7 @@ def error_vs_budget(results: Path, ref: dict, path: Path) -> canvas.FigureResult
         if keys is not None:
             axr.axvline(keys, color="crimson", ls=":", lw=1, label=f"paper: oracle keeps accuracy at ~{keys} keys (16K)")
         canvas.loglog(axr)
-        axr.set_xlabel("distinct keys (oracle sampling's unique draws)")
-        axr.set_ylabel("TopK / oracle error, equal keys")
+        axr.set(xlabel="distinct keys (oracle sampling's unique draws)", ylabel="TopK / oracle error, equal keys")
         canvas.legend_below(axr)
     return canvas.save_noted(fig, ref, "error_vs_budget", path, title)
 
@@ -106,9 +101,7 @@ def geometry(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
             if col in by:
                 ax.plot(by.index, by[col], style, ms=3, label=col.replace("_cos_", " · ").replace("center", "key mean c"))
         ax.axhline(0, color="k", lw=0.6)
-        ax.set_ylim(-1, 1)
-        ax.set_xlabel("layer")
-        ax.set_ylabel("cosine (mean over kv-heads)")
+        ax.set(ylim=(-1, 1), xlabel="layer", ylabel="cosine (mean over kv-heads)")
         canvas.legend_below(ax)
         for col, color, name in (("qk_cos", "C3", "cos(q, k)"), ("qk_cos_centered", "C0", "cos(q, k - c)")):
             if f"{col}_mean" in by:
@@ -116,19 +109,17 @@ def geometry(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
                 axc.plot(by.index, m, "o-", ms=3, color=color, label=name)
                 axc.fill_between(by.index, m - s, m + s, color=color, alpha=0.2)
         axc.axhline(0, color="k", lw=0.6)
-        axc.set_xlabel("layer")
-        axc.set_ylabel("cosine seen by the hash (mean ± std)")
+        axc.set(xlabel="layer", ylabel="cosine seen by the hash (mean ± std)")
         canvas.legend_below(axc)
     hist = canvas.panel_table(results, GEOMETRY_HIST_CSV, axh,
                               what=f"{GEOMETRY_HIST_CSV.rel}\n(per-key cosine distribution)")
     # columns: [layer, dense_in_magicpig,] quantity, bin_lo, bin_hi, count; summed over sparse layers
     if hist is not None:
-        for i, (q, g) in enumerate(canvas.sparse_layers(hist).groupby("quantity", sort=False)):
+        for i, (q, g) in enumerate(sparse_layers(hist).groupby("quantity", sort=False)):
             g = g.groupby(["bin_lo", "bin_hi"], as_index=False)["count"].sum()
             axh.stairs(g["count"] / max(1, g["count"].sum()), np.append(g["bin_lo"].to_numpy(), g["bin_hi"].iloc[-1]),
                        color=f"C{i}", label=HIST_LABELS.get(str(q), str(q)))
-        axh.set_xlabel("cosine")
-        axh.set_ylabel("share of keys")
+        axh.set(xlabel="cosine", ylabel="share of keys")
         canvas.legend_below(axh)
     return canvas.save_noted(fig, ref, "geometry", path, title)
 
@@ -148,8 +139,7 @@ def kl_grid(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
             ax.plot(g["L"], g["measured"], "o-", color=f"C{i}", label=f"K={K} measured")
             if "formula" in g:
                 ax.plot(g["L"], g["formula"], ":", color=f"C{i}")
-    ax.set_xlabel("L")
-    ax.set_ylabel("sampled fraction")
+    ax.set(xlabel="L", ylabel="sampled fraction")
     for j, K in enumerate(sorted(t9.get("K", {}))):
         ax.plot(t9["L"], t9["K"][K], "s--", color=color[K], alpha=0.6, ms=3,
                 label="paper Table 9 (dashed)" if j == 0 else None)

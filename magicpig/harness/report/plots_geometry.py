@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from magicpig.harness.report import canvas
-from magicpig.harness.results_tree import read_table, truthy
+from magicpig.harness.results_tree import read_table, sparse_layers, truthy
 from magicpig.harness.result_files import (INPUTS_MATRIX_CSV, INPUTS_SIMILARITY_CSV, MASS_CURVE_CSV, SINK_CENTER_CSV,
                                            VALUE_NORM_CSV, VALUE_OUTPUT_CSV)
 
@@ -29,7 +29,7 @@ def attention_mass_curve(results: Path, ref: dict, path: Path) -> canvas.FigureR
     df = read_table(MASS_CURVE_CSV.under(results))
     if df is None:
         return canvas.no_data_figure(fig, (ax, axh), MASS_CURVE_CSV.rel, path, title)
-    sp = canvas.sparse_layers(df)
+    sp = sparse_layers(df)
     if "prompt" not in sp:
         sp = sp.assign(prompt="capture")
     per_prompt = sp.groupby(["prompt", "fraction"])[["mass_with_sink", "mass_without_sink"]].mean().reset_index()
@@ -40,10 +40,8 @@ def attention_mass_curve(results: Path, ref: dict, path: Path) -> canvas.FigureR
         ax.fill_between(x, g.min(), g.max(), color=color, alpha=0.2)
     uniform = np.logspace(np.log10(per_prompt["fraction"].min()), 0, 50)
     ax.plot(uniform, uniform, ":", color="0.5", lw=1, label="uniform attention")
-    ax.set_xscale("log")
-    ax.set_ylim(0, 1.02)
-    ax.set_xlabel("fraction of keys (largest attention first)")
-    ax.set_ylabel("share of the attention mass they hold")
+    ax.set(xscale="log", ylim=(0, 1.02), xlabel="fraction of keys (largest attention first)",
+           ylabel="share of the attention mass they hold")
     ax.set_title(f"mean over sparse-layer heads; band: range over {_prompts(sp)} prompt(s)", fontsize=8)
     ax.legend(fontsize=7)
     heads = sp.groupby("fraction")["mass_without_sink"]
@@ -51,9 +49,7 @@ def attention_mass_curve(results: Path, ref: dict, path: Path) -> canvas.FigureR
     axh.fill_between(x, heads.quantile(0.1), heads.quantile(0.9), color="C3", alpha=0.25,
                      label="10th-90th percentile of heads")
     axh.plot(x, heads.median(), "o-", ms=3, color="C3", label="median head")
-    axh.set_xscale("log")
-    axh.set_ylim(0, 1.02)
-    axh.set_xlabel("fraction of keys (sink removed)")
+    axh.set(xscale="log", ylim=(0, 1.02), xlabel="fraction of keys (sink removed)")
     units = len(sp.groupby([c for c in ("prompt", "layer", "head") if c in sp]))
     axh.set_title(f"per head ({units} of layer x head x prompt)", fontsize=8)
     axh.legend(fontsize=7)
@@ -61,9 +57,8 @@ def attention_mass_curve(results: Path, ref: dict, path: Path) -> canvas.FigureR
 
 
 def sink_key_similarity(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
-    """Figs. 5a/5b: pairwise cosines of the sink key across random inputs and of the mean key across
-    sentences (heat maps at one middle layer and kv-head), and per layer the mean pairwise cosine of each,
-    beside a non-sink key's for scale."""
+    """Figs. 5a/5b: pairwise cosines of the sink key across random inputs and of the mean key across sentences
+    (heat maps at a middle layer and kv-head), and per layer the mean pairwise cosine of each and of a non-sink key."""
     title = "Sink key across random inputs, mean key across sentences (paper Figs. 5a, 5b)"
     fig, (axa, axb, axl) = canvas.subplots(3, title, width=4.6, height=4.4)
     mat = canvas.panel_table(results, INPUTS_MATRIX_CSV, axa, axb)
@@ -81,8 +76,7 @@ def sink_key_similarity(results: Path, ref: dict, path: Path) -> canvas.FigureRe
             fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="cosine")
             ax.set_title(f"{what}\nlayer {int(g['layer'].iloc[0])}, kv-head {int(g['kv_head'].iloc[0])}, "
                          f"{n} inputs", fontsize=8)
-            ax.set_xlabel("input")
-            ax.set_ylabel("input")
+            ax.set(xlabel="input", ylabel="input")
     sim = canvas.panel_table(results, INPUTS_SIMILARITY_CSV, axl)
     if sim is not None:
         names = {"sink_key": "sink key (random inputs)", "key_mean": "mean key (sentences)",
@@ -94,9 +88,7 @@ def sink_key_similarity(results: Path, ref: dict, path: Path) -> canvas.FigureRe
             axl.fill_between(by["min_cos"].min().index, by["min_cos"].min(), by["mean_cos"].max(), color=f"C{i}",
                              alpha=0.15)
         axl.axhline(0, color="k", lw=0.6)
-        axl.set_ylim(-1, 1.02)
-        axl.set_xlabel("layer")
-        axl.set_ylabel("pairwise cosine across inputs")
+        axl.set(ylim=(-1, 1.02), xlabel="layer", ylabel="pairwise cosine across inputs")
         axl.set_title("line: mean over pairs and kv-heads\nband: lowest pair to highest kv-head mean", fontsize=8)
         axl.legend(fontsize=6)
     return canvas.save_noted(fig, ref, "sink_key_similarity", path, title)
@@ -116,16 +108,13 @@ def sink_vs_mean_key(results: Path, ref: dict, path: Path) -> canvas.FigureResul
                            grid.columns.min() - 0.5))
     fig.colorbar(im, ax=ax, label="cos(k_sink, k_avg)")
     ax.set_yticks(list(grid.columns))
-    ax.set_xlabel("layer")
-    ax.set_ylabel("kv-head")
+    ax.set(xlabel="layer", ylabel="kv-head")
     ax.set_title(f"mean over {_prompts(df)} prompt(s); k_avg: mean of prompt keys 1..n-1", fontsize=8)
-    sp = canvas.sparse_layers(df)
-    per_head = sp.groupby(["layer", "kv_head"])[["sink_cos_center", "key_cos_center"]].mean()
+    per_head = sparse_layers(df).groupby(["layer", "kv_head"])[["sink_cos_center", "key_cos_center"]].mean()
     bins = np.linspace(-1, 1, 41)
     axh.hist(per_head["sink_cos_center"], bins, alpha=0.7, color="C3", label="cos(k_sink, k_avg)")
     axh.hist(per_head["key_cos_center"], bins, alpha=0.5, color="C0", label="mean cos(k_i, k_avg), other keys")
-    axh.set_xlabel("cosine")
-    axh.set_ylabel(f"heads ({len(per_head)} of the sparse layers)")
+    axh.set(xlabel="cosine", ylabel=f"heads ({len(per_head)} of the sparse layers)")
     axh.legend(fontsize=7)
     return canvas.save_noted(fig, ref, "sink_vs_mean_key", path, title)
 
@@ -174,8 +163,7 @@ def value_norms(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
         ax.plot(s["position"], s["value_norm"], "*", ms=12, color=f"C{i}", mec="k")
     ax.plot([], [], "*", ms=10, color="0.5", mec="k", label="sink (position 0)")
     ax.set_xscale("symlog", linthresh=10)
-    ax.set_xlabel("prompt position (symlog)")
-    ax.set_ylabel("||v_i|| (mean over kv-heads)")
+    ax.set(xlabel="prompt position (symlog)", ylabel="||v_i|| (mean over kv-heads)")
     ax.set_title(f"prompt {first['prompt'].iloc[0] if 'prompt' in first else ''}", fontsize=8)
     ax.legend(fontsize=7)
     by = ["prompt", "layer"] if "prompt" in df else ["layer"]
@@ -185,9 +173,7 @@ def value_norms(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     for i, (layer, g) in enumerate(ratio.groupby("layer")):
         axr.plot(np.full(len(g), layer), g["ratio"], "o", color="C0", alpha=0.6, label="one prompt" if i == 0 else None)
     axr.axhline(1, color="k", lw=0.8)
-    axr.set_yscale("log")
-    axr.set_xlabel("layer")
-    axr.set_ylabel("sink's ||v|| / median token's ||v||")
+    axr.set(yscale="log", xlabel="layer", ylabel="sink's ||v|| / median token's ||v||")
     axr.set_title(f"{_prompts(df)} prompt(s)", fontsize=8)
     axr.legend(fontsize=7)
     return canvas.save_noted(fig, ref, "value_norms", path, title)

@@ -2,9 +2,8 @@
 ``sweeps`` block of the preset) and the RULER runs of ``accuracy/`` at the same (task, length): TopK and oracle
 sampling at several budgets, MagicPIG with and without centering at several L, and several (K, L).
 
-Every point is one (task, length, method) run: its mean score over samples with the 95% interval its table
-cell prints (``intervals.run_level``: Clopper-Pearson for 0/100 scores, so one sample still has a wide whisker),
-at its measured cost2 (fraction of the keys used)."""
+Every point is one (task, length, method) run: its mean score with the 95% interval its table cell prints
+(``paper_tables.run_level``), at its measured cost2 (fraction of the keys used)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,13 +13,12 @@ import pandas as pd
 
 from magicpig.harness.report import canvas
 from magicpig.harness.results_tree import SWEEPS, sweep_runs
-from magicpig.harness.report.intervals import WHISKERS, run_level, whisker
+from magicpig.harness.report.paper_tables import WHISKERS, run_level, whisker
 from magicpig.harness.result_files import METRICS
 
 
 def _line(ax, rows: pd.DataFrame, x: str, style: str, color: str, label: str) -> list[int]:
-    """Plot the runs of ``rows`` sorted by column ``x`` with the tables' 95% whiskers; returns their sample
-    counts."""
+    """Plot the runs of ``rows`` sorted by ``x``, with the tables' 95% whiskers; returns their sample counts."""
     rows = rows.sort_values(x)
     pts = [run_level(r) for r in rows.itertuples()]
     if not pts:
@@ -67,8 +65,7 @@ def _score_panel(ax, xlabel: str, task: str, length: int, counts: list[int], log
     task, the length and the samples per point, and the legend."""
     if log_x:
         canvas.readable_log(ax, "x")
-    ax.set_ylim(-3, 105)
-    ax.set_xlabel(xlabel)
+    ax.set(ylim=(-3, 105), xlabel=xlabel)
     ax.set_title(f"{task} at {length}; {_samples_text(counts)}", fontsize=8)
     ax.legend(fontsize=6)
 
@@ -96,9 +93,7 @@ def topk_budget_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResu
     canvas.lacks(fig, *[f"{SWEEPS}/ruler/{word}*/{length}/topk@*" for word in ("niah", "cwe", "fwe")
                         if not any(word in _short(t) for t in tasks)])
     canvas.readable_log(ax, "x")
-    ax.set_ylim(-3, 105)
-    ax.set_xlabel("fraction of keys TopK keeps (cost2, measured)")
-    ax.set_ylabel(f"score at {length} tokens")
+    ax.set(ylim=(-3, 105), xlabel="fraction of keys TopK keeps (cost2, measured)", ylabel=f"score at {length} tokens")
     ax.set_title(f"TopK budgets {_budgets_text(topk)} (< 1: fraction, >= 1: keys); {_samples_text(counts)}; "
                  f"{WHISKERS}", fontsize=7)
     ax.legend(fontsize=7, ncol=2)
@@ -178,8 +173,7 @@ def centering_sweep(results: Path, ref: dict, path: Path) -> canvas.FigureResult
         axf.axhline(paper["sampled_fraction_below"], color="crimson", ls=":", lw=1,
                     label=f"paper: < {100 * paper['sampled_fraction_below']:g}% without centering")
     canvas.readable_log(axf, "y")
-    axf.set_xlabel(f"L (K = {K})")
-    axf.set_ylabel("sampled fraction (cost2, measured in the run)")
+    axf.set(xlabel=f"L (K = {K})", ylabel="sampled fraction (cost2, measured in the run)")
     axf.set_title("keys sampled", fontsize=8)
     axf.legend(fontsize=6)
     return _save_panels(fig, axes, ref, "centering_sweep", path, title)

@@ -12,7 +12,7 @@ import pandas as pd
 
 from magicpig.harness.projection import HARDWARE
 from magicpig.harness.report import canvas
-from magicpig.harness.report.tables_cpu import batch_one, system_label
+from magicpig.harness.report.tables_system import batch_one, system_label
 from magicpig.harness.results_tree import cpu_decode_rows, gpu_decode_rows, gpu_run_folders, read_table, truthy
 from magicpig.harness.result_files import (DECODE_CSV, PROJECTION_H200_CSV, PROJECTION_PAPER_HARDWARE_CSV,
                                            PROJECTION_PAPER_LATENCY_CSV)
@@ -44,10 +44,6 @@ def baselines_caption(ref: dict) -> str:
     return text
 
 
-def _machine(key: str) -> str:
-    return HARDWARE[key].name if key in HARDWARE else str(key)
-
-
 def _label(r) -> str:
     backend = getattr(r, "backend", "")
     return f"{r.method}" + (f"@{backend}" if isinstance(backend, str) and backend else "")
@@ -72,16 +68,14 @@ def _measured(ax, df, x: str, y: str, by: str) -> None:
 
 
 def _panels(results: Path, title: str, x: str, y: str, by: str, xlabel: str, ylabel: str, height: float = 4.4):
-    """The three panels of a throughput figure: MEASURED ``y`` vs ``x`` per (method, ``by``) from decode.csv,
-    then the H200 and the paper's-machine panels, titled PROJECTION, left for the caller to draw with the
-    projection CSVs (None where absent: the panel says so). Returns (fig, axes, (decode.csv, the H200
-    projection, the paper's-machine projection))."""
+    """The three panels of a throughput figure: MEASURED ``y`` vs ``x`` per (method, ``by``) from decode.csv, then
+    the H200 and the paper's-machine panels, titled PROJECTION, for the caller to draw. Returns (fig, axes, the
+    three tables: decode.csv, the H200 and the paper's-machine projection; None where absent: the panel says so)."""
     fig, axes = canvas.subplots(3, title, width=4.8, height=height)
     frames = tuple(canvas.panel_table(results, file, ax)
                    for file, ax in zip((DECODE_CSV, PROJECTION_H200_CSV, PROJECTION_PAPER_LATENCY_CSV), axes))
     for ax in axes:
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
+        ax.set(xlabel=xlabel, ylabel=ylabel)
     if frames[0] is not None:
         _measured(axes[0], frames[0], x, y, by)
     axes[1].set_title("H200: " + PROJECTED, color="darkorange", fontsize=9)
@@ -165,7 +159,8 @@ def throughput_context(results: Path, ref: dict, path: Path) -> canvas.FigureRes
     if axl.get_legend() is not None:  # under the four-line tick labels
         axl.get_legend().set_bbox_to_anchor((0.5, -0.5))
     for e in _system(ref).get("latency_ms_per_token", []):
-        canvas.note(axl, f"paper: {e['ms']:g} ms/token at batch {e['batch']} on the {_machine(e['hardware'])}, "
+        machine = HARDWARE[e["hardware"]].name if e["hardware"] in HARDWARE else str(e["hardware"])
+        canvas.note(axl, f"paper: {e['ms']:g} ms/token at batch {e['batch']} on the {machine}, "
                          f"{e['model']}, {int(e['context']) // 1024}K, {e['method']} (Fig. 8c, Sec. 5.2)")
     canvas.note(axl, baselines_caption(ref))
     return canvas.save(fig, path, title)
@@ -175,10 +170,8 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path,
                            gpu_folders: Sequence[Path] | None = None) -> canvas.FigureResult:
     """Speed-up of MagicPIG over the paper's baseline of each setting: measured on a GPU (over GPU-only full
     attention, each method at its best measured batch) from the preset's GPU decode rows and the GPU runs
-    ``gpu_folders`` (default ``results_tree.gpu_run_folders``) | PROJECTION for the paper's three machines, each over its own baseline
-    (full attention on the GPU for the A100 and L20; on the CPU at a theoretical 150 GB/s for the simulated
-    RTX 4090: the KV cache read from host memory at that rate, the weights on the GPU, the step their sum),
-    our ratio printed beside the paper's 1.5x / 5.0x / 3.3x."""
+    ``gpu_folders`` (default ``results_tree.gpu_run_folders``) | PROJECTION for the paper's three machines, each
+    over its own baseline (``baselines_caption``), our ratio printed beside the paper's 1.5x / 5.0x / 3.3x."""
     title = "Throughput speed-up over the paper's baseline of each setting"
     fig, (ax, axp) = canvas.subplots(2, title, width=6.0, height=6.0)
     gpu = gpu_decode_rows(results, list(gpu_run_folders(results) if gpu_folders is None else gpu_folders))
@@ -192,8 +185,7 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path,
                 ax.plot(best.index, best[m] / best[dense[0]], "o-", color=f"C{i}", label=f"{m} / {dense[0]}")
         ax.axhline(1, color="k", lw=0.6)
         canvas.fit_single(ax, best.index)
-        ax.set_xlabel("context")
-        ax.set_ylabel("ratio of max tokens/s (each at its best batch)")
+        ax.set(xlabel="context", ylabel="ratio of max tokens/s (each at its best batch)")
         canvas.legend_below(ax)
     where = "a GPU" if gpu.empty else ", ".join(sorted(set(gpu["_gpu"].astype(str))))
     ax.set_title(f"MEASURED on {where} (over GPU-only full attention)", fontsize=9)
@@ -238,8 +230,7 @@ def speedup_paper_hardware(results: Path, ref: dict, path: Path,
     axp.set_xticks(xs, names, fontsize=6)
     axp.set_ylabel("speed-up (x)")
     axp.set_title(PROJECTED, color="darkorange")
-    handles, names = axp.get_legend_handles_labels()
-    axp.legend(handles, names, fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.32), frameon=False)
+    axp.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.32), frameon=False)
     canvas.note(axp, baselines_caption(ref))
     return canvas.save(fig, path, title)
 
@@ -269,8 +260,7 @@ def cpu_baselines(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
     if load.loc[one.index].any():
         ax.plot([], [], "o", mfc="white", color="k", label="under load (another process shared the CPU)")
     ax.set_title("batch 1: ms / token (lower is better)", fontsize=9)
-    ax.set_xlabel("context (tokens)")
-    ax.set_ylabel("ms / token")
+    ax.set(xlabel="context (tokens)", ylabel="ms / token")
     ax.set_xscale("log", base=2)
     canvas.fit_single(ax, one["context"], log=True)
     canvas.log_if_wide(ax, one["ms_per_token"])
@@ -287,8 +277,7 @@ def cpu_baselines(results: Path, ref: dict, path: Path) -> canvas.FigureResult:
             axm.annotate(f"B={int(batch)}" + (" (under load)" if busy else ""), (x, y), fontsize=6, xytext=(3, 3),
                          textcoords="offset points")
     axm.set_title("largest batch that fits: tokens / s", fontsize=9)
-    axm.set_xlabel("context (tokens)")
-    axm.set_ylabel("tokens / s")
+    axm.set(xlabel="context (tokens)", ylabel="tokens / s")
     if not best.empty:
         axm.set_xscale("log", base=2)
         canvas.fit_single(axm, best["context"], log=True)

@@ -1,9 +1,6 @@
 """The report as data, and its assembly: ``SECTIONS``, the sections of REPORT.md below its coverage table in
-their order (each one's result files, its heading, the builder that writes it, the paper items it holds, which
-the coverage table links to its heading, the figures it embeds and the benchmark families it shows;
-``report_sections`` adds the generic section of a family that no entry shows), and ``build_report``, which writes
-them. The result files a section reads are named here by their key in ``result_files.SECTION_READS``: the
-Snakefile reads that map, which imports nothing heavy, to make them the report rule's inputs.
+their order (``Section``; ``report_sections`` adds the generic section of a family that no entry shows), and
+``build_report``, which writes them. The coverage table links each paper item to the heading of its section.
 """
 from __future__ import annotations
 
@@ -15,22 +12,20 @@ from typing import Callable
 import pandas as pd
 
 from magicpig.harness.families import FAMILIES
-from magicpig.harness.report import build, figures, paper_tables, sections_sweeps, tables_kl, tables_system
+from magicpig.harness.report import build, figures, paper_tables, tables_kl, tables_system
 from magicpig.harness.report.claims import claims_section
 from magicpig.harness.results_tree import collect_metrics, gpu_run_folders, load_reference
 from magicpig.harness.report.coverage import coverage_section, load_run
 from magicpig.harness.report.coverage_run import Run
 from magicpig.harness.report.disagreements_section import disagreements_section
 from magicpig.harness.report.html import write_html
-from magicpig.harness.report.job_times import job_time_section
 from magicpig.harness.result_files import CENTERING_PNG, REPORT_MD, SECTION_READS, ResultFile
 
 
 @dataclass(frozen=True)
 class ReportInputs:
     """What a section reads: the results root, the report's folder, the paper's numbers, the written figures
-    (``figures.write_all``), the accuracy rows (``collect_metrics``), the coverage ``Run`` and the GPU runs read
-    (``results_tree.gpu_run_folders``, resolved once by ``build_report``)."""
+    (``figures.write_all``), the accuracy rows (``collect_metrics``), the coverage ``Run`` and the GPU runs read."""
 
     results: Path
     out: Path
@@ -43,11 +38,11 @@ class ReportInputs:
 
 @dataclass(frozen=True)
 class Section:
-    """One section: the result files it reads, its own and those of the figures it embeds (its entry of
-    ``result_files.SECTION_READS``, by key; the workflow's report rule takes them all as inputs), its heading's
-    text (as ``build`` writes it, at level 2 or 3), its builder, the labels of the paper items
-    (``paper_items.ITEMS``) it holds, the figures (``figures.FIGURES``) it embeds and the benchmark families
-    (``families.FAMILIES``, by block) whose results it shows."""
+    """One section: the result files it reads, its own and its figures' (by key of ``result_files.SECTION_READS``,
+    which the Snakefile reads, importing nothing heavy, to make them the report rule's inputs), its heading's text
+    (as ``build`` writes it, at level 2 or 3), its builder, the labels of the paper items (``paper_items.ITEMS``)
+    it holds, the figures (``figures.FIGURES``) it embeds and the benchmark families (``families.FAMILIES``, by
+    block) whose results it shows."""
 
     reads: str
     title: str
@@ -88,15 +83,15 @@ SECTIONS: list[Section] = [
     Section("kl_tables", f"{tables_kl.HEADING} (paper Tables 10-13)",
             lambda r: tables_kl.kl_tables_section(r.results, r.ref), ("Table 10", "Table 11", "Table 12", "Table 13")),
     Section("sweeps", "Budget and cost sweeps (Figures 1, 6c, 9a, 9b/c)",
-            lambda r: sections_sweeps.sweep_section(r.results, r.figs), ("Figure 1", "Figure 6c", "Figure 9b",
-                                                                          "Figure 9c"), sections_sweeps.SWEEP_FIGURES),
+            lambda r: build.sweep_section(r.results, r.figs), ("Figure 1", "Figure 6c", "Figure 9b", "Figure 9c"),
+            build.SWEEP_FIGURES),
     Section("estimation", "Attention-level experiments", lambda r: build.estimation_section(r.results, r.figs),
             figures=tuple(build.ESTIMATION_FIGURES.values())),
     Section("throughput", "Throughput and latency", lambda r: build.throughput_section(r.results, r.figs),
             ("Figure 8a", "Figure 8b", "Figure 8c"), build.THROUGHPUT_FIGURES),
     Section("tokens", "Attention per key and per token (Figures 2a, 5a-c, 10, 11)",
-            lambda r: sections_sweeps.token_section(r.results, r.figs),
-            ("Figure 2a", "Figure 5a", "Figure 5b", "Figure 10", "Figure 11"), sections_sweeps.TOKEN_FIGURES),
+            lambda r: build.token_section(r.results, r.figs), ("Figure 2a", "Figure 5a", "Figure 5b", "Figure 10",
+                                                                "Figure 11"), build.TOKEN_FIGURES),
     Section("table7", tables_system.TABLE7_TITLE, lambda r: tables_system.table7_section(r.results, r.ref),
             ("Table 7",)),
     Section("table8", tables_system.TABLE8_TITLE,
@@ -140,7 +135,7 @@ def build_report(results: Path | str, out: Path | str, preset: str, preset_confi
     inputs = ReportInputs(results, out, ref, figs, acc, run, gpu_folders)
     sections = report_sections()
     body = [part for section in sections for part in section.build(inputs)]
-    parts += coverage_section(run, body, sections) + body + job_time_section(results)
+    parts += coverage_section(run, body, sections) + body + build.job_time_section(results)
     path = out / REPORT_MD.name
     path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
     write_html(path)

@@ -1,7 +1,7 @@
 """The report's system tables in the paper's shape: Table 7 ((K, L) against latency and throughput, from
 ``bench decode`` rows), Table 8 (memory and compute overhead, computed from model shapes) and the GPU runs
 of ``make gpu-check`` (``results/gpu/<name>/`` and the committed ones), each beside the paper's numbers
-or the projection."""
+or the projection; and the CPU decoders side by side (``cpu_baselines_section``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,16 +11,21 @@ import pandas as pd
 from magicpig.harness.overhead import overhead
 from magicpig.harness.projection.fit_policy import gpu_check_predictions
 from magicpig.harness.projection.hardware import HARDWARE
-from magicpig.harness.results_tree import canonical, read_csv, read_machine, read_table, truthy
+from magicpig.harness.results_tree import canonical, cpu_decode_rows, read_csv, read_machine, read_table, truthy
 from magicpig.harness.report.coverage_run import CellCheck
 from magicpig.harness.report.markdown import fmt, table
 from magicpig.harness.report.paper_tables import paper_rows
 from magicpig.harness.result_files import DECODE_CSV, MACHINE_JSON, PROJECTION_H200_CSV
+from magicpig.shapes import model_shape
 
 TABLE7_TITLE = "Table 7: (K, L) against latency and throughput"
 TABLE8_TITLE = "Table 8: memory and compute overhead of the hash tables"
 GPU_TITLE = "GPU runs (`make gpu-check`)"
 SHAPES_TITLE = "Models measured by shape only (paper Fig. 8a/b: CodeLlama-34B / 13B)"
+CPU_TITLE = "CPU decoders side by side (batch 1, measured)"
+# the baseline decoders of the CPU table, by (method, backend), in the table's order
+SYSTEMS = {("dense", "stock"): "stock transformers", ("dense", "llamacpp"): "llama.cpp",
+           ("dense", "reference"): "our dense"}
 # the columns of a ``bench decode`` CSV the report shows (the CSV holds more: magicpig.harness.bench.table)
 DECODE_COLUMNS = ["model", "device", "context", "batch", "method", "backend", "fill", "dtype", "threads",
                   "ms_per_token", "tokens_per_s", "x_bytes_limit", "sampled_fraction", "peak_host_mb",
@@ -65,10 +70,8 @@ def _paper_sec5(ref: dict, method: str) -> tuple[float | None, float | None]:
     setting = (t7.get("hardware"), t7.get("model"), t7.get("context"))
 
     def pick(entries, field):
-        for e in entries or []:
-            if (e.get("hardware"), e.get("model"), e.get("context")) == setting and canonical(e["method"]) == method:
-                return e.get(field)
-        return None
+        hits = [e for e in entries or [] if (e.get("hardware"), e.get("model"), e.get("context")) == setting]
+        return next((e.get(field) for e in hits if canonical(e["method"]) == method), None)
     system = ref.get("system", {})
     return pick(system.get("latency_ms_per_token"), "ms"), pick(system.get("max_throughput_tokens_per_s"),
                                                                    "tokens_per_s")
@@ -93,10 +96,8 @@ def table7_section(results: Path, ref: dict) -> list[str]:
     header = ["context", "method", "backend", "ms/token b=1", "max tokens/s (batch)",
               f"tokens/s ≤ {limit:g} ms (batch)", "paper ms/token b=1", "paper max tokens/s",
               f"paper tokens/s ≤ {limit:g} ms"]
-    rows, settings = [], set()
+    rows = []
     for r in df.itertuples():
-        if r.method.startswith("magicpig"):
-            settings.add(r.method)
         pv = paper.get(r.method)
         ms, tps = (pv.get("ms"), pv.get("max_tokens_per_s")) if pv else _paper_sec5(ref, r.method)
         rows.append([r.context, f"`{r.method}`", r.backend, fmt(r.ms_batch1) + _load(r.ms_batch1_under_load),
@@ -105,7 +106,8 @@ def table7_section(results: Path, ref: dict) -> list[str]:
                      f"{fmt(r.limit_tokens_per_s)} ({int(r.limit_batch)})" + _load(r.limit_under_load),
                      fmt(ms), fmt(tps), fmt(pv.get("limit_tokens_per_s")) if pv else "—"])
     parts.append(table(header, rows))
-    note = (f"{len(settings)} MagicPIG (K, L) setting(s) measured (the paper's table has 6).")
+    settings = {m for m in df["method"] if m.startswith("magicpig")}
+    note = f"{len(settings)} MagicPIG (K, L) setting(s) measured (the paper's table has 6)."
     if not paper:
         note += (" The paper's per-setting cells are not transcribed in `config/paper_reference.yaml` "
                  "(`kl_throughput_table7.rows` is empty); only the (10, 150) figures its Sec. 5 states are shown.")
@@ -152,8 +154,6 @@ def table8_rows(ref: dict, model: str | None = None) -> list[list[str]]:
         rows.append([str(row["model"]), f"({row['K']}, {row['L']})", str(row["context"]), *shown,
                      "yes" if all(c.passes for c in cells) else "no"])
     if model:
-        from magicpig.shapes import model_shape
-
         try:
             m = overhead(model_shape(model).name, 10, 150, 65536)
         except ValueError:  # a model without a stored shape: the paper's rows only
@@ -233,3 +233,68 @@ def shapes_section(results: Path) -> list[str]:
         parts += [f"`shape:{path.parent.name}` (random weights of the stored architecture; timing only):",
                   decode_table(read_csv(path))]
     return parts
+
+
+def system_label(method: str, backend: str) -> str:
+    return SYSTEMS.get((method, backend), f"{method}@{backend}")
+
+
+def batch_one(decode: pd.DataFrame) -> pd.DataFrame:
+    """The measured batch-1 rows (not max-batch searches), one per (system, context): the last written."""
+    df = decode[(decode["batch"] == 1) & (decode["search"].astype(object).fillna("").astype(str) == "")]
+    return df.drop_duplicates(["method", "backend", "context"], keep="last")
+
+
+def cpu_baselines_section(results: Path) -> list[str]:
+    """Per context, ms/token at batch 1 of stock transformers, llama.cpp on the same GGUF file, our dense decoder and
+    MagicPIG, each beside its step's bytes-limit, and MagicPIG's speed against llama.cpp (what a CPU user would run)."""
+    decode = cpu_decode_rows(results)
+    if decode is None:
+        return [f"### {CPU_TITLE}", "Not run (no `throughput/decode.csv` with the bench's columns)."]
+    df = batch_one(decode)
+    if df.empty:
+        return [f"### {CPU_TITLE}", "No batch-1 CPU rows."]
+    fits = truthy(df["fits"])
+    present = list(dict.fromkeys(zip(df["method"], df["backend"])))
+    systems = [s for s in SYSTEMS if s in present] + [s for s in present if s not in SYSTEMS]
+    llama = df[(df["backend"] == "llamacpp") & fits]
+    magicpig = [s for s in systems if s[0].startswith("magicpig")] if len(llama) else []
+    header = ["context"] + [system_label(*s) for s in systems] + [f"{m} vs llama.cpp" for m, _ in magicpig]
+    rows = []
+    for n in sorted(df["context"].unique()):
+        at = df[df["context"] == n]
+        row = [int(n)]
+        for m, b in systems:
+            hit = at[(at["method"] == m) & (at["backend"] == b)]
+            row.append(_cell(hit.iloc[0]) if len(hit) else "")
+        ref = llama[llama["context"] == n]
+        for m, b in magicpig:
+            hit = at[(at["method"] == m) & (at["backend"] == b) & truthy(at["fits"])]
+            row.append(f"{float(ref['ms_per_token'].iloc[0]) / float(hit['ms_per_token'].iloc[0]):.2f}x"
+                       if len(ref) and len(hit) else "")
+        rows.append(row)
+    reasons = df.get("reason", pd.Series("", index=df.index)).fillna("").astype(str)
+    notes = [f"- `{system_label(m, b)}` not run: {reason}" for (m, b), reason in
+             reasons[~fits].groupby([df["method"], df["backend"]], sort=False).first().items()]
+    weights = sorted({f"{system_label(m, b)}: {w}" for m, b, w in df[fits][["method", "backend", "weights"]]
+                      .itertuples(index=False)}) if "weights" in df else []
+    return [f"### {CPU_TITLE}",
+            "ms/token (and, in brackets, the step's bytes-limit: the bytes it must read at this machine's "
+            "streaming read, then the row's share of it: ms/token over the bytes-limit, 1.0x = as fast as "
+            "reading its bytes allows; '(under load)' marks a row another process shared the CPU with). The ratios are "
+            "llama.cpp's ms/token over MagicPIG's, from the same run. Weights as read: "
+            + ("; ".join(weights) or "not recorded") + ".",
+            table(header, rows)] + notes
+
+
+def _true(value) -> bool:
+    return bool(truthy(pd.Series([value])).iloc[0])
+
+
+def _cell(r) -> str:
+    if not _true(r["fits"]):
+        return "not run"
+    ms = float(r["ms_per_token"])
+    limit = pd.to_numeric(pd.Series([r.get("bytes_limit_ms")]), errors="coerce").iloc[0]
+    text = fmt(ms, digits=1) + ("" if pd.isna(limit) or not limit > 0 else f" ({limit:.1f}, {ms / limit:.1f}x)")
+    return text + (" (under load)" if _true(r.get("under_load", False)) else "")

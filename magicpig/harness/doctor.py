@@ -227,11 +227,13 @@ def job_time(results: Path, preset: str, preset_config: dict, reference_root: Pa
 
 def preset_tasks(p: dict) -> dict[str, list[str]]:
     """Block -> the accuracy tasks a (validated) preset runs."""
+    from magicpig.harness.pipeline_config import ruler_task_samples
+
     def runs(block: str) -> bool:
         return block in p and (p[block].get("samples") == "all" or (p[block].get("samples") or 0) > 0)
 
     out: dict[str, list[str]] = {}
-    if runs("ruler"):
+    if any(n > 0 for n in ruler_task_samples(p["ruler"]).values()):
         names = p["ruler"]["tasks"] + p.get("ablations", {}).get("tasks", []) + p.get("sweeps", {}).get("tasks", [])
         out["ruler"] = [f"ruler/{t}" for t in dict.fromkeys(names)]
     if runs("longbench"):

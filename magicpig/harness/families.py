@@ -91,6 +91,12 @@ RULER = BenchmarkFamily("ruler", "ruler/{task}", {
         "lengths": {**LENGTHS, "description": "the first one is also the ablations' length"},
         "samples": {"type": "integer", "minimum": 0, "maximum": 10000,
                     "description": "generated samples per task and length (0: skip; at most magicpig eval's 10000)"},
+        "task_samples": {
+            "type": "object", "default": {}, "propertyNames": {"$ref": "#/$defs/name"},
+            "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 10000},
+            "description": "samples of some of `tasks` instead of `samples`, at every length (a graded task whose "
+                           "claim needs more pairs than the others). Sample i is the same prompt whatever the count, "
+                           "so raising a count adds fresh samples to a finished run and reruns only those"},
         "methods": {**METHODS, "description": "paper Table 3 settings"},
         "length_methods": {
             "type": "array", "default": [],

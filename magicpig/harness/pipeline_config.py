@@ -291,6 +291,7 @@ def preset_problems(path: str, p: dict) -> list[str]:
         out += method_problems(f"{path}.{block}.{key}", p[block][key], eval_specs=eval_specs,
                                eval_backend=p["backend"])
     out += length_method_problems(f"{path}.ruler", p["ruler"], p["backend"])
+    out += task_sample_problems(f"{path}.ruler", p["ruler"])
     ruler_names = [t.removeprefix("ruler/") for t in TASK_NAMES if t.startswith("ruler/")]
     if "sweeps" in p:
         out += sweep_problems(f"{path}.sweeps", p["sweeps"])
@@ -328,6 +329,18 @@ def ruler_methods_by_length(ruler: dict) -> dict[int, list[str]]:
             if int(n) in out:
                 out[int(n)] += [m for m in entry["methods"] if m not in out[int(n)]]
     return out
+
+
+def ruler_task_samples(ruler: dict) -> dict[str, int]:
+    """Task (less ``ruler/``) -> the samples RULER runs of it at each length: its ``task_samples`` entry, else
+    ``samples``. ``ruler`` has its defaults filled in."""
+    return {t: int(ruler.get("task_samples", {}).get(t, ruler["samples"])) for t in ruler["tasks"]}
+
+
+def task_sample_problems(path: str, ruler: dict) -> list[str]:
+    """Each ``task_samples`` entry names one of the block's ``tasks``."""
+    return [f"{path}.task_samples.{t}: {t!r} is not one of {path}.tasks {ruler['tasks']}"
+            for t in ruler.get("task_samples", {}) if t not in ruler["tasks"]]
 
 
 def length_method_problems(path: str, ruler: dict, backend: str) -> list[str]:

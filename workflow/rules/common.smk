@@ -7,7 +7,7 @@ import os
 import re
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # the result files the rules name as their outputs (magicpig.harness.result_files: each file's name, its rule
@@ -132,6 +132,7 @@ class EvalRule:
     log: str  # the log's file name less .log
     runtime: int  # minutes a job asks a cluster for, for a model other than SmolLM2 (`sized`)
     setup: str = ""  # `--setup`; empty: the preset's
+    task_samples: dict = field(default_factory=dict)  # task -> its count instead of ``samples`` (one-task jobs)
 
     def outputs(self):
         """The rule's output patterns."""
@@ -150,8 +151,10 @@ class EvalRule:
 
     def args(self, wildcards):
         """The job's `magicpig eval` options but --out."""
-        return eval_args(P, SEED, self.task_names(wildcards), [fill(self.length, wildcards)], self.methods,
-                         self.samples, fill(self.setup, wildcards))
+        tasks = self.task_names(wildcards)
+        samples = self.task_samples.get(tasks[0], self.samples) if len(tasks) == 1 else self.samples
+        return eval_args(P, SEED, tasks, [fill(self.length, wildcards)], self.methods, samples,
+                         fill(self.setup, wildcards))
 
     def task_names(self, wildcards):
         return [fill(t, wildcards) for t in self.tasks]
@@ -177,7 +180,7 @@ def eval_rules(p, res):
     the (K, L) grid; evaluation setup A vs B) one job each, on all their tasks; the budget / cost sweeps (Figures
     1, 6c, 9a, 9b/c) per task. The blocks lm_eval, reasoning and sweeps are optional (absent: not run)."""
     from magicpig.harness.families import FAMILIES
-    from magicpig.harness.pipeline_config import ruler_methods_by_length, sweep_methods
+    from magicpig.harness.pipeline_config import ruler_methods_by_length, ruler_task_samples, sweep_methods
 
     acc, abl, a = f"{res}/accuracy", f"{res}/ablations", p["ablations"]
 
@@ -192,13 +195,16 @@ def eval_rules(p, res):
     def per_length(family):
         """One rule per distinct method list over the block's lengths (`length_methods` adds settings at some
         lengths): `eval_ruler` runs the lengths of `methods` alone, `eval_ruler_<16k>_...` the others, each job
-        decoding its whole list from one prefill per sample."""
+        decoding its whole list from one prefill per sample, of as many samples as its task has
+        (`task_samples`, else `samples`; a task of 0 runs no job)."""
         b, groups = p[family.block], {}
         for n, methods in ruler_methods_by_length(b).items():
             groups.setdefault(tuple(methods), []).append(n)
+        counts = {family.task.format(task=t): n for t, n in ruler_task_samples(b).items()}
+        tasks = [t for t in b["tasks"] if runs(counts[family.task.format(task=t)])]
         return [EvalRule(rule_name(family, methods, ns), acc, [family.task], "{length}", list(methods), b["samples"],
-                         jobs=[{**job, "length": n} for job in each_task(b) for n in ns], log=family.log,
-                         runtime=family.runtime) for methods, ns in groups.items()]
+                         jobs=[{"task": t, "length": n} for t in tasks for n in ns], log=family.log,
+                         runtime=family.runtime, task_samples=counts) for methods, ns in groups.items()]
 
     def per_task(family):
         """One rule, a job per task of the block (one job for a one-task family) at its prompt cap."""

@@ -63,7 +63,7 @@ def test_a_configured_data_file_counts_as_present(tmp_path, offline):
 
 def test_every_task_skipped_means_the_preset_cannot_run(tmp_path, offline, capsys):
     def only_hub_data(p):
-        p["ruler"]["samples"] = 0
+        p["ruler"].update(samples=0, task_samples={})
         p["gsm8k"]["samples"] = 0
 
     path = write_config(tmp_path, only_hub_data)
@@ -162,3 +162,12 @@ def test_make_reproduce_doctor_step_stops_on_a_preset_that_cannot_run():
     assert done.returncode == 1
     assert "preset nosuch cannot run" in done.stdout and "SNAKEMAKE-REACHED" not in done.stdout
     assert "make reproduce: stopped" in done.stderr
+
+
+def test_ruler_runs_when_any_task_has_samples():
+    from magicpig.harness.doctor import preset_tasks
+
+    p = {"ruler": {"tasks": ["niah_single_1", "fwe"], "samples": 0, "task_samples": {"fwe": 3}}}
+    assert preset_tasks(p) == {"ruler": ["ruler/fwe"]}
+    p["ruler"]["task_samples"] = {}
+    assert preset_tasks(p) == {}

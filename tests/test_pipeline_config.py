@@ -95,6 +95,24 @@ def test_unknown_task_names_the_field_and_the_tasks(smoke, block):
     assert "did you mean 'niah_single_2'" in msg and "qa_2" in msg
 
 
+def test_task_samples_name_tasks_of_the_block_and_counts_in_range(smoke):
+    ruler = smoke["presets"]["smoke"]["ruler"]
+    ruler["task_samples"] = {"vt": 4, "fwe": 9}
+    msg = problems(smoke)
+    assert "presets.smoke.ruler.task_samples.fwe: 'fwe' is not one of presets.smoke.ruler.tasks" in msg
+    assert "task_samples.vt" not in msg
+    ruler["task_samples"] = {"vt": -1}
+    assert "presets.smoke.ruler.task_samples" in problems(smoke)
+
+
+def test_ruler_task_samples_override_the_blocks_count():
+    from magicpig.harness.pipeline_config import ruler_task_samples
+
+    ruler = {"tasks": ["niah_single_1", "fwe", "vt"], "samples": 80, "task_samples": {"fwe": 200, "vt": 0}}
+    assert ruler_task_samples(ruler) == {"niah_single_1": 80, "fwe": 200, "vt": 0}
+    assert ruler_task_samples({"tasks": ["vt"], "samples": 3}) == {"vt": 3}
+
+
 def test_unknown_longbench_task_lists_the_allowed(smoke):
     smoke["presets"]["smoke"]["longbench"]["tasks"] = ["narrativeqa"]
     msg = problems(smoke)

@@ -132,6 +132,20 @@ def test_schema_rejects_a_bad_field(tmp_path):
     assert r.returncode != 0 and "samples" in (r.stdout + r.stderr)
 
 
+def test_task_samples_set_each_ruler_jobs_count(tmp_path):
+    """A task of ``ruler.task_samples`` runs its own count, the others ``samples``; a task of 0 runs no job."""
+    cfg = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    ruler = cfg["presets"]["smoke"]["ruler"]
+    ruler.update(tasks=["niah_single_1", "niah_single_2", "vt"], samples=2, task_samples={"niah_single_2": 7, "vt": 0})
+    path = tmp_path / "task_samples.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = dry_run("-p", "--configfile", str(path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [c for c in eval_commands(r.stdout, "ruler/niah_single_2") if "--samples 7 " in c]
+    assert all("--samples 2 " in c for c in eval_commands(r.stdout, "ruler/niah_single_1"))
+    assert eval_commands(r.stdout, "ruler/niah_single_1") and not eval_commands(r.stdout, "ruler/vt")
+
+
 # ---- the DAG is built on the results files themselves --------------------------------------------------------
 
 def dry_run_jobs(stdout: str) -> list[dict]:

@@ -233,8 +233,9 @@ def preset_tasks(p: dict) -> dict[str, list[str]]:
         return block in p and (p[block].get("samples") == "all" or (p[block].get("samples") or 0) > 0)
 
     out: dict[str, list[str]] = {}
-    if any(n > 0 for n in ruler_task_samples(p["ruler"]).values()):
-        names = p["ruler"]["tasks"] + p.get("ablations", {}).get("tasks", []) + p.get("sweeps", {}).get("tasks", [])
+    ruler = [t for t, n in ruler_task_samples(p["ruler"]).items() if n > 0]
+    if ruler:
+        names = ruler + p.get("ablations", {}).get("tasks", []) + p.get("sweeps", {}).get("tasks", [])
         out["ruler"] = [f"ruler/{t}" for t in dict.fromkeys(names)]
     if runs("longbench"):
         out["longbench"] = [f"longbench/{t}" for t in p["longbench"]["tasks"]]

@@ -218,7 +218,7 @@ def test_a_pickle_capture_is_refused_without_running_it(tmp_path, capsys, zipped
     marker = tmp_path / "ran"
     bad = tmp_path / "old.pt"
     torch.save({"format": 1, "x": _Payload(marker)}, bad, _use_new_zipfile_serialization=zipped)
-    for argv in (["estimate", "error", "--capture", str(bad)],
+    for argv in (["estimate", "error", "--capture", str(bad), "--out-dir", str(tmp_path)],
                  ["tune-kl", "--target-cost", "0.02", "--capture", str(bad), "--out-dir", str(tmp_path)]):
         assert main(argv) == 2
         err = capsys.readouterr().err

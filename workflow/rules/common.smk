@@ -200,8 +200,9 @@ def eval_rules(p, res):
         b, groups = p[family.block], {}
         for n, methods in ruler_methods_by_length(b).items():
             groups.setdefault(tuple(methods), []).append(n)
-        counts = {family.task.format(task=t): n for t, n in ruler_task_samples(b).items()}
-        tasks = [t for t in b["tasks"] if runs(counts[family.task.format(task=t)])]
+        per_task = ruler_task_samples(b)
+        counts = {family.task.format(task=t): count for t, count in per_task.items()}
+        tasks = [t for t, count in per_task.items() if runs(count)]
         return [EvalRule(rule_name(family, methods, ns), acc, [family.task], "{length}", list(methods), b["samples"],
                          jobs=[{"task": t, "length": n} for t in tasks for n in ns], log=family.log,
                          runtime=family.runtime, task_samples=counts) for methods, ns in groups.items()]

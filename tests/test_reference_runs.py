@@ -4,6 +4,8 @@ the estimate says whether the reference's preset config equals the one about to 
 from __future__ import annotations
 
 import json
+import re
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,11 @@ def finished_run(tmp_path: Path) -> tuple[Path, Path]:
     (report / "REPORT.html").write_text("<html></html>\n")
     (report / "fig.png").write_bytes(b"\x89PNG")
     (report / "notes.txt").write_text("not a report file\n")
+    pair = report / "disagreements" / "magicpig__vs__dense"
+    pair.mkdir(parents=True)
+    (pair / "ruler__fwe_4096.csv").write_text("id,score_a,score_b\nx,100,0\n")
+    (pair / "notes.txt").write_text("not a CSV\n")
+    (pair / "link.csv").symlink_to(report / "notes.txt")
     return tmp_path / "results", report
 
 
@@ -34,7 +41,11 @@ def test_archive_writes_the_report_job_times_machine_and_config_once(tmp_path):
                                  date="2026-12-04", commit="abc")
     assert out == tmp_path / "ref" / "cpu-2026-12-04"
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["REPORT.md", "REPORT.html", "fig.png", "job_times.csv", "machine.json", "run.json"])
+        ["REPORT.md", "REPORT.html", "disagreements", "fig.png", "job_times.csv", "machine.json", "run.json"])
+    # the CSVs the report links to, and nothing else from their folder
+    copied = out / "disagreements" / "magicpig__vs__dense"
+    assert [p.name for p in copied.iterdir()] == ["ruler__fwe_4096.csv"]
+    assert (copied / "ruler__fwe_4096.csv").read_text() == "id,score_a,score_b\nx,100,0\n"
     run = json.loads((out / "run.json").read_text())
     assert run["job_hours"] == 2.0 and run["jobs"] == 2 and run["commit"] == "abc"
     assert run["config_sha256"] == reference_runs.config_digest({"model": "smollm2"})
@@ -107,3 +118,15 @@ def test_archive_command_copies_a_preset_s_report(tmp_path, monkeypatch, capsys)
                  "--out", str(tmp_path / "ref"), "--date", "2026-12-04", "--commit", "c0ffee"]) == 0
     assert "cpu-2026-12-04" in capsys.readouterr().out
     assert json.loads((tmp_path / "ref" / "cpu-2026-12-04" / "run.json").read_text())["commit"] == "c0ffee"
+
+
+@pytest.mark.parametrize("preset", ["cpu", "cpu-long"])
+def test_the_committed_reference_report_s_links_resolve(preset):
+    """The README sends readers to the newest reference run of each CPU preset: every relative link of its
+    REPORT.md (figures, disagreement CSVs) names a file that is in the folder."""
+    folder = reference_runs.latest(preset, Path(__file__).resolve().parents[1] / reference_runs.ROOT)
+    assert folder is not None, f"no committed reference run of {preset}"
+    text = (folder / "REPORT.md").read_text(encoding="utf-8")
+    links = {urllib.parse.unquote(t) for t in re.findall(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)", text)}
+    assert any(t.endswith(".csv") for t in links) and any(t.endswith(".png") for t in links)
+    assert sorted(t for t in links if not (folder / t).is_file()) == []

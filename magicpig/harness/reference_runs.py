@@ -5,6 +5,7 @@ One folder per run, ``figures/reference/<preset>-<YYYY-MM-DD>/``, written once b
 never by the pipeline (which writes ``figures/generated/`` and ``results/``):
 
     REPORT.md, REPORT.html, *.png   the report as the pipeline made it
+    disagreements/<A>__vs__<B>/*.csv  the disagreeing samples the report links to
     job_times.csv                   one row per finished job (``results_tree.read_job_times``)
     machine.json                    ``machine.machine_record()`` of the machine that ran it
     run.json                        preset, date, commit, the preset's validated config and its sha256
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from magicpig.harness.report.disagreements_section import FOLDER as DISAGREEMENTS
 from magicpig.harness.result_files import (REFERENCE_JOB_TIMES_CSV, REFERENCE_MACHINE_JSON, REFERENCE_RUN,
                                            REFERENCE_RUN_JSON, REPORT_HTML, REPORT_MD)
 from magicpig.names import check_name
@@ -85,6 +87,7 @@ def archive(preset: str, preset_config: dict, results: Path, report_dir: Path, *
         if path.is_file() and not path.is_symlink() and (path.name in REPORT_FILES
                                                          or path.suffix in FIGURE_SUFFIXES):
             shutil.copy2(path, tmp / path.name)
+    _copy_disagreements(Path(report_dir) / DISAGREEMENTS, tmp / DISAGREEMENTS)
     times.to_csv(tmp / JOB_TIMES, index=False)
     (tmp / MACHINE).write_text(json.dumps(machine_record(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
     run = {"preset": preset, "date": date, "commit": commit, "config_sha256": config_digest(preset_config),
@@ -93,6 +96,19 @@ def archive(preset: str, preset_config: dict, results: Path, report_dir: Path, *
     (tmp / RUN).write_text(json.dumps(run, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
     tmp.rename(out)
     return out
+
+
+def _copy_disagreements(src: Path, dst: Path) -> None:
+    """The report's ``disagreements/<pair>/<unit>.csv`` files: plain CSV files one folder deep, no links."""
+    if not src.is_dir() or src.is_symlink():
+        return
+    for pair in sorted(src.iterdir()):
+        if not pair.is_dir() or pair.is_symlink():
+            continue
+        for path in sorted(pair.iterdir()):
+            if path.is_file() and not path.is_symlink() and path.suffix == ".csv":
+                (dst / pair.name).mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, dst / pair.name / path.name)
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ from magicpig.harness.commands import add_preset_options
 
 def register(sub) -> None:
     p = sub.add_parser("archive", help="keep a finished preset's report as a dated reference run",
-                       description="Copy figures/generated/<preset>/ (REPORT.md, REPORT.html, figures) and the "
-                                   "job times of results/<preset>/ into figures/reference/<preset>-<date>/.")
+                       description="Copy figures/generated/<preset>/ (REPORT.md, REPORT.html, figures, the "
+                                   "disagreement CSVs) and the job times of results/<preset>/ into "
+                                   "figures/reference/<preset>-<date>/.")
     add_preset_options(p)
     p.add_argument("--results", default=None, help="the preset's results folder (default results/<preset>)")
     p.add_argument("--report", default=None, help="the preset's report folder (default figures/generated/<preset>)")

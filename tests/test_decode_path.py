@@ -56,16 +56,18 @@ def test_hash_keys_equals_torch_reference(isa, monkeypatch):
 
 @pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
 @pytest.mark.parametrize("threads", [1, 2, 3, 7])
-def test_hash_keys_of_a_few_rows_splits_tables_over_threads(isa, threads, monkeypatch):
+@pytest.mark.parametrize("n", [1, 3, 4, 7])
+def test_hash_keys_of_a_few_rows_splits_tables_over_threads(isa, threads, n, monkeypatch):
     """A decode step's queries: fewer kv-heads than twice the threads, so each kv-head's tables are split
-    over work items (boundaries inside a column tile: K*L = 105, K = 5)."""
+    over work items (boundaries inside a column tile: K*L = 105, K = 5); up to 3 rows per kv-head take the
+    kernel's small row tile (1 row: 2 padding rows), more the usual one (4 and 7: 2 and 5 padding rows)."""
     require_module()
     from magicpig import cpu
 
     if isa not in cpu.supported_isas():
         pytest.skip(f"CPU lacks {isa}")
     gen = torch.Generator().manual_seed(threads)
-    B, Hkv, n, d, K, L = 1, 2, 3, 48, 5, 21
+    B, Hkv, d, K, L = 1, 2, 48, 5, 21
     q = torch.randn(B, Hkv, n, d, generator=gen)
     proj = lsh.make_projections(d, K, L, num_sets=Hkv)
     ref = lsh.hash_codes(q, proj, K, L)
@@ -242,6 +244,34 @@ def test_staged_host_path_equals_direct(concurrent):
     assert set(staged._host) == {"q", "codes", "out", "lse"}
     assert all(not t.is_pinned() for t in staged._host.values())
     assert decoders.host_buffer((2,), torch.float32, torch.device("cpu")).is_pinned() is False
+
+
+def test_fused_steps_of_layers_of_different_shapes_interleaved():
+    """The one-call step keeps its intermediate arrays between calls: layers of other batch sizes, head
+    counts and lengths, called in turn (larger after smaller and back), each still equal the call-by-call
+    route of their own layer."""
+    require_module()
+    cls = offload_layer_class("compiled")
+    pairs = []
+    for B, Hkv, G, n, d, seed in ((2, 2, 2, 400, 32, 3), (1, 3, 3, 1111, 64, 4), (2, 1, 5, 257, 48, 5)):
+        k, v, _ = _state(B, Hkv, n, d, seed)
+        layout = KeyLayout(n, torch.tensor([0, 57][:B]), torch.full((B,), n))
+        method = MagicPIG(K=5, L=20, sinks=4, local=16)
+        fused = decoders.OffloadDecoder(method, k, v, layout, 0, cls)
+        unfused = decoders.OffloadDecoder(method, k, v, layout, 0, cls)
+        unfused._fused = None
+        assert fused._fused is not None
+        pairs.append((fused, unfused, torch.Generator().manual_seed(seed), (B, Hkv * G, Hkv, d)))
+    for step in range(3):
+        for fused, unfused, gen, (B, H, Hkv, d) in pairs:
+            q = torch.randn(B, H, d, generator=gen) * 2
+            a, c = fused.attend(q, None), unfused.attend(q, None)
+            torch.testing.assert_close(a.output, c.output, atol=1e-6, rtol=1e-6)
+            torch.testing.assert_close(a.lse, c.lse, atol=1e-6, rtol=1e-6)
+            assert torch.equal(a.used, c.used) and bool((a.used > 0).any())
+            kn, vn = torch.randn(B, Hkv, 1, d, generator=gen), torch.randn(B, Hkv, 1, d, generator=gen)
+            fused.append(kn, vn)
+            unfused.append(kn, vn)
 
 
 def test_threads_env(monkeypatch):

@@ -167,26 +167,23 @@ std::vector<torch::Tensor> retrieve(torch::Tensor offsets, torch::Tensor ids, in
   return {bits, sampled, entries};
 }
 
-// kernel 3's arguments, checked: kv (B, H_kv, n_max, 2, d), q (B, H, d) float32, bits (B, H, W) int64
-AttendArgs attend_args(const torch::Tensor& kv, const torch::Tensor& q, const torch::Tensor& bits, double scale,
-                       const torch::Tensor& table, double table_limit, int64_t K, int64_t L, int64_t min_collisions,
-                       int64_t prefetch, int64_t split_tokens) {
+// kernel 3's arguments, checked: kv (B, H_kv, n_max, 2, d), q (B, H, d) float32. a.bits, the (B, H, W)
+// retrieval bitsets, is the caller's to set: attend's checked tensor, or decode_step's scratch.
+AttendArgs attend_args(const torch::Tensor& kv, const torch::Tensor& q, double scale, const torch::Tensor& table,
+                       double table_limit, int64_t K, int64_t L, int64_t min_collisions, int64_t prefetch,
+                       int64_t split_tokens) {
   check_cpu_contig(kv, "kv");
   check_cpu_contig(q, "q");
-  check_cpu_contig(bits, "bits");
   check_cpu_contig(table, "table");
   TORCH_CHECK(kv.scalar_type() == torch::kFloat32 || kv.scalar_type() == torch::kBFloat16,
               "kv must be float32 or bfloat16");
   check_dtype(q, torch::kFloat32, "q");
-  check_dtype(bits, torch::kInt64, "bits");
   check_dtype(table, torch::kFloat32, "table");
   TORCH_CHECK(kv.dim() == 5 && kv.size(3) == 2, "kv must be (B, H_kv, n_max, 2, d)");
   const int64_t B = kv.size(0), Hkv = kv.size(1), n_max = kv.size(2), d = kv.size(4);
   TORCH_CHECK(q.dim() == 3 && q.size(0) == B && q.size(2) == d, "q must be (B, H, d) = (", B, ", H, ", d, ")");
   const int64_t H = q.size(1);
   TORCH_CHECK(H % Hkv == 0 && H / Hkv <= 64, "H / H_kv must be an integer <= 64, got H = ", H, ", H_kv = ", Hkv);
-  TORCH_CHECK(bits.dim() == 3 && bits.size(0) == B && bits.size(1) == H && bits.size(2) == (n_max + 63) / 64,
-              "bits must be (B, H, ceil(n_max / 64))");
   TORCH_CHECK(table.dim() == 1 && table.size(0) >= 2, "table must be 1-D with >= 2 entries");
   AttendArgs a;
   a.B = B;
@@ -197,7 +194,7 @@ AttendArgs attend_args(const torch::Tensor& kv, const torch::Tensor& q, const to
   a.bf16 = kv.scalar_type() == torch::kBFloat16;
   a.kv = kv.data_ptr();
   a.q = q.data_ptr<float>();
-  a.bits = reinterpret_cast<const uint64_t*>(bits.data_ptr<int64_t>());
+  a.bits = nullptr;
   a.scale = static_cast<float>(scale);
   a.table = table.data_ptr<float>();
   a.table_n = static_cast<int>(table.size(0) - 1);
@@ -215,8 +212,12 @@ std::vector<torch::Tensor> attend(torch::Tensor kv, torch::Tensor q,
                                   torch::Tensor bits, double scale, torch::Tensor table, double table_limit,
                                   int64_t K, int64_t L, int64_t min_collisions, int64_t isa, int64_t threads,
                                   int64_t prefetch, int64_t split_tokens) {
-  const AttendArgs a =
-      attend_args(kv, q, bits, scale, table, table_limit, K, L, min_collisions, prefetch, split_tokens);
+  AttendArgs a = attend_args(kv, q, scale, table, table_limit, K, L, min_collisions, prefetch, split_tokens);
+  check_cpu_contig(bits, "bits");
+  check_dtype(bits, torch::kInt64, "bits");
+  TORCH_CHECK(bits.dim() == 3 && bits.size(0) == a.B && bits.size(1) == a.H && bits.size(2) == (a.n_max + 63) / 64,
+              "bits must be (B, H, ceil(n_max / 64))");
+  a.bits = reinterpret_cast<const uint64_t*>(bits.data_ptr<int64_t>());
   auto out = torch::empty({a.B, a.H, a.d}, torch::kFloat32);
   auto lse = torch::empty({a.B, a.H}, torch::kFloat32);
   magicpig::attend(a, static_cast<int>(isa), out.data_ptr<float>(), lse.data_ptr<float>(), static_cast<int>(threads));
@@ -321,6 +322,30 @@ void append_kv(torch::Tensor k_buf, torch::Tensor v_buf, int64_t n, torch::Tenso
   }
 }
 
+// decode_step's intermediate arrays, grown to the largest step seen and reused (one per calling thread)
+struct StepScratch {
+  std::vector<uint64_t> bits;                 // (B, H, W) retrieval bitsets
+  std::vector<int32_t> codes, sampled;        // (B, H, L) query codes; (B, H) sampled counts
+  std::vector<int64_t> entries, lo, count;    // (B, H) bucket entries read; the hashing's row ranges (B,)
+  std::vector<float> zero, part_out, part_lse;  // (B, H_kv, d) zero centre; the sampled part (B, H, d), (B, H)
+
+  template <typename T>
+  static void grow(std::vector<T>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  }
+  void fit(int64_t B, int64_t H, int64_t W, int64_t L, int64_t Hkv, int64_t d, int64_t G) {
+    grow(bits, B * H * W);
+    grow(codes, B * H * L);
+    grow(sampled, B * H);
+    grow(entries, B * H);
+    grow(zero, B * Hkv * d);  // only ever zeros: grown with zeros, never written
+    grow(part_out, B * H * d);
+    grow(part_lse, B * H);
+    lo.assign(static_cast<size_t>(B), 0);
+    count.assign(static_cast<size_t>(B), G);
+  }
+};
+
 // One decode step of an offloaded layer on a CPU model, kernels 0, 2, 3 and 5 in one call: hash q (B, H, d)
 // float32 with the tiled projections proj (S, P / 32, d, 32), retrieve from the tables, attend the sampled
 // offloaded keys, then attend the static keys k_static / v_static (B, H_kv, s, d; s may be 0; only the first
@@ -354,9 +379,7 @@ std::vector<torch::Tensor> decode_step(torch::Tensor kv, torch::Tensor offsets, 
     return s;
   };
   const int64_t H = q.size(1), G = H / t.Hkv, W = (t.n_max + 63) / 64;
-  auto bits = torch::empty({t.B, H, W}, torch::kInt64);
-  const AttendArgs a =
-      attend_args(kv, q, bits, scale, table, table_limit, K, L, min_collisions, prefetch, split_tokens);
+  AttendArgs a = attend_args(kv, q, scale, table, table_limit, K, L, min_collisions, prefetch, split_tokens);
   TORCH_CHECK(a.B == t.B && a.Hkv == t.Hkv && a.n_max == t.n_max, "kv does not agree with the tables");
   check_tiled_projections(proj, t.Hkv, a.d, K * L);
   magicpig::ExactArgs e = exact_args(q, k_static, v_static, scale);
@@ -364,35 +387,37 @@ std::vector<torch::Tensor> decode_step(torch::Tensor kv, torch::Tensor offsets, 
   TORCH_CHECK(n_static <= e.n, "n_static = ", n_static, " but k_static holds ", e.n, " rows");
   if (n_static >= 0) e.n = n_static;  // the first n_static rows of a growing buffer
   const int ti = static_cast<int>(isa), tt = static_cast<int>(threads);
+  // the intermediate arrays live in this thread's scratch, reused by its later steps: a step allocates only
+  // the tensors it returns (the heap's allocations cost microseconds each on a decode step's cold caches)
+  thread_local StepScratch scratch;
+  scratch.fit(t.B, H, W, L, t.Hkv, a.d, G);
+  a.bits = scratch.bits.data();
   auto seconds = torch::empty({4}, torch::kFloat64);
   double* sec = seconds.data_ptr<double>();
   // kernel 0 on the queries: (B, H_kv, G, d) rows, no centre
-  auto codes = torch::empty({t.B, H, L}, torch::kInt32);
-  std::vector<float> zero(static_cast<size_t>(t.B * t.Hkv * a.d), 0.f);
-  std::vector<int64_t> lo(static_cast<size_t>(t.B), 0), count(static_cast<size_t>(t.B), G);
-  magicpig::hash_keys(q.data_ptr<float>(), t.B, t.Hkv, G, a.d, zero.data(), proj.data_ptr<float>(), proj.size(0),
-                      proj.size(1) * proj.size(3), static_cast<int>(K), L, lo.data(), count.data(), G,
-                      codes.data_ptr<int32_t>(), false, ti, tt);
+  magicpig::hash_keys(q.data_ptr<float>(), t.B, t.Hkv, G, a.d, scratch.zero.data(), proj.data_ptr<float>(),
+                      proj.size(0), proj.size(1) * proj.size(3), static_cast<int>(K), L, scratch.lo.data(),
+                      scratch.count.data(), G, scratch.codes.data(), false, ti, tt);
   sec[0] = lap();
-  auto sampled = torch::empty({t.B, H}, torch::kInt32);
-  auto entries = torch::empty({t.B, H}, torch::kInt64);
-  magicpig::retrieve(t, codes.data_ptr<int32_t>(), H, static_cast<int>(min_collisions),
-                     reinterpret_cast<uint64_t*>(bits.data_ptr<int64_t>()), sampled.data_ptr<int32_t>(),
-                     entries.data_ptr<int64_t>(), tt);
+  magicpig::retrieve(t, scratch.codes.data(), H, static_cast<int>(min_collisions), scratch.bits.data(),
+                     scratch.sampled.data(), scratch.entries.data(), tt);
   sec[1] = lap();
-  auto part_out = torch::empty({t.B, H, a.d}, torch::kFloat32);
-  auto part_lse = torch::empty({t.B, H}, torch::kFloat32);
-  magicpig::attend(a, ti, part_out.data_ptr<float>(), part_lse.data_ptr<float>(), tt);
-  sec[2] = lap();
-  auto sampled_f = sampled.to(torch::kFloat32);
-  if (e.n == 0) {
-    sec[3] = 0.0;
-    return {part_out, part_lse, sampled_f, seconds};
-  }
-  e.prior_out = part_out.data_ptr<float>();
-  e.prior_lse = part_lse.data_ptr<float>();
+  const bool exact_part = e.n > 0;
   auto out = torch::empty({t.B, H, a.d}, torch::kFloat32);
   auto lse = torch::empty({t.B, H}, torch::kFloat32);
+  float* part_out = exact_part ? scratch.part_out.data() : out.data_ptr<float>();
+  float* part_lse = exact_part ? scratch.part_lse.data() : lse.data_ptr<float>();
+  magicpig::attend(a, ti, part_out, part_lse, tt);
+  sec[2] = lap();
+  auto sampled_f = torch::empty({t.B, H}, torch::kFloat32);
+  float* sf = sampled_f.data_ptr<float>();
+  for (int64_t i = 0; i < t.B * H; ++i) sf[i] = static_cast<float>(scratch.sampled[static_cast<size_t>(i)]);
+  if (!exact_part) {
+    sec[3] = 0.0;
+    return {out, lse, sampled_f, seconds};
+  }
+  e.prior_out = part_out;
+  e.prior_lse = part_lse;
   magicpig::exact_attend(e, ti, out.data_ptr<float>(), lse.data_ptr<float>(), tt);
   sec[3] = lap();
   return {out, lse, sampled_f, seconds};

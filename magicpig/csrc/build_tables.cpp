@@ -95,7 +95,8 @@ bool build_tables(const int32_t* codes, const int64_t* counts, int64_t B, int64_
 namespace {
 
 const int64_t HASH_ROWS = 240;  // rows per work item (a multiple of the row tile)
-const int64_t HASH_RB = 6;      // the row tile of every variant
+const int64_t HASH_RB = 6;        // the row tile of the key blocks
+const int64_t HASH_RB_SMALL = 3;  // the row tile where every work item has at most this many rows
 
 // Rows x (rows, d), a multiple of RB, times projections w in the tiled layout (KLp / kHashTile, d,
 // kHashTile) of a (d, KLp) matrix: a register tile of RB rows by NV vectors of columns accumulates over d;
@@ -147,30 +148,35 @@ typedef float v4f __attribute__((vector_size(16)));
 using HashRowsFn = void (*)(const float*, int64_t, int64_t, int64_t, const float*, int64_t, int, int64_t,
                             int64_t, int64_t, uint8_t*, int32_t*);
 
-#if defined(__x86_64__) || defined(__i386__)
-__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void hash_rows_avx512(
-    const float* x, int64_t rows, int64_t rows_valid, int64_t d, const float* w, int64_t KLp, int K, int64_t L,
-    int64_t t0, int64_t t1, uint8_t* sign, int32_t* codes) {
-  hash_rows_impl<v16f, 6, 2>(x, rows, rows_valid, d, w, KLp, K, L, t0, t1, sign, codes);
-}
-__attribute__((target("avx2,fma"))) void hash_rows_avx2(const float* x, int64_t rows, int64_t rows_valid,
-                                                         int64_t d, const float* w, int64_t KLp, int K,
-                                                         int64_t L, int64_t t0, int64_t t1, uint8_t* sign,
-                                                         int32_t* codes) {
-  hash_rows_impl<v8f, 6, 2>(x, rows, rows_valid, d, w, KLp, K, L, t0, t1, sign, codes);
-}
-#endif
-void hash_rows_scalar(const float* x, int64_t rows, int64_t rows_valid, int64_t d, const float* w, int64_t KLp,
-                      int K, int64_t L, int64_t t0, int64_t t1, uint8_t* sign, int32_t* codes) {
-  hash_rows_impl<v4f, 6, 2>(x, rows, rows_valid, d, w, KLp, K, L, t0, t1, sign, codes);
-}
+// Each variant in two row tiles: HASH_RB rows (the decoder set-up's blocks of keys) and HASH_RB_SMALL rows
+// (a decode step's query heads of one kv-head, typically 2-4, which the larger tile would pad with zero
+// rows: at 3 rows, half its multiply-adds). Each code is the same in both: every column's sum runs over d
+// in order.
+#define MP_HASH_VARIANTS(NAME, TARGET, V)                                                                   \
+  TARGET void NAME(const float* x, int64_t rows, int64_t rows_valid, int64_t d, const float* w,              \
+                   int64_t KLp, int K, int64_t L, int64_t t0, int64_t t1, uint8_t* sign, int32_t* codes) {     \
+    hash_rows_impl<V, HASH_RB, 2>(x, rows, rows_valid, d, w, KLp, K, L, t0, t1, sign, codes);                 \
+  }                                                                                                         \
+  TARGET void NAME##_small(const float* x, int64_t rows, int64_t rows_valid, int64_t d, const float* w,      \
+                           int64_t KLp, int K, int64_t L, int64_t t0, int64_t t1, uint8_t* sign,             \
+                           int32_t* codes) {                                                                \
+    hash_rows_impl<V, HASH_RB_SMALL, 2>(x, rows, rows_valid, d, w, KLp, K, L, t0, t1, sign, codes);           \
+  }
 
-HashRowsFn select_hash(int isa) {
 #if defined(__x86_64__) || defined(__i386__)
-  if (isa == kAvx512 && cpu_supports(kAvx512)) return hash_rows_avx512;
-  if (isa == kAvx2 && cpu_supports(kAvx2)) return hash_rows_avx2;
+MP_HASH_VARIANTS(hash_rows_avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))), v16f)
+MP_HASH_VARIANTS(hash_rows_avx2, __attribute__((target("avx2,fma"))), v8f)
 #endif
-  return hash_rows_scalar;
+MP_HASH_VARIANTS(hash_rows_scalar, , v4f)
+#undef MP_HASH_VARIANTS
+
+// The variant for `isa` with a row tile of HASH_RB_SMALL rows (small) or HASH_RB.
+HashRowsFn select_hash(int isa, bool small) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (isa == kAvx512 && cpu_supports(kAvx512)) return small ? hash_rows_avx512_small : hash_rows_avx512;
+  if (isa == kAvx2 && cpu_supports(kAvx2)) return small ? hash_rows_avx2_small : hash_rows_avx2;
+#endif
+  return small ? hash_rows_scalar_small : hash_rows_scalar;
 }
 
 }  // namespace
@@ -178,7 +184,10 @@ HashRowsFn select_hash(int isa) {
 void hash_keys(const float* keys, int64_t B, int64_t Hkv, int64_t n, int64_t d, const float* center,
                const float* proj, int64_t S, int64_t P, int K, int64_t L, const int64_t* lo,
                const int64_t* count, int64_t m, int32_t* codes, bool table_major, int isa, int threads) {
-  const HashRowsFn fn = select_hash(isa);
+  // rows of an item are at most min(m, HASH_ROWS): a decode step's few query rows take the small tile
+  const bool small = m <= HASH_RB_SMALL;
+  const int64_t rb = small ? HASH_RB_SMALL : HASH_RB;
+  const HashRowsFn fn = select_hash(isa, small);
   const int64_t KLp = P;  // a multiple of kHashTile (the caller tiles the projections once)
   const float* w0 = proj;
   std::memset(codes, 0, sizeof(int32_t) * B * Hkv * m * L);  // padding rows (>= count[b]) stay 0
@@ -193,9 +202,9 @@ void hash_keys(const float* keys, int64_t B, int64_t Hkv, int64_t n, int64_t d, 
 #pragma omp parallel num_threads(threads)
   {
     // buffers sized for the rows an item can have (a decode step hashes a few query rows)
-    const int64_t cap = std::min(HASH_ROWS, (m + HASH_RB - 1) / HASH_RB * HASH_RB);
+    const int64_t cap = std::min(HASH_ROWS, (m + rb - 1) / rb * rb);
     std::vector<float> x(static_cast<size_t>(cap * d));
-    std::vector<uint8_t> sign(static_cast<size_t>(HASH_RB * KLp));
+    std::vector<uint8_t> sign(static_cast<size_t>(rb * KLp));
     std::vector<int32_t> block_codes(static_cast<size_t>(cap * L));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
@@ -208,7 +217,7 @@ void hash_keys(const float* keys, int64_t B, int64_t Hkv, int64_t n, int64_t d, 
       const float* src = keys + (bh * n + lo[b] + r0) * d;
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t k = 0; k < d; ++k) x[r * d + k] = src[r * d + k] - c[k];
-      const int64_t padded = (rows + HASH_RB - 1) / HASH_RB * HASH_RB;
+      const int64_t padded = (rows + rb - 1) / rb * rb;
       std::fill(x.begin() + rows * d, x.begin() + padded * d, 0.f);
       fn(x.data(), padded, rows, d, w0 + (S == 1 ? 0 : h) * d * KLp, KLp, K, L, t0, t1, sign.data(),
          block_codes.data());

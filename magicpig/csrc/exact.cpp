@@ -11,7 +11,9 @@
 
 namespace magicpig {
 
-static constexpr int64_t kMinTokens = 256;
+// 64 keys: a decode step's static part (sinks, local window, generated keys; a few hundred rows) still splits,
+// so 3 kv-heads on 2 threads do not leave one thread idle for a third of it
+static constexpr int64_t kMinTokens = 64;
 
 static ExactRangeFn select_exact(int isa) {
   if (isa == kAvx512 && cpu_supports(kAvx512)) return avx512::exact_range;

@@ -98,6 +98,8 @@ class MagicPIGCache(Cache):
         self.context = DecoderContext(options=self.options, dense_layers=self.dense_layers, generator=generator,
                                       offload_layer=lambda: offload_layer_class(impl), timings=self.timings)
         self._step: list[tuple[torch.Tensor, torch.Tensor, Any]] = []  # (used, candidates, cost1) per layer
+        self._whole_step: tuple[torch.Tensor, torch.Tensor, float] | None = None  # record_step's
+        self.decode_loop: Any = None  # DecodeForward's whole-step loop over these decoders (False: none applies)
         super().__init__(layers=[MagicPIGLayer(self, i) for i in range(self.num_layers)])
 
     @property
@@ -131,6 +133,7 @@ class MagicPIGCache(Cache):
             layer.keys = layer.values = None
             layer.is_initialized = True
             layer.pending = None
+        self.decode_loop = None
 
     def is_decoding(self, layer_idx: int) -> bool:
         layer = self.layers[layer_idx]
@@ -154,6 +157,7 @@ class MagicPIGCache(Cache):
                 start = torch.where(m.any(-1), first, start).to(k0.device)
             layout = KeyLayout(n0, start, torch.full_like(start, n0))
             layer.decoder = self.build_decoder(layer_idx, k0, v0, layout)
+            self.decode_loop = None
             layer.keys = layer.values = None
             k_new, v_new = layer.pending
             layer.pending = None
@@ -163,17 +167,27 @@ class MagicPIGCache(Cache):
             self._step.append((res.used, res.candidates, res.cost1))  # reduced once per step in pop_step
         return res.output
 
+    def record_step(self, used: torch.Tensor, candidates: torch.Tensor, cost1: float) -> None:
+        """A whole step's records at once (the decode loop's, which runs no ``attend``): used and candidates
+        (sparse layers, B, H) float32 in layer order, cost1 their mean; ``pop_step`` reads them as it reads
+        the per-layer records of ``attend``."""
+        self._step, self._whole_step = [], (used, candidates, cost1)
+
     def pop_step(self) -> tuple[torch.Tensor, float] | None:
         """Mean over sparse layers of this step's (cost2 per row (B,), cost1); None if no sparse layer ran.
         Clears the step's records (sums over steps: ``CostMeter``)."""
-        if not self._step:
+        if self._step:
+            device = self._step[0][0].device
+            used = torch.stack([u.detach().to(device, torch.float32) for u, _, _ in self._step])  # (layers, B, H)
+            candidates = torch.stack([c.detach().to(device, torch.float32) for _, c, _ in self._step])
+            cost1 = sum(float(c) for _, _, c in self._step) / len(self._step)
+        elif self._whole_step is not None and len(self._whole_step[0]):
+            used, candidates, cost1 = self._whole_step
+        else:
+            self._whole_step = None
             return None
-        device = self._step[0][0].device
-        used = torch.stack([u.detach().to(device, torch.float32) for u, _, _ in self._step])  # (layers, B, H)
-        candidates = torch.stack([c.detach().to(device, torch.float32) for _, c, _ in self._step])
+        self._step, self._whole_step = [], None
         cost2 = (used / candidates.clamp_min(1)).mean(-1).mean(0).cpu()  # per layer over heads, then layers
-        cost1 = sum(float(c) for _, _, c in self._step) / len(self._step)
-        self._step = []
         return cost2, cost1
 
 

@@ -7,8 +7,10 @@ weights, the rotary embedding of q and k), the cache's decoder (``MagicPIGCache`
 as through the attention hook; on an offloaded layer one call of the CPU module that also appends the step's
 key and value), and kernel 6's ``mlp_residual`` with the attention output (o_proj added to the residual,
 RMSNorm, gate/up in one region, SiLU-and-multiply, down added to the residual). On a decode step's cold caches
-every call and tensor operation costs tens of microseconds, so fewer of them is most of the gain. Its logits
-equal transformers' up to float32 summation order (tests/test_decode_forward.py).
+every call and tensor operation costs tens of microseconds, so fewer of them is most of the gain. Where every
+layer's decoder runs on the CPU module, the whole step is one call (``magicpig.decode_loop``: the same kernels
+in the same order, equal logits; ``whole_step=False`` keeps the layer-by-layer loop). Its logits equal
+transformers' up to float32 summation order (tests/test_decode_forward.py).
 
 What it supports (``unsupported_reason`` says why not, and ``Engine`` then keeps transformers' forward):
 a float32 CPU model whose decoder layers are transformers' Llama / Mistral / Qwen2 classes with SiLU MLPs
@@ -102,17 +104,19 @@ class DecodeForward:
 
     weights: how kernel 4 stores the linear weights (``magicpig.decode_weights.WEIGHT_FORMATS``). ids,
     positions: (B, 1) int64 (the next token of each sequence and its position); cache: a ``MagicPIGCache``
-    whose decoders are built (``start_decoding``). Returns logits (B, V) float32.
+    whose decoders are built (``start_decoding``). Returns logits (B, V) float32. whole_step: run the
+    step as one call of the module where the cache's decoders allow (``magicpig.decode_loop``).
     Raises ValueError (``unsupported_reason``) for a model it cannot run.
     """
 
-    def __init__(self, model, weights: str = "model"):
+    def __init__(self, model, weights: str = "model", whole_step: bool = True):
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"decode_forward='magicpig' cannot run this model: {reason}")
         from magicpig import cpu
 
         self.module, self.isa, self.threads = cpu.load(), cpu.ISA_CODES[cpu.isa()], cpu.num_threads()
+        self.whole_step = whole_step
         config = model.config
         inner = model.model
         self.embed = inner.embed_tokens
@@ -142,13 +146,29 @@ class DecodeForward:
         cos, sin = self.rotary(h, positions)  # (B, 1, d) each
         cos, sin = cos[:, 0].float().contiguous(), sin[:, 0].float().contiguous()
         h = h[:, 0].contiguous()
-        for i, w in enumerate(self.layers):
-            qkv = mod.attention_in(h, w.in_norm, w.in_eps, w.qkv, w.qkv_bias, cos, sin, H, Hkv, isa, threads)
-            k = qkv[:, H * d:(H + Hkv) * d].view(B, Hkv, 1, d)
-            v = qkv[:, (H + Hkv) * d:].view(B, Hkv, 1, d)
-            cache.layers[i].decoder.append(k, v)
-            out = cache.attend(i, qkv[:, :H * d].view(B, H, d), w.scale)  # (B, H, d) float32
-            # h += o_proj(out), then h += MLP(RMSNorm(h))
-            mod.mlp_residual(h, w.post_norm, w.post_eps, w.mlp, w.mlp_bias, isa, threads, out, w.o[0], w.o_bias[0])
+        loop = self._loop(cache, B)
+        if loop is not None:  # every layer in one call of the module
+            h = loop(h, cos, sin)
+        else:
+            for i, w in enumerate(self.layers):
+                qkv = mod.attention_in(h, w.in_norm, w.in_eps, w.qkv, w.qkv_bias, cos, sin, H, Hkv, isa, threads)
+                k = qkv[:, H * d:(H + Hkv) * d].view(B, Hkv, 1, d)
+                v = qkv[:, (H + Hkv) * d:].view(B, Hkv, 1, d)
+                cache.layers[i].decoder.append(k, v)
+                out = cache.attend(i, qkv[:, :H * d].view(B, H, d), w.scale)  # (B, H, d) float32
+                # h += o_proj(out), then h += MLP(RMSNorm(h))
+                mod.mlp_residual(h, w.post_norm, w.post_eps, w.mlp, w.mlp_bias, isa, threads, out, w.o[0],
+                                 w.o_bias[0])
         x = F.rms_norm(h, h.shape[-1:], self.final_norm, self.final_eps)
         return mod.linear(x, self.head, self.head_bias, isa, threads)
+
+    def _loop(self, cache, batch: int):
+        """The cache's ``DecodeLoop`` (built at its first step, None where a decoder needs the Python loop)."""
+        if not self.whole_step:
+            return None
+        loop = cache.decode_loop
+        if loop is None or (loop and loop.forward is not self):
+            from magicpig.decode_loop import DecodeLoop
+
+            loop = cache.decode_loop = DecodeLoop.build(self, cache, batch) or False
+        return loop or None

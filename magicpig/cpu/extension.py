@@ -28,8 +28,8 @@ CSRC = Path(__file__).resolve().parent.parent / "csrc"
 SOURCES = ["bindings.cpp", "build_tables.cpp", "retrieve.cpp", "attend.cpp", "exact.cpp",
            "linear.cpp", "decode_layer.cpp", "append.cpp", "prefill.cpp", "isa_scalar.cpp", "isa_avx2.cpp",
            "isa_avx512.cpp"]
-HEADERS = ["bindings_checks.h", "bindings_layer.h", "magicpig_cpu.h", "attend_impl.h", "linear_impl.h",
-           "probe_impl.h", "isa_variant.h"]
+HEADERS = ["bindings_checks.h", "bindings_layer.h", "bindings_loop.h", "magicpig_cpu.h", "attend_impl.h",
+           "linear_impl.h", "probe_impl.h", "isa_variant.h"]
 
 
 def _install_key() -> str:

@@ -274,6 +274,14 @@ class OffloadedLayer:
 
         return hash_queries
 
+    def step_args(self, projections: torch.Tensor, pool: list | None = None) -> tuple:
+        """The module's arguments for this layer's offloaded part of a decode step, in the order
+        ``DecodeLoop.set_sparse`` takes them: (kv, offsets, ids, K, tiled projections, table, table limit, L,
+        min_collisions, isa code, threads, prefetch, split tokens); projections tiled here (``pool``: see
+        ``shared_tiled_projections``)."""
+        return (self.kv, self.offsets, self.ids, self.K, shared_tiled_projections(projections, pool), self.table,
+                TABLE_LIMIT, self.L, self.min_collisions, self.isa_code, self.threads, PREFETCH, SPLIT_TOKENS)
+
     def decode_step_fn(self, projections: torch.Tensor, pool: list | None = None):
         """The whole CPU part of one decode step of this layer on a CPU model, as one call of the module
         (kernels 0, 2, 3 and 5): a function ``step(q, k_static, v_static, n_static, scale, timings, new)`` ->
@@ -284,11 +292,9 @@ class OffloadedLayer:
         first (kernel 7; the buffers must have the room) and attended with the others. ``timings``: the
         parts' seconds are added to its ``hash``, ``cpu_retrieve``, ``cpu_attend`` (retrieval + attention),
         ``cpu_wait`` and ``exact``."""
-        tiled = shared_tiled_projections(projections, pool)
         kernel = extension.load().decode_step
-        args = (self.kv, self.offsets, self.ids, self.K, tiled)
-        plan = (self.table, TABLE_LIMIT, self.L, self.min_collisions)
-        run = (self.isa_code, self.threads, PREFETCH, SPLIT_TOKENS)
+        offloaded = self.step_args(projections, pool)
+        args, plan, run = offloaded[:5], offloaded[5:9], offloaded[9:]
 
         def step(q: torch.Tensor, k_static: torch.Tensor, v_static: torch.Tensor, n_static: int, scale: float,
                  timings: dict | None = None, new: tuple | None = None):

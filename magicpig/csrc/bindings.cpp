@@ -1,6 +1,6 @@
 // Python bindings of the MagicPIG CPU module (torch C++ extension). Checks shapes / dtypes, naming the
 // bad argument, then calls the raw-pointer kernels. The only translation unit that includes torch; the
-// bindings of kernels 4 and 6 are in bindings_layer.h, included here.
+// bindings of kernels 4 and 6 are in bindings_layer.h, the decode loop's in bindings_loop.h, included here.
 #include <torch/extension.h>
 
 #include <chrono>
@@ -346,14 +346,78 @@ struct StepScratch {
   }
 };
 
-// One decode step of an offloaded layer on a CPU model, kernels 0, 2, 3 and 5 in one call: hash q (B, H, d)
-// float32 with the tiled projections proj (S, P / 32, d, 32), retrieve from the tables, attend the sampled
-// offloaded keys, then attend the static keys k_static / v_static (B, H_kv, s, d; s may be 0; only the first
-// n_static of them when n_static >= 0: a growing buffer passed whole) exactly and merge. With k_new /
-// v_new (B, H_kv, m, d), kernel 7 first writes k_new - center and v_new at rows n_static .. n_static + m
-// of the static buffers, and those rows are attended too (the step's own key, appended in the same call).
-// -> (out (B, H, d), lse (B, H) float32, sampled (B, H) float32, seconds (4,) float64 of the four parts:
-// hash, retrieve, attend, exact)
+// The sampled part and the static part of one decode step of an offloaded layer, its arguments checked: kernel 0
+// hashes the queries a.q (B, H, d) with the tiled projections proj (proj_s kv-heads or 1 of proj_p columns),
+// kernel 2 retrieves, kernel 3 attends the sampled offloaded keys, then kernel 5 attends e's static rows (none
+// when e.n = 0) and merges the two into out (B, H, d) / lse (B, H). sampled (B, H): the sampled counts;
+// seconds[0..3] += the four parts' seconds (hash, retrieve, attend, exact). The intermediate arrays live in
+// the calling thread's scratch, reused by its later steps (the heap's allocations cost microseconds each on a
+// decode step's cold caches).
+void sparse_step(const Tables& t, AttendArgs a, const float* proj, int64_t proj_s, int64_t proj_p,
+                 magicpig::ExactArgs e, int isa, int threads, float* out, float* lse, float* sampled,
+                 double* seconds) {
+  auto timer = std::chrono::steady_clock::now();
+  auto lap = [&timer]() {
+    const auto now = std::chrono::steady_clock::now();
+    const double s = std::chrono::duration<double>(now - timer).count();
+    timer = now;
+    return s;
+  };
+  const int64_t H = a.H, G = H / t.Hkv, W = (t.n_max + 63) / 64;
+  thread_local StepScratch scratch;
+  scratch.fit(t.B, H, W, a.L, t.Hkv, a.d, G);
+  a.bits = scratch.bits.data();
+  // kernel 0 on the queries: (B, H_kv, G, d) rows, no centre
+  magicpig::hash_keys(a.q, t.B, t.Hkv, G, a.d, scratch.zero.data(), proj, proj_s, proj_p, a.K, a.L,
+                      scratch.lo.data(), scratch.count.data(), G, scratch.codes.data(), false, isa, threads);
+  seconds[0] += lap();
+  magicpig::retrieve(t, scratch.codes.data(), H, a.min_collisions, scratch.bits.data(), scratch.sampled.data(),
+                     scratch.entries.data(), threads);
+  seconds[1] += lap();
+  const bool exact_part = e.n > 0;
+  float* part_out = exact_part ? scratch.part_out.data() : out;
+  float* part_lse = exact_part ? scratch.part_lse.data() : lse;
+  magicpig::attend(a, isa, part_out, part_lse, threads);
+  seconds[2] += lap();
+  for (int64_t i = 0; i < t.B * H; ++i) sampled[i] = static_cast<float>(scratch.sampled[static_cast<size_t>(i)]);
+  if (!exact_part) return;
+  e.prior_out = part_out;
+  e.prior_lse = part_lse;
+  magicpig::exact_attend(e, isa, out, lse, threads);
+  seconds[3] += lap();
+}
+
+// The sampled part's plan of an offloaded layer, checked: its tables, kernel 3's arguments for queries q
+// (B, H, d) float32 and kernel 0's tiled projections proj.
+struct SparsePlan {
+  Tables t;
+  AttendArgs a;
+  const float* proj;
+  int64_t proj_s, proj_p;
+};
+
+SparsePlan sparse_plan(const torch::Tensor& kv, const torch::Tensor& offsets, const torch::Tensor& ids, int64_t K,
+                       const torch::Tensor& proj, const torch::Tensor& q, double scale, const torch::Tensor& table,
+                       double table_limit, int64_t L, int64_t min_collisions, int64_t prefetch,
+                       int64_t split_tokens) {
+  const Tables t = tables_view(offsets, ids, K);
+  check_dtype(proj, torch::kFloat32, "proj");
+  TORCH_CHECK(t.L == L && min_collisions >= 1 && min_collisions <= std::min<int64_t>(L, 255),
+              "L must match the tables and min_collisions lie in [1, min(L, 255)]");
+  AttendArgs a = attend_args(kv, q, scale, table, table_limit, K, L, min_collisions, prefetch, split_tokens);
+  TORCH_CHECK(a.B == t.B && a.Hkv == t.Hkv && a.n_max == t.n_max, "kv does not agree with the tables");
+  check_tiled_projections(proj, t.Hkv, a.d, K * L);
+  return {t, a, proj.data_ptr<float>(), proj.size(0), proj.size(1) * proj.size(3)};
+}
+
+// One decode step of an offloaded layer on a CPU model, kernels 0, 2, 3 and 5 in one call (sparse_step):
+// hash q (B, H, d) float32 with the tiled projections proj (S, P / 32, d, 32), retrieve from the tables,
+// attend the sampled offloaded keys, then attend the static keys k_static / v_static (B, H_kv, s, d; s may be
+// 0; only the first n_static of them when n_static >= 0: a growing buffer passed whole) exactly and merge.
+// With k_new / v_new (B, H_kv, m, d), kernel 7 first writes k_new - center and v_new at rows n_static ..
+// n_static + m of the static buffers, and those rows are attended too (the step's own key, appended in the
+// same call). -> (out (B, H, d), lse (B, H) float32, sampled (B, H) float32, seconds (4,) float64 of the four
+// parts: hash, retrieve, attend, exact)
 std::vector<torch::Tensor> decode_step(torch::Tensor kv, torch::Tensor offsets, torch::Tensor ids, int64_t K,
                                        torch::Tensor proj, torch::Tensor q, double scale, torch::Tensor table,
                                        double table_limit, int64_t L, int64_t min_collisions, torch::Tensor k_static,
@@ -367,60 +431,20 @@ std::vector<torch::Tensor> decode_step(torch::Tensor kv, torch::Tensor offsets, 
     append_kv(k_static, v_static, n_static, *k_new, *v_new, center);
     n_static += k_new->size(2);
   }
-  const Tables t = tables_view(offsets, ids, K);
-  check_dtype(proj, torch::kFloat32, "proj");
-  TORCH_CHECK(t.L == L && min_collisions >= 1 && min_collisions <= std::min<int64_t>(L, 255),
-              "L must match the tables and min_collisions lie in [1, min(L, 255)]");
-  auto timer = std::chrono::steady_clock::now();
-  auto lap = [&timer]() {
-    const auto now = std::chrono::steady_clock::now();
-    const double s = std::chrono::duration<double>(now - timer).count();
-    timer = now;
-    return s;
-  };
-  const int64_t H = q.size(1), G = H / t.Hkv, W = (t.n_max + 63) / 64;
-  AttendArgs a = attend_args(kv, q, scale, table, table_limit, K, L, min_collisions, prefetch, split_tokens);
-  TORCH_CHECK(a.B == t.B && a.Hkv == t.Hkv && a.n_max == t.n_max, "kv does not agree with the tables");
-  check_tiled_projections(proj, t.Hkv, a.d, K * L);
+  const SparsePlan s = sparse_plan(kv, offsets, ids, K, proj, q, scale, table, table_limit, L, min_collisions,
+                                   prefetch, split_tokens);
   magicpig::ExactArgs e = exact_args(q, k_static, v_static, scale);
-  TORCH_CHECK(e.Hkv == t.Hkv, "k_static must have the tables' H_kv");
+  TORCH_CHECK(e.Hkv == s.t.Hkv, "k_static must have the tables' H_kv");
   TORCH_CHECK(n_static <= e.n, "n_static = ", n_static, " but k_static holds ", e.n, " rows");
   if (n_static >= 0) e.n = n_static;  // the first n_static rows of a growing buffer
-  const int ti = static_cast<int>(isa), tt = static_cast<int>(threads);
-  // the intermediate arrays live in this thread's scratch, reused by its later steps: a step allocates only
-  // the tensors it returns (the heap's allocations cost microseconds each on a decode step's cold caches)
-  thread_local StepScratch scratch;
-  scratch.fit(t.B, H, W, L, t.Hkv, a.d, G);
-  a.bits = scratch.bits.data();
-  auto seconds = torch::empty({4}, torch::kFloat64);
-  double* sec = seconds.data_ptr<double>();
-  // kernel 0 on the queries: (B, H_kv, G, d) rows, no centre
-  magicpig::hash_keys(q.data_ptr<float>(), t.B, t.Hkv, G, a.d, scratch.zero.data(), proj.data_ptr<float>(),
-                      proj.size(0), proj.size(1) * proj.size(3), static_cast<int>(K), L, scratch.lo.data(),
-                      scratch.count.data(), G, scratch.codes.data(), false, ti, tt);
-  sec[0] = lap();
-  magicpig::retrieve(t, scratch.codes.data(), H, static_cast<int>(min_collisions), scratch.bits.data(),
-                     scratch.sampled.data(), scratch.entries.data(), tt);
-  sec[1] = lap();
-  const bool exact_part = e.n > 0;
-  auto out = torch::empty({t.B, H, a.d}, torch::kFloat32);
-  auto lse = torch::empty({t.B, H}, torch::kFloat32);
-  float* part_out = exact_part ? scratch.part_out.data() : out.data_ptr<float>();
-  float* part_lse = exact_part ? scratch.part_lse.data() : lse.data_ptr<float>();
-  magicpig::attend(a, ti, part_out, part_lse, tt);
-  sec[2] = lap();
-  auto sampled_f = torch::empty({t.B, H}, torch::kFloat32);
-  float* sf = sampled_f.data_ptr<float>();
-  for (int64_t i = 0; i < t.B * H; ++i) sf[i] = static_cast<float>(scratch.sampled[static_cast<size_t>(i)]);
-  if (!exact_part) {
-    sec[3] = 0.0;
-    return {out, lse, sampled_f, seconds};
-  }
-  e.prior_out = part_out;
-  e.prior_lse = part_lse;
-  magicpig::exact_attend(e, ti, out.data_ptr<float>(), lse.data_ptr<float>(), tt);
-  sec[3] = lap();
-  return {out, lse, sampled_f, seconds};
+  const int64_t H = q.size(1);
+  auto out = torch::empty({s.t.B, H, s.a.d}, torch::kFloat32);
+  auto lse = torch::empty({s.t.B, H}, torch::kFloat32);
+  auto sampled = torch::empty({s.t.B, H}, torch::kFloat32);
+  auto seconds = torch::zeros({4}, torch::kFloat64);
+  sparse_step(s.t, s.a, s.proj, s.proj_s, s.proj_p, e, static_cast<int>(isa), static_cast<int>(threads),
+              out.data_ptr<float>(), lse.data_ptr<float>(), sampled.data_ptr<float>(), seconds.data_ptr<double>());
+  return {out, lse, sampled, seconds};
 }
 
 void check_bf16(const torch::Tensor& t, const char* name) {
@@ -475,6 +499,8 @@ int64_t stream_read(torch::Tensor data, int64_t threads) {
 
 }  // namespace
 
+#include "bindings_loop.h"  // uses the checked-argument helpers above
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "MagicPIG CPU kernels: hash tables, retrieval, importance-weighted sparse attention";
   m.def("cpu_supports", [](int64_t isa) { return magicpig::cpu_supports(static_cast<int>(isa)); },
@@ -499,6 +525,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "best variant)", py::arg("data"), py::arg("row_bytes"), py::arg("rows"), py::arg("prefetch"),
         py::arg("threads"), py::arg("isa") = -1);
   layer_bindings::define_layer(m);
+  loop_bindings::define_loop(m);
   m.def("prefill_supported", &magicpig::prefill_supported, "whether this CPU runs kernel 8 (AVX512-BF16)");
   m.def("prefill_attend", &prefill_attend,
         "kernel 8: (q, k, v, scale, threads) -> (B, q, H, d) float32, exact causal attention of a bfloat16 "

@@ -38,29 +38,53 @@ void quantize_q8(const float* x, int64_t M, int64_t I, int8_t* q, float* d) {
     }
 }
 
+// linear's per-call arrays, grown to the largest call seen and reused (one per calling thread): a decode step
+// calls linear a few times per layer, and the heap's allocations cost microseconds each on its cold caches
+struct LinearScratch {
+  std::vector<LinearArgs> parts;
+  std::vector<int8_t> xq;
+  std::vector<float> xd;
+  std::vector<int64_t> first;
+};
+
 void linear(const LinearArgs* given, int64_t count, int isa, int threads) {
   const LinearBlockFn fn = select_linear(isa);
-  // parts reading q8_0 weights get their input quantized once (parts that share an input share it)
-  std::vector<LinearArgs> parts(given, given + count);
-  std::vector<std::vector<int8_t>> xq;
-  std::vector<std::vector<float>> xd;
-  for (int64_t p = 0; p < count; ++p) {
-    if (parts[p].w_format != kWeightQ8) continue;
+  thread_local LinearScratch scratch;
+  std::vector<LinearArgs>& parts = scratch.parts;
+  parts.assign(given, given + count);
+  // parts reading q8_0 weights get their input quantized once (parts that share an input share it): the
+  // first such part of each input is its owner, sized here, quantized below
+  auto owner = [&](int64_t p) {
     int64_t same = 0;
     while (same < p && !(parts[same].w_format == kWeightQ8 && parts[same].x == parts[p].x)) ++same;
+    return same;
+  };
+  size_t nq = 0, nd = 0;
+  for (int64_t p = 0; p < count; ++p)
+    if (parts[p].w_format == kWeightQ8 && owner(p) == p) {
+      nq += static_cast<size_t>(parts[p].M * parts[p].I);
+      nd += static_cast<size_t>(parts[p].M * (parts[p].I / kQ8Block));
+    }
+  if (scratch.xq.size() < nq) scratch.xq.resize(nq);
+  if (scratch.xd.size() < nd) scratch.xd.resize(nd);
+  nq = nd = 0;
+  for (int64_t p = 0; p < count; ++p) {
+    if (parts[p].w_format != kWeightQ8) continue;
+    const int64_t same = owner(p);
     if (same < p) {
       parts[p].xq = parts[same].xq;
       parts[p].xd = parts[same].xd;
       continue;
     }
     const int64_t M = parts[p].M, I = parts[p].I;
-    xq.emplace_back(static_cast<size_t>(M * I));
-    xd.emplace_back(static_cast<size_t>(M * (I / kQ8Block)));
-    quantize_q8(parts[p].x, M, I, xq.back().data(), xd.back().data());
-    parts[p].xq = xq.back().data();
-    parts[p].xd = xd.back().data();
+    parts[p].xq = scratch.xq.data() + nq;
+    parts[p].xd = scratch.xd.data() + nd;
+    quantize_q8(parts[p].x, M, I, scratch.xq.data() + nq, scratch.xd.data() + nd);
+    nq += static_cast<size_t>(M * I);
+    nd += static_cast<size_t>(M * (I / kQ8Block));
   }
-  std::vector<int64_t> first(count + 1, 0);  // parts[p] owns the global blocks first[p] .. first[p + 1) - 1
+  std::vector<int64_t>& first = scratch.first;
+  first.assign(static_cast<size_t>(count + 1), 0);  // parts[p] owns the global blocks first[p] .. first[p + 1) - 1
   for (int64_t p = 0; p < count; ++p) first[p + 1] = first[p] + (parts[p].O + kLinearRows - 1) / kLinearRows;
   const int64_t blocks = first[count];
   const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(threads, blocks));

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from magicpig.cpu.layer import add_step_seconds
 from magicpig.decoders import ExactDecoder, OffloadDecoder
-
-_TIMING_KEYS = ("hash", "cpu_retrieve", "cpu_attend", "cpu_wait", "exact")
 
 
 def _runs_whole(decoder, sparse: bool) -> bool:
@@ -61,7 +60,6 @@ class DecodeLoop:
                 candidates.append(dec.counts.to(torch.float32)[:, None].expand(batch, forward.heads))
             self.buffers.append((i, k, v))
         self.candidates = torch.stack(candidates) if candidates else torch.zeros(0, batch, forward.heads)
-        self.room = self.loop.room()
 
     @classmethod
     def build(cls, forward, cache, batch: int) -> "DecodeLoop | None":
@@ -75,22 +73,16 @@ class DecodeLoop:
         for i, k, v in self.buffers:
             if k.data.shape[2] - k.n < 1:
                 self.loop.set_buffers(i, k.reserve(1), v.reserve(1))
-        self.room = self.loop.room()
 
     def __call__(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        if self.room < 1:
+        if self.loop.room() < 1:
             self._grow()
         h, sampled, seconds = self.loop.step(h, cos, sin)
-        self.room -= 1
         for _, k, v in self.buffers:
             k.n += 1
             v.n += 1
         for dec in self.decoders:
             dec.n_total += 1
         self.cache.record_step(sampled, self.candidates, 0.0)
-        hash_s, retrieve_s, attend_s, exact_s = seconds.tolist()
-        timings = self.cache.timings
-        for key, value in zip(_TIMING_KEYS, (hash_s, retrieve_s, retrieve_s + attend_s, retrieve_s + attend_s,
-                                             exact_s)):
-            timings[key] += value
+        add_step_seconds(self.cache.timings, seconds)
         return h

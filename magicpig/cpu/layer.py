@@ -302,11 +302,7 @@ class OffloadedLayer:
             out, lse, sampled, seconds = kernel(*args, q, scale, *plan, k_static, v_static, n_static, k_new, v_new,
                                                 center, *run)
             if timings is not None:
-                hash_s, retrieve_s, attend_s, exact_s = seconds.tolist()
-                for key, value in (("hash", hash_s), ("cpu_retrieve", retrieve_s),
-                                   ("cpu_attend", retrieve_s + attend_s), ("cpu_wait", retrieve_s + attend_s),
-                                   ("exact", exact_s)):
-                    timings[key] = timings.get(key, 0.0) + value
+                add_step_seconds(timings, seconds)
             return out, lse, sampled
 
         return step
@@ -354,6 +350,16 @@ class OffloadedLayer:
                                            self.min_collisions, self.isa_code, self.threads, PREFETCH,
                                            SPLIT_TOKENS)
         return out, lse, sampled
+
+
+def add_step_seconds(timings: dict, seconds: torch.Tensor) -> None:
+    """The module's (hash, retrieve, attend, exact) seconds of a decode step (``decode_step``, ``DecodeLoop``)
+    added to the decoders' ``timings``: ``hash``, ``cpu_retrieve``, ``cpu_attend`` and ``cpu_wait`` (retrieval +
+    attention: the CPU part runs on the calling thread) and ``exact``."""
+    hash_s, retrieve_s, attend_s, exact_s = seconds.tolist()
+    for key, value in (("hash", hash_s), ("cpu_retrieve", retrieve_s), ("cpu_attend", retrieve_s + attend_s),
+                       ("cpu_wait", retrieve_s + attend_s), ("exact", exact_s)):
+        timings[key] = timings.get(key, 0.0) + value
 
 
 def exact_kernel(threads: int | None = None):

@@ -346,47 +346,6 @@ struct StepScratch {
   }
 };
 
-// The sampled part and the static part of one decode step of an offloaded layer, its arguments checked: kernel 0
-// hashes the queries a.q (B, H, d) with the tiled projections proj (proj_s kv-heads or 1 of proj_p columns),
-// kernel 2 retrieves, kernel 3 attends the sampled offloaded keys, then kernel 5 attends e's static rows (none
-// when e.n = 0) and merges the two into out (B, H, d) / lse (B, H). sampled (B, H): the sampled counts;
-// seconds[0..3] += the four parts' seconds (hash, retrieve, attend, exact). The intermediate arrays live in
-// the calling thread's scratch, reused by its later steps (the heap's allocations cost microseconds each on a
-// decode step's cold caches).
-void sparse_step(const Tables& t, AttendArgs a, const float* proj, int64_t proj_s, int64_t proj_p,
-                 magicpig::ExactArgs e, int isa, int threads, float* out, float* lse, float* sampled,
-                 double* seconds) {
-  auto timer = std::chrono::steady_clock::now();
-  auto lap = [&timer]() {
-    const auto now = std::chrono::steady_clock::now();
-    const double s = std::chrono::duration<double>(now - timer).count();
-    timer = now;
-    return s;
-  };
-  const int64_t H = a.H, G = H / t.Hkv, W = (t.n_max + 63) / 64;
-  thread_local StepScratch scratch;
-  scratch.fit(t.B, H, W, a.L, t.Hkv, a.d, G);
-  a.bits = scratch.bits.data();
-  // kernel 0 on the queries: (B, H_kv, G, d) rows, no centre
-  magicpig::hash_keys(a.q, t.B, t.Hkv, G, a.d, scratch.zero.data(), proj, proj_s, proj_p, a.K, a.L,
-                      scratch.lo.data(), scratch.count.data(), G, scratch.codes.data(), false, isa, threads);
-  seconds[0] += lap();
-  magicpig::retrieve(t, scratch.codes.data(), H, a.min_collisions, scratch.bits.data(), scratch.sampled.data(),
-                     scratch.entries.data(), threads);
-  seconds[1] += lap();
-  const bool exact_part = e.n > 0;
-  float* part_out = exact_part ? scratch.part_out.data() : out;
-  float* part_lse = exact_part ? scratch.part_lse.data() : lse;
-  magicpig::attend(a, isa, part_out, part_lse, threads);
-  seconds[2] += lap();
-  for (int64_t i = 0; i < t.B * H; ++i) sampled[i] = static_cast<float>(scratch.sampled[static_cast<size_t>(i)]);
-  if (!exact_part) return;
-  e.prior_out = part_out;
-  e.prior_lse = part_lse;
-  magicpig::exact_attend(e, isa, out, lse, threads);
-  seconds[3] += lap();
-}
-
 // The sampled part's plan of an offloaded layer, checked: its tables, kernel 3's arguments for queries q
 // (B, H, d) float32 and kernel 0's tiled projections proj.
 struct SparsePlan {
@@ -408,6 +367,49 @@ SparsePlan sparse_plan(const torch::Tensor& kv, const torch::Tensor& offsets, co
   TORCH_CHECK(a.B == t.B && a.Hkv == t.Hkv && a.n_max == t.n_max, "kv does not agree with the tables");
   check_tiled_projections(proj, t.Hkv, a.d, K * L);
   return {t, a, proj.data_ptr<float>(), proj.size(0), proj.size(1) * proj.size(3)};
+}
+
+// The sampled part and the static part of one decode step of an offloaded layer, its arguments checked: kernel 0
+// hashes the queries q (B, H, d) with the plan's tiled projections, kernel 2 retrieves, kernel 3 attends the
+// sampled offloaded keys, then kernel 5 attends e's static rows (none when e.n = 0; e's queries are q) and
+// merges the two into out (B, H, d) / lse (B, H). sampled (B, H): the sampled counts;
+// seconds[0..3] += the four parts' seconds (hash, retrieve, attend, exact). The intermediate arrays live in
+// the calling thread's scratch, reused by its later steps (the heap's allocations cost microseconds each on a
+// decode step's cold caches).
+void sparse_step(const SparsePlan& s, const float* q, magicpig::ExactArgs e, int isa, int threads, float* out,
+                 float* lse, float* sampled, double* seconds) {
+  auto timer = std::chrono::steady_clock::now();
+  auto lap = [&timer]() {
+    const auto now = std::chrono::steady_clock::now();
+    const double s = std::chrono::duration<double>(now - timer).count();
+    timer = now;
+    return s;
+  };
+  const Tables& t = s.t;
+  AttendArgs a = s.a;
+  const int64_t H = a.H, G = H / t.Hkv, W = (t.n_max + 63) / 64;
+  thread_local StepScratch scratch;
+  scratch.fit(t.B, H, W, a.L, t.Hkv, a.d, G);
+  a.q = q;
+  a.bits = scratch.bits.data();
+  // kernel 0 on the queries: (B, H_kv, G, d) rows, no centre
+  magicpig::hash_keys(q, t.B, t.Hkv, G, a.d, scratch.zero.data(), s.proj, s.proj_s, s.proj_p, a.K, a.L,
+                      scratch.lo.data(), scratch.count.data(), G, scratch.codes.data(), false, isa, threads);
+  seconds[0] += lap();
+  magicpig::retrieve(t, scratch.codes.data(), H, a.min_collisions, scratch.bits.data(), scratch.sampled.data(),
+                     scratch.entries.data(), threads);
+  seconds[1] += lap();
+  const bool exact_part = e.n > 0;
+  float* part_out = exact_part ? scratch.part_out.data() : out;
+  float* part_lse = exact_part ? scratch.part_lse.data() : lse;
+  magicpig::attend(a, isa, part_out, part_lse, threads);
+  seconds[2] += lap();
+  for (int64_t i = 0; i < t.B * H; ++i) sampled[i] = static_cast<float>(scratch.sampled[static_cast<size_t>(i)]);
+  if (!exact_part) return;
+  e.prior_out = part_out;
+  e.prior_lse = part_lse;
+  magicpig::exact_attend(e, isa, out, lse, threads);
+  seconds[3] += lap();
 }
 
 // One decode step of an offloaded layer on a CPU model, kernels 0, 2, 3 and 5 in one call (sparse_step):
@@ -442,8 +444,8 @@ std::vector<torch::Tensor> decode_step(torch::Tensor kv, torch::Tensor offsets, 
   auto lse = torch::empty({s.t.B, H}, torch::kFloat32);
   auto sampled = torch::empty({s.t.B, H}, torch::kFloat32);
   auto seconds = torch::zeros({4}, torch::kFloat64);
-  sparse_step(s.t, s.a, s.proj, s.proj_s, s.proj_p, e, static_cast<int>(isa), static_cast<int>(threads),
-              out.data_ptr<float>(), lse.data_ptr<float>(), sampled.data_ptr<float>(), seconds.data_ptr<double>());
+  sparse_step(s, q.data_ptr<float>(), e, static_cast<int>(isa), static_cast<int>(threads), out.data_ptr<float>(),
+              lse.data_ptr<float>(), sampled.data_ptr<float>(), seconds.data_ptr<double>());
   return {out, lse, sampled, seconds};
 }
 

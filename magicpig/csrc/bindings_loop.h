@@ -198,10 +198,8 @@ class DecodeLoop {
       l.n += 1;
       l.exact.n = l.n;
       if (l.sparse) {
-        AttendArgs a = l.plan.a;
-        a.q = q;
-        sparse_step(l.plan.t, a, l.plan.proj, l.plan.proj_s, l.plan.proj_p, l.exact, l.isa, l.threads,
-                    out_.data_ptr<float>(), lse_.data_ptr<float>(), sampled.data_ptr<float>() + j * B_ * H_, sec);
+        sparse_step(l.plan, q, l.exact, l.isa, l.threads, out_.data_ptr<float>(), lse_.data_ptr<float>(),
+                    sampled.data_ptr<float>() + j * B_ * H_, sec);
         ++j;
       } else {
         const auto t0 = std::chrono::steady_clock::now();

@@ -76,6 +76,54 @@ def test_q8_0_linear_equals_its_torch_reference(monkeypatch, isa, M, I, O, bias)
     assert (want - F.linear(x, unpack(packed, I), b)).abs().max() > 0  # x is quantized too
 
 
+def _one_hot_q8(I):
+    """A q8_0 weight (I, I) whose row o picks input o: y[m, o] = q_x[m, o] * d_x exactly (one integer product
+    per row), so rounding y / d_x gives back each quantized input."""
+    from magicpig.decode_weights import pack
+
+    return pack(torch.eye(I), "q8_0")
+
+
+@pytest.mark.parametrize("isa", isa_params())
+def test_q8_0_input_quantization_rounds_ties_to_even_in_every_variant(monkeypatch, isa):
+    """Kernel 4 quantizes its input per block of 32 (d = max|x| / 127, q = round-half-even(x / d)): every
+    quantized value, read back through a one-hot weight, equals the torch rule's; blocks of ties (x / d =
+    k + 1/2), clamped maxima, an all-zero block and tiny values included. (Subnormal scales are left out: the torch
+    rule raises them to the smallest normal float.)"""
+    from magicpig.decode_weights import quantize_q8_0
+
+    use_isa(monkeypatch, isa)
+    I = 128
+    x = torch.zeros(3, I)
+    ties = torch.arange(-63, 64, dtype=torch.float32)[:31] + 0.5  # d = 127 / 127 = 1 with the 127 below
+    x[0, :31], x[0, 31] = ties, 127.0
+    x[0, 32:63], x[0, 63] = -ties, -127.0
+    x[1] = torch.randn(I, generator=torch.Generator().manual_seed(3)) * torch.logspace(-30, 3, I)
+    x[2, 32:64] = 1e-30 * torch.arange(32)  # a tiny scale; x[2, :32] stays all zero
+    q, d = quantize_q8_0(x)
+    y = cpu.load().linear(x, [_one_hot_q8(I)], [None], cpu.ISA_CODES[isa], 2)
+    dx = d.repeat_interleave(32, dim=1)
+    got = torch.where(dx > 0, y / dx.clamp_min(1e-45), torch.zeros(()))
+    assert torch.equal(got.round().to(torch.int8), q)
+
+
+def test_q8_0_input_quantization_is_the_same_bits_in_every_variant(monkeypatch):
+    """NaN inputs, which the torch rule does not define, and subnormal scales quantize alike in every variant
+    this CPU runs (a NaN is left out of its block's maximum and becomes 127)."""
+    I = 96
+    x = torch.randn(5, I, generator=torch.Generator().manual_seed(5))
+    x[0, 3] = x[1, 40] = x[2, 64] = float("nan")
+    x[3, :32] = float("nan")
+    x[4, 32:64] = 1e-38 * torch.arange(32)
+    outs = {}
+    for isa in cpu.supported_isas():
+        monkeypatch.setenv(cpu.ISA_ENV, isa)
+        outs[isa] = cpu.load().linear(x, [_one_hot_q8(I)], [None], cpu.ISA_CODES[isa], 1)
+    assert not outs["scalar"].isnan().any() and outs["scalar"][0, 3] == outs["scalar"][0].max()
+    for isa, y in outs.items():
+        assert torch.equal(y, outs["scalar"]), isa
+
+
 @pytest.mark.parametrize("isa", isa_params())
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_linear_of_several_layers_is_their_outputs_side_by_side(monkeypatch, isa, threads):
@@ -281,6 +329,24 @@ def test_mlp_residual_adds_the_silu_mlp_in_place(monkeypatch, isa, M, D, ffn, bi
     want = mid + F.linear(F.silu(F.linear(x, ws[0], bs[0])) * F.linear(x, ws[1].float(), bs[1]), ws[2], bs[2])
     cpu.load().mlp_residual(h, norm, 1e-6, ws, bs, cpu.ISA_CODES[isa], 2, attn, o, o_b)
     torch.testing.assert_close(h, want, rtol=1e-4, atol=1e-4 * ffn ** 0.5)
+
+
+@pytest.mark.parametrize("isa", isa_params())
+def test_mlp_silu_is_accurate_over_the_whole_range(monkeypatch, isa):
+    """Kernel 6's SiLU (the variants' vector sigmoid from exp(-|g|)) against torch's, with identity weights so the
+    MLP's output is silu(x) * x for x from -120 to 120: past the points where exp(-g) would overflow float32 and
+    exp(g) underflow, at a width no vector or chunk size divides."""
+    use_isa(monkeypatch, isa)
+    D = 601
+    h = torch.linspace(-1.0, 1.0, D)[None]
+    norm = torch.full((D,), 120.0 * (D / (h ** 2).sum()).sqrt().item())  # rms(h) * norm spans -120 .. 120
+    eye = torch.eye(D)
+    x = _rms(h, norm, 0.0)
+    want = F.silu(x) * x
+    got = h.clone()
+    cpu.load().mlp_residual(got, norm, 0.0, [eye, eye, eye], [None] * 3, cpu.ISA_CODES[isa], 2)
+    torch.testing.assert_close(got - h, want, rtol=2e-6, atol=1e-6)
+    assert x.min() < -110 and x.max() > 110 and want[0, 0] > -1e-40 and want[0, 0] <= 0
 
 
 def test_layer_halves_check_arguments():

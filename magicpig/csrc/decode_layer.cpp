@@ -1,8 +1,8 @@
 // Kernel 6: the two halves of a Llama-family decoder layer's decode step around its attention (see
 // magicpig_cpu.h), so that a step of a CPU model costs a few module calls per layer instead of some forty
-// tensor operations. The element-wise parts (RMSNorm, the rotary embedding, SiLU-and-multiply) run on the
-// calling thread: a step has one row per sequence, a few thousand floats, microseconds of work. The
-// linear layers run through kernel 4 with all threads.
+// tensor operations. The element-wise parts (RMSNorm, the rotary embedding, SiLU-and-multiply, the last in
+// the ISA variant's vector loop) run on the calling thread: a step has one row per sequence, a few thousand
+// floats, microseconds of work. The linear layers run through kernel 4 with all threads.
 #include <cmath>
 #include <vector>
 
@@ -44,11 +44,14 @@ void mlp(const LayerIn& a, const LinearArgs* gate_up, LinearArgs& down, float* n
          int threads) {
   rms_norm_rows(a.h, a.M, a.D, a.norm, a.eps, normed);
   linear(gate_up, 2, isa, threads);
+  const auto silu = isa == kAvx512 && cpu_supports(kAvx512) ? avx512::silu_mul
+                    : isa == kAvx2 && cpu_supports(kAvx2)   ? avx2::silu_mul
+                                                            : scalar::silu_mul;
   const int64_t F = gate_up[0].O, width = gate_up[0].ldy;
   for (int64_t m = 0; m < a.M; ++m) {
     const float* g = gate_up[0].y + m * width;
     const float* u = g + F;
-    for (int64_t i = 0; i < F; ++i) act[m * F + i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+    silu(g, u, act + m * F, F);
   }
   linear(&down, 1, isa, threads);
 }

@@ -27,18 +27,20 @@ void exact_attend(const ExactArgs& a, int isa, float* out, float* lse, int threa
   int64_t splits = std::max<int64_t>(1, (2 * threads + groups - 1) / groups);
   splits = std::max<int64_t>(1, std::min(splits, a.n / kMinTokens));
   const int64_t items = groups * splits, part_size = G * (d + 2);
-  std::vector<float> parts(static_cast<size_t>(items * part_size));
+  thread_local std::vector<float> parts;  // kept across calls, as kernel 3's (attend.cpp)
+  if (static_cast<int64_t>(parts.size()) < items * part_size) parts.resize(static_cast<size_t>(items * part_size));
+  float* const part = parts.data();  // the threads below share this thread's array (a thread_local names their own)
   const int nt = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, items)));
 #pragma omp parallel num_threads(nt)
   {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t grp = it / splits, s = it % splits;
-      fn(a, grp / a.Hkv, grp % a.Hkv, s * a.n / splits, (s + 1) * a.n / splits, parts.data() + it * part_size);
+      fn(a, grp / a.Hkv, grp % a.Hkv, s * a.n / splits, (s + 1) * a.n / splits, part + it * part_size);
     }
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < a.B * a.H; ++bh)
-      merge_parts(parts.data(), splits, G, d, a.q, a.H, a.Hkv, bh, out, lse, a.prior_out, a.prior_lse);
+      merge_parts(part, splits, G, d, a.q, a.H, a.Hkv, bh, out, lse, a.prior_out, a.prior_lse);
   }
 }
 

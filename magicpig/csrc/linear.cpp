@@ -4,7 +4,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "magicpig_cpu.h"
@@ -12,6 +11,7 @@
 namespace magicpig {
 
 using LinearBlockFn = void (*)(const LinearArgs&, int64_t, int64_t);
+using QuantizeFn = void (*)(const float*, int64_t, int64_t, int8_t*, float*);
 
 static LinearBlockFn select_linear(int isa) {
   if (isa == kAvx512 && cpu_supports(kAvx512)) return avx512::linear_block;
@@ -19,23 +19,10 @@ static LinearBlockFn select_linear(int isa) {
   return scalar::linear_block;
 }
 
-void quantize_q8(const float* x, int64_t M, int64_t I, int8_t* q, float* d) {
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t b = 0; b < I / kQ8Block; ++b) {
-      const float* xb = x + m * I + b * kQ8Block;
-      float amax = 0.f;
-      for (int64_t i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(xb[i]));
-      const float scale = amax / 127.f;
-      d[m * (I / kQ8Block) + b] = scale;
-      int8_t* qb = q + m * I + b * kQ8Block;
-      // round half to even without a libm call: adding and subtracting 1.5 * 2^23 leaves the nearest integer
-      // (ties to even, the default rounding mode) for |v| < 2^22
-      constexpr float kRound = 12582912.f;
-      for (int64_t i = 0; i < kQ8Block; ++i) {
-        const float v = scale > 0.f ? std::max(-127.f, std::min(127.f, xb[i] / scale)) : 0.f;
-        qb[i] = static_cast<int8_t>((v + kRound) - kRound);
-      }
-    }
+static QuantizeFn select_quantize(int isa) {
+  if (isa == kAvx512 && cpu_supports(kAvx512)) return avx512::quantize_q8;
+  if (isa == kAvx2 && cpu_supports(kAvx2)) return avx2::quantize_q8;
+  return scalar::quantize_q8;
 }
 
 // linear's per-call arrays, grown to the largest call seen and reused (one per calling thread): a decode step
@@ -49,6 +36,7 @@ struct LinearScratch {
 
 void linear(const LinearArgs* given, int64_t count, int isa, int threads) {
   const LinearBlockFn fn = select_linear(isa);
+  const QuantizeFn quantize = select_quantize(isa);
   thread_local LinearScratch scratch;
   std::vector<LinearArgs>& parts = scratch.parts;
   parts.assign(given, given + count);
@@ -79,7 +67,7 @@ void linear(const LinearArgs* given, int64_t count, int isa, int threads) {
     const int64_t M = parts[p].M, I = parts[p].I;
     parts[p].xq = scratch.xq.data() + nq;
     parts[p].xd = scratch.xd.data() + nd;
-    quantize_q8(parts[p].x, M, I, scratch.xq.data() + nq, scratch.xd.data() + nd);
+    quantize(parts[p].x, M, I, scratch.xq.data() + nq, scratch.xd.data() + nd);
     nq += static_cast<size_t>(M * I);
     nd += static_cast<size_t>(M * (I / kQ8Block));
   }

@@ -112,6 +112,100 @@ static inline void dot_row_q8(const LinearArgs& a, const int8_t* q, int64_t o, i
   store_row(a, sums, MR, o, m0);
 }
 
+// Kernel 4's input quantization (magicpig_cpu.h: the Q8_0 rule per block of kQ8Block = 32 floats, ties to
+// even, 0 where the scale is 0), the same bits in every variant: the block maximum of |x| (a NaN never
+// enters it), x / d clamped to [-127, 127] (a NaN becomes 127, as std::min / std::max leave it), rounded by
+// adding and subtracting 1.5 * 2^23 (the nearest integer, ties to even, for |v| < 2^22). It runs on the
+// calling thread before the parallel rows, so a vector loop here is time the other threads do not wait.
+constexpr float kQ8Round = 12582912.f;
+
+void quantize_q8(const float* x, int64_t M, int64_t I, int8_t* q, float* d) {
+  const int64_t blocks = I / kQ8Block;
+  for (int64_t r = 0; r < M * blocks; ++r) {
+    const float* xb = x + r * kQ8Block;
+    int8_t* qb = q + r * kQ8Block;
+#if defined(MP_AVX512)
+    const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16), zero = _mm512_setzero_ps();
+    // max(v, acc) keeps acc where v is NaN (the second operand wins an unordered compare)
+    const __m512 a = _mm512_max_ps(_mm512_abs_ps(x1), _mm512_max_ps(_mm512_abs_ps(x0), zero));
+    const float scale = _mm512_reduce_max_ps(a) / 127.f;
+    d[r] = scale;
+    if (!(scale > 0.f)) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb), _mm256_setzero_si256());
+      continue;
+    }
+    const __m512 ds = _mm512_set1_ps(scale), hi = _mm512_set1_ps(127.f), lo = _mm512_set1_ps(-127.f),
+                 rnd = _mm512_set1_ps(kQ8Round);
+    for (int k = 0; k < 2; ++k) {
+      __m512 v = _mm512_div_ps(k ? x1 : x0, ds);
+      v = _mm512_max_ps(_mm512_min_ps(v, hi), lo);  // min(v, 127): 127 where v is NaN
+      v = _mm512_sub_ps(_mm512_add_ps(v, rnd), rnd);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 16 * k), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v)));
+    }
+#elif defined(MP_AVX2)
+    const __m256 sign = _mm256_set1_ps(-0.f), zero = _mm256_setzero_ps();
+    __m256 xv[4], a = zero;
+    for (int k = 0; k < 4; ++k) {
+      xv[k] = _mm256_loadu_ps(xb + 8 * k);
+      a = _mm256_max_ps(_mm256_andnot_ps(sign, xv[k]), a);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float scale = _mm_cvtss_f32(m4) / 127.f;
+    d[r] = scale;
+    if (!(scale > 0.f)) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb), _mm256_setzero_si256());
+      continue;
+    }
+    const __m256 ds = _mm256_set1_ps(scale), hi = _mm256_set1_ps(127.f), lo = _mm256_set1_ps(-127.f),
+                 rnd = _mm256_set1_ps(kQ8Round);
+    __m256i iv[4];
+    for (int k = 0; k < 4; ++k) {
+      __m256 v = _mm256_max_ps(_mm256_min_ps(_mm256_div_ps(xv[k], ds), hi), lo);
+      iv[k] = _mm256_cvtps_epi32(_mm256_sub_ps(_mm256_add_ps(v, rnd), rnd));
+    }
+    // the packs work per 128-bit lane: bytes come out as dwords x0[0:4] x1[0:4] x2[0:4] x3[0:4] x0[4:8] ...
+    const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb),
+                        _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+#else
+    float amax = 0.f;
+    for (int64_t i = 0; i < kQ8Block; ++i) {
+      const float v = __builtin_fabsf(xb[i]);
+      amax = amax < v ? v : amax;
+    }
+    const float scale = amax / 127.f;
+    d[r] = scale;
+    for (int64_t i = 0; i < kQ8Block; ++i) {
+      float v = 0.f;
+      if (scale > 0.f) {
+        v = xb[i] / scale;
+        v = v < 127.f ? v : 127.f;
+        v = -127.f < v ? v : -127.f;
+      }
+      qb[i] = static_cast<int8_t>((v + kQ8Round) - kQ8Round);
+    }
+#endif
+  }
+}
+
+// Kernel 6's SiLU-and-multiply, act[i] = silu(g[i]) * u[i] for n floats: silu(g) = g * sigmoid(g), the sigmoid
+// from t = exp(-|g|) <= 1 (g >= 0: 1 / (1 + t), g < 0: t / (1 + t)), so that the vector exp above (exp_inplace,
+// for arguments <= 0) never overflows. Relative error within a few 1e-7 of the libm formula.
+void silu_mul(const float* g, const float* u, float* act, int64_t n) {
+  float t[256];
+  for (int64_t i0 = 0; i0 < n; i0 += 256) {
+    const int64_t m = n - i0 < 256 ? n - i0 : 256;
+    for (int64_t i = 0; i < m; ++i) t[i] = -__builtin_fabsf(g[i0 + i]);
+    exp_inplace(t, m);
+    for (int64_t i = 0; i < m; ++i) {
+      const float x = g[i0 + i], e = t[i];
+      act[i0 + i] = x * ((x >= 0.f ? 1.f : e) / (1.f + e)) * u[i0 + i];
+    }
+  }
+}
+
 // All input rows against weight row w (row o), in groups of 4, 2 and 1: the row is read from memory for
 // the first group and stays in L1 for the later ones.
 template <typename Row, void (*Dot1)(const LinearArgs&, const Row*, int64_t, int64_t),

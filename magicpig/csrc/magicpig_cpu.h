@@ -158,9 +158,6 @@ struct LinearArgs {
   const int8_t* xq = nullptr;  // kWeightQ8: x quantized (M, I) and its scales (M, I / kQ8Block), by the driver
   const float* xd = nullptr;
 };
-// x (M, I) -> q (M, I) int8 and d (M, I / kQ8Block): the Q8_0 rule per block (d = max |x| / 127, q =
-// round-half-even(x / d), 0 where d = 0)
-void quantize_q8(const float* x, int64_t M, int64_t I, int8_t* q, float* d);
 constexpr int64_t kLinearRows = 16;  // output rows per scheduling unit (a 64-byte line of y per input row)
 // parts[0 .. count): layers computed in one parallel region, their rows split over the threads together.
 void linear(const LinearArgs* parts, int64_t count, int isa, int threads);
@@ -226,6 +223,10 @@ uint64_t gather_rows(const void* data, int64_t row_bytes, const int64_t* rows, i
                     float*);                                                                          \
   void exact_range(const ExactArgs&, int64_t, int64_t, int64_t, int64_t, float*);                  \
   void linear_block(const LinearArgs&, int64_t o0, int64_t on);                                     \
+  /* x (M, I) -> q (M, I) int8, d (M, I / kQ8Block): the Q8_0 rule per block (d = max |x| / 127, */   \
+  /* q = round-half-even(x / d), 0 where d = 0), the same bits in every variant */                  \
+  void quantize_q8(const float* x, int64_t M, int64_t I, int8_t* q, float* d);                     \
+  void silu_mul(const float* g, const float* u, float* act, int64_t n);                            \
   uint64_t gather_rows(const void*, int64_t, const int64_t*, int64_t, int, int);
 namespace scalar { MP_VARIANT_ENTRY_POINTS }
 #if defined(__x86_64__) || defined(__i386__)

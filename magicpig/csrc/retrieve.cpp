@@ -130,7 +130,13 @@ void retrieve(const Tables& t, const int32_t* q_codes, int64_t H, int min_collis
   const int64_t G = H / t.Hkv, W = (t.n_max + 63) / 64;
 #pragma omp parallel num_threads(threads)
   {
-    std::vector<int64_t> lo(static_cast<size_t>(t.L)), hi(static_cast<size_t>(t.L));
+    thread_local std::vector<int64_t> tls_lo, tls_hi;  // kept across calls, as kernel 3's arrays (attend.cpp)
+    std::vector<int64_t>& lo = tls_lo;
+    std::vector<int64_t>& hi = tls_hi;
+    if (static_cast<int64_t>(lo.size()) < t.L) {
+      lo.resize(static_cast<size_t>(t.L));
+      hi.resize(static_cast<size_t>(t.L));
+    }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < t.B * H; ++bh) {
       const int64_t b = bh / H, h = bh % H;

@@ -64,11 +64,8 @@ void attend(const AttendArgs& a, int isa, float* out, float* lse, int threads) {
   if (a.split_tokens > 0) splits = std::max(splits, (a.n_max + a.split_tokens - 1) / a.split_tokens);
   splits = std::max<int64_t>(1, std::min(splits, W));
   const int64_t items = groups * splits, part_size = G * (d + 2);
-  // the arrays live in each thread's scratch and keep their capacity across calls: a decode step calls this
-  // once per sparse layer, and growing them anew each time (allocation and copy on the calling thread's
-  // fragmented heap) measured about 5% of a 32K step
-  thread_local std::vector<float> parts;
-  if (static_cast<int64_t>(parts.size()) < items * part_size) parts.resize(static_cast<size_t>(items * part_size));
+  thread_local std::vector<float> parts;  // per-thread scratch, as the token lists below (grow)
+  grow(parts, items * part_size);
   float* const part = parts.data();  // the threads below share this thread's array (a thread_local names their own)
 #pragma omp parallel num_threads(threads)
   {

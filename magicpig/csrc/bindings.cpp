@@ -329,18 +329,14 @@ struct StepScratch {
   std::vector<int64_t> entries, lo, count;    // (B, H) bucket entries read; the hashing's row ranges (B,)
   std::vector<float> zero, part_out, part_lse;  // (B, H_kv, d) zero centre; the sampled part (B, H, d), (B, H)
 
-  template <typename T>
-  static void grow(std::vector<T>& v, int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  }
   void fit(int64_t B, int64_t H, int64_t W, int64_t L, int64_t Hkv, int64_t d, int64_t G) {
-    grow(bits, B * H * W);
-    grow(codes, B * H * L);
-    grow(sampled, B * H);
-    grow(entries, B * H);
-    grow(zero, B * Hkv * d);  // only ever zeros: grown with zeros, never written
-    grow(part_out, B * H * d);
-    grow(part_lse, B * H);
+    magicpig::grow(bits, B * H * W);
+    magicpig::grow(codes, B * H * L);
+    magicpig::grow(sampled, B * H);
+    magicpig::grow(entries, B * H);
+    magicpig::grow(zero, B * Hkv * d);  // only ever zeros: grown with zeros, never written
+    magicpig::grow(part_out, B * H * d);
+    magicpig::grow(part_lse, B * H);
     lo.assign(static_cast<size_t>(B), 0);
     count.assign(static_cast<size_t>(B), G);
   }

@@ -181,11 +181,6 @@ HashRowsFn select_hash(int isa, bool small) {
 
 }  // namespace
 
-template <typename T>
-static void grow(std::vector<T>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-}
-
 void hash_keys(const float* keys, int64_t B, int64_t Hkv, int64_t n, int64_t d, const float* center,
                const float* proj, int64_t S, int64_t P, int K, int64_t L, const int64_t* lo,
                const int64_t* count, int64_t m, int32_t* codes, bool table_major, int isa, int threads) {
@@ -206,8 +201,7 @@ void hash_keys(const float* keys, int64_t B, int64_t Hkv, int64_t n, int64_t d, 
   threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, items)));
 #pragma omp parallel num_threads(threads)
   {
-    // buffers for the rows an item can have (at most HASH_ROWS), kept by each thread across calls: a decode
-    // step hashes a few query rows per sparse layer, and allocating them anew each time cost more than that
+    // per-thread scratch (grow) for the rows an item can have (at most HASH_ROWS)
     const int64_t cap = std::min(HASH_ROWS, (m + rb - 1) / rb * rb);
     thread_local std::vector<float> tls_x;
     thread_local std::vector<uint8_t> tls_sign;

@@ -27,8 +27,8 @@ void exact_attend(const ExactArgs& a, int isa, float* out, float* lse, int threa
   int64_t splits = std::max<int64_t>(1, (2 * threads + groups - 1) / groups);
   splits = std::max<int64_t>(1, std::min(splits, a.n / kMinTokens));
   const int64_t items = groups * splits, part_size = G * (d + 2);
-  thread_local std::vector<float> parts;  // kept across calls, as kernel 3's (attend.cpp)
-  if (static_cast<int64_t>(parts.size()) < items * part_size) parts.resize(static_cast<size_t>(items * part_size));
+  thread_local std::vector<float> parts;  // per-thread scratch (grow)
+  grow(parts, items * part_size);
   float* const part = parts.data();  // the threads below share this thread's array (a thread_local names their own)
   const int nt = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, items)));
 #pragma omp parallel num_threads(nt)

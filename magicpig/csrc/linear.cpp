@@ -53,8 +53,8 @@ void linear(const LinearArgs* given, int64_t count, int isa, int threads) {
       nq += static_cast<size_t>(parts[p].M * parts[p].I);
       nd += static_cast<size_t>(parts[p].M * (parts[p].I / kQ8Block));
     }
-  if (scratch.xq.size() < nq) scratch.xq.resize(nq);
-  if (scratch.xd.size() < nd) scratch.xd.resize(nd);
+  grow(scratch.xq, static_cast<int64_t>(nq));
+  grow(scratch.xd, static_cast<int64_t>(nd));
   nq = nd = 0;
   for (int64_t p = 0; p < count; ++p) {
     if (parts[p].w_format != kWeightQ8) continue;

@@ -39,7 +39,7 @@ struct Counters {
   unsigned sink = 0;  // sum of the touching loads (so that they are kept)
   // a cleared bitset of W words
   uint64_t* seen(int64_t W) {
-    if (static_cast<int64_t>(once.size()) < W) once.resize(static_cast<size_t>(W));
+    grow(once, W);
     std::memset(once.data(), 0, static_cast<size_t>(W) * sizeof(uint64_t));
     return once.data();
   }
@@ -130,13 +130,11 @@ void retrieve(const Tables& t, const int32_t* q_codes, int64_t H, int min_collis
   const int64_t G = H / t.Hkv, W = (t.n_max + 63) / 64;
 #pragma omp parallel num_threads(threads)
   {
-    thread_local std::vector<int64_t> tls_lo, tls_hi;  // kept across calls, as kernel 3's arrays (attend.cpp)
+    thread_local std::vector<int64_t> tls_lo, tls_hi;  // per-thread scratch (grow)
     std::vector<int64_t>& lo = tls_lo;
     std::vector<int64_t>& hi = tls_hi;
-    if (static_cast<int64_t>(lo.size()) < t.L) {
-      lo.resize(static_cast<size_t>(t.L));
-      hi.resize(static_cast<size_t>(t.L));
-    }
+    grow(lo, t.L);
+    grow(hi, t.L);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < t.B * H; ++bh) {
       const int64_t b = bh / H, h = bh % H;

@@ -42,12 +42,6 @@ float exact_correction(float cos, int K, int L, int min_collisions) {
   return -std::log(static_cast<float>(u) + 1e-4f);
 }
 
-static AttendGroupFn select(int isa) {
-  if (isa == kAvx512 && cpu_supports(kAvx512)) return avx512::attend_group;
-  if (isa == kAvx2 && cpu_supports(kAvx2)) return avx2::attend_group;
-  return scalar::attend_group;
-}
-
 static bool finite_row(const float* x, int64_t d) {
   for (int64_t i = 0; i < d; ++i)
     if (!std::isfinite(x[i])) return false;
@@ -55,7 +49,7 @@ static bool finite_row(const float* x, int64_t d) {
 }
 
 void attend(const AttendArgs& a, int isa, float* out, float* lse, int threads) {
-  const AttendGroupFn fn = select(isa);
+  const AttendGroupFn fn = MP_VARIANT_FN(isa, attend_group);
   const int64_t G = a.H / a.Hkv, W = (a.n_max + 63) / 64, d = a.d;
   const int64_t groups = a.B * a.Hkv;
   // split each group's token range into items of about split_tokens tokens, and at least two items per
@@ -158,11 +152,8 @@ uint64_t stream_read(const void* data, int64_t nbytes, int threads) {
 
 uint64_t gather_rows(const void* data, int64_t row_bytes, const int64_t* rows, int64_t count, int prefetch,
                      int threads, int isa) {
-  if (isa < 0) isa = kAvx512;  // the best variant: each check below falls back to what the CPU runs
-  if (isa == kAvx512 && cpu_supports(kAvx512))
-    return avx512::gather_rows(data, row_bytes, rows, count, prefetch, threads);
-  if (isa == kAvx2 && cpu_supports(kAvx2)) return avx2::gather_rows(data, row_bytes, rows, count, prefetch, threads);
-  return scalar::gather_rows(data, row_bytes, rows, count, prefetch, threads);
+  if (isa < 0) isa = kAvx512;  // the best variant, where the CPU runs it
+  return MP_VARIANT_FN(isa, gather_rows)(data, row_bytes, rows, count, prefetch, threads);
 }
 
 }  // namespace magicpig

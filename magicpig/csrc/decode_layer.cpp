@@ -44,9 +44,7 @@ void mlp(const LayerIn& a, const LinearArgs* gate_up, LinearArgs& down, float* n
          int threads) {
   rms_norm_rows(a.h, a.M, a.D, a.norm, a.eps, normed);
   linear(gate_up, 2, isa, threads);
-  const auto silu = isa == kAvx512 && cpu_supports(kAvx512) ? avx512::silu_mul
-                    : isa == kAvx2 && cpu_supports(kAvx2)   ? avx2::silu_mul
-                                                            : scalar::silu_mul;
+  const auto silu = MP_VARIANT_FN(isa, silu_mul);
   const int64_t F = gate_up[0].O, width = gate_up[0].ldy;
   for (int64_t m = 0; m < a.M; ++m) {
     const float* g = gate_up[0].y + m * width;

@@ -15,14 +15,8 @@ namespace magicpig {
 // so 3 kv-heads on 2 threads do not leave one thread idle for a third of it
 static constexpr int64_t kMinTokens = 64;
 
-static ExactRangeFn select_exact(int isa) {
-  if (isa == kAvx512 && cpu_supports(kAvx512)) return avx512::exact_range;
-  if (isa == kAvx2 && cpu_supports(kAvx2)) return avx2::exact_range;
-  return scalar::exact_range;
-}
-
 void exact_attend(const ExactArgs& a, int isa, float* out, float* lse, int threads) {
-  const ExactRangeFn fn = select_exact(isa);
+  const ExactRangeFn fn = MP_VARIANT_FN(isa, exact_range);
   const int64_t G = a.H / a.Hkv, d = a.d, groups = a.B * a.Hkv;
   int64_t splits = std::max<int64_t>(1, (2 * threads + groups - 1) / groups);
   splits = std::max<int64_t>(1, std::min(splits, a.n / kMinTokens));

@@ -10,21 +10,6 @@
 
 namespace magicpig {
 
-using LinearBlockFn = void (*)(const LinearArgs&, int64_t, int64_t);
-using QuantizeFn = void (*)(const float*, int64_t, int64_t, int8_t*, float*);
-
-static LinearBlockFn select_linear(int isa) {
-  if (isa == kAvx512 && cpu_supports(kAvx512)) return avx512::linear_block;
-  if (isa == kAvx2 && cpu_supports(kAvx2)) return avx2::linear_block;
-  return scalar::linear_block;
-}
-
-static QuantizeFn select_quantize(int isa) {
-  if (isa == kAvx512 && cpu_supports(kAvx512)) return avx512::quantize_q8;
-  if (isa == kAvx2 && cpu_supports(kAvx2)) return avx2::quantize_q8;
-  return scalar::quantize_q8;
-}
-
 // linear's per-call arrays, grown to the largest call seen and reused (one per calling thread): a decode step
 // calls linear a few times per layer, and the heap's allocations cost microseconds each on its cold caches
 struct LinearScratch {
@@ -35,8 +20,8 @@ struct LinearScratch {
 };
 
 void linear(const LinearArgs* given, int64_t count, int isa, int threads) {
-  const LinearBlockFn fn = select_linear(isa);
-  const QuantizeFn quantize = select_quantize(isa);
+  const auto fn = MP_VARIANT_FN(isa, linear_block);
+  const auto quantize = MP_VARIANT_FN(isa, quantize_q8);
   thread_local LinearScratch scratch;
   std::vector<LinearArgs>& parts = scratch.parts;
   parts.assign(given, given + count);

@@ -247,4 +247,11 @@ namespace avx512 = scalar;
 #endif
 #undef MP_VARIANT_ENTRY_POINTS
 
+// The entry point `name` of the variant for isa (an Isa code) that this CPU runs: the AVX-512 or AVX2 one where
+// asked for and cpu_supports() it, the scalar one otherwise.
+#define MP_VARIANT_FN(isa, name)                                                              \
+  ((isa) == kAvx512 && cpu_supports(kAvx512) ? avx512::name                                   \
+   : (isa) == kAvx2 && cpu_supports(kAvx2)   ? avx2::name                                     \
+                                             : scalar::name)
+
 }  // namespace magicpig

@@ -1,16 +1,17 @@
 """One decode step of a Llama-family model (Llama, Mistral, Qwen2) in one loop of our own, on the CPU.
 
-Why: transformers runs a decode step module by module: per decoder layer about ten module calls and forty
-tensor operations. ``DecodeForward`` computes the same step with three calls per layer: kernel 6's
-``attention_in`` (RMSNorm, q/k/v as one kernel-4 region over the three weight matrices, no copy of the
-weights, the rotary embedding of q and k), the cache's decoder (``MagicPIGCache``: the method decides, exactly
-as through the attention hook; on an offloaded layer one call of the CPU module that also appends the step's
-key and value), and kernel 6's ``mlp_residual`` with the attention output (o_proj added to the residual,
-RMSNorm, gate/up in one region, SiLU-and-multiply, down added to the residual). On a decode step's cold caches
-every call and tensor operation costs tens of microseconds, so fewer of them is most of the gain. Where every
-layer's decoder runs on the CPU module, the whole step is one call (``magicpig.decode_loop``: the same kernels
-in the same order, equal logits; ``whole_step=False`` keeps the layer-by-layer loop). Its logits equal
-transformers' up to float32 summation order (tests/test_decode_forward.py).
+Why: transformers runs a decode step module by module: per decoder layer about ten module calls and forty tensor
+operations. ``DecodeForward`` computes the same step with three calls per layer: kernel 6's ``attention_in``
+(RMSNorm, q/k/v as one kernel-4 region over the three weight matrices, no copy of the weights, the rotary
+embedding of q and k), the cache's decoder (``MagicPIGCache``: the method decides, exactly as through the
+attention hook; on an offloaded layer one call of the CPU module that also appends the step's key and value),
+and kernel 6's ``mlp_residual`` with the attention output (o_proj added to the residual, RMSNorm, gate/up in one
+region, SiLU-and-multiply, down added to the residual); after the last layer, kernel 6's ``norm_head`` (the
+final RMSNorm and the output head). On a decode step's cold caches every call and tensor operation costs tens of
+microseconds, so fewer of them is most of the gain. Where every layer's decoder runs on the CPU module, the
+whole step is one call (``magicpig.decode_loop``: the same kernels in the same order, equal logits;
+``whole_step=False`` keeps the layer-by-layer loop). Its logits equal transformers' up to float32 summation
+order (tests/test_decode_forward.py).
 
 What it supports (``unsupported_reason`` says why not, and ``Engine`` then keeps transformers' forward):
 a float32 CPU model whose decoder layers are transformers' Llama / Mistral / Qwen2 classes with SiLU MLPs
@@ -25,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 FORWARD_IMPLS = ("auto", "magicpig", "transformers")
+ROTARY_BLOCK = 256  # positions per table of the rotary embedding (DecodeForward._rotary)
 _FAMILIES = ("Llama", "Mistral", "Qwen2")  # class-name prefixes of the supported decoder layers
 
 
@@ -124,6 +125,9 @@ class DecodeForward:
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(config.num_key_value_heads)
         self.final_norm, self.final_eps = inner.norm.weight.detach(), float(inner.norm.variance_epsilon)
+        rope_type = str(getattr(self.rotary, "rope_type", "default"))
+        self.rotary_table_ok = "dynamic" not in rope_type and rope_type != "longrope"
+        self.rotary_table: tuple = (0, None, None)  # (first position, cos (n, d), sin (n, d)): _rotary
         self.head, self.head_bias = _weights(weights, model.lm_head)
         self.layers = []
         for layer in inner.layers:
@@ -143,8 +147,7 @@ class DecodeForward:
         B = ids.shape[0]
         H, Hkv, d = self.heads, self.kv_heads, self.head_dim
         h = self.embed(ids)  # (B, 1, D)
-        cos, sin = self.rotary(h, positions)  # (B, 1, d) each
-        cos, sin = cos[:, 0].float().contiguous(), sin[:, 0].float().contiguous()
+        cos, sin = self._rotary(h, positions)
         h = h[:, 0].contiguous()
         loop = self._loop(cache, B)
         if loop is not None:  # every layer in one call of the module
@@ -159,8 +162,28 @@ class DecodeForward:
                 # h += o_proj(out), then h += MLP(RMSNorm(h))
                 mod.mlp_residual(h, w.post_norm, w.post_eps, w.mlp, w.mlp_bias, isa, threads, out, w.o[0],
                                  w.o_bias[0])
-        x = F.rms_norm(h, h.shape[-1:], self.final_norm, self.final_eps)
-        return mod.linear(x, self.head, self.head_bias, isa, threads)
+        return mod.norm_head(h, self.final_norm, self.final_eps, self.head, self.head_bias, isa, threads)
+
+    def _rotary(self, h: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin (B, d) float32 of the rotary embedding at positions (B, 1). Where the embedding is a fixed
+        function of the position (not transformers' dynamic or longrope types, which change with the length), read
+        from a table of ``ROTARY_BLOCK`` consecutive positions computed by the model's module once per block: the
+        module's products and cos / sin are element-wise, so the table holds its values bit for bit, at one
+        indexing per step instead of its half-dozen tensor operations."""
+        if not self.rotary_table_ok:
+            cos, sin = self.rotary(h, positions)  # (B, 1, d) each
+            return cos[:, 0].float().contiguous(), sin[:, 0].float().contiguous()
+        at = positions[:, 0].tolist()
+        lo, hi = min(at), max(at)
+        first, cos_t, sin_t = self.rotary_table
+        if cos_t is None or lo < first or hi >= first + cos_t.shape[0]:
+            first = lo
+            span = torch.arange(first, first + max(ROTARY_BLOCK, hi - lo + 1), device=positions.device)[None]
+            cos_t, sin_t = self.rotary(h[:1], span)
+            cos_t, sin_t = cos_t[0].float(), sin_t[0].float()
+            self.rotary_table = (first, cos_t, sin_t)
+        rows = [p - first for p in at]
+        return cos_t[rows], sin_t[rows]
 
     def _loop(self, cache, batch: int):
         """The cache's ``DecodeLoop`` (built at its first step, None where a decoder needs the Python loop)."""

@@ -21,7 +21,7 @@ def _module():
 @pytest.mark.parametrize("isa", isa_params())
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("G,d,n,min_collisions", [(1, 64, 1001, 2), (4, 40, 333, 2), (7, 19, 515, 1),
-                                                   (2, 128, 700, 3)])
+                                                   (2, 128, 700, 3), (32, 16, 200, 2), (33, 16, 150, 1)])
 def test_attend_equals_reference(monkeypatch, isa, dtype, G, d, n, min_collisions):
     use_isa(monkeypatch, isa)
     K, L = 4, 12

@@ -208,7 +208,8 @@ def test_engine_tokens_do_not_depend_on_who_computes_the_linears():
 @pytest.mark.parametrize("isa", isa_params())
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("B,H,Hkv,n,d", [(1, 9, 3, 1000, 64), (2, 4, 4, 17, 33), (1, 14, 2, 5003, 64),
-                                         (3, 8, 2, 300, 128), (1, 3, 1, 1, 8)])
+                                         (3, 8, 2, 300, 128), (1, 3, 1, 1, 8), (1, 5, 1, 77, 128),
+                                         (2, 2, 2, 40, 64)])
 def test_exact_attend_equals_torch(monkeypatch, isa, dtype, B, H, Hkv, n, d):
     use_isa(monkeypatch, isa)
     gen = torch.Generator().manual_seed(n + d)
@@ -329,6 +330,23 @@ def test_mlp_residual_adds_the_silu_mlp_in_place(monkeypatch, isa, M, D, ffn, bi
     want = mid + F.linear(F.silu(F.linear(x, ws[0], bs[0])) * F.linear(x, ws[1].float(), bs[1]), ws[2], bs[2])
     cpu.load().mlp_residual(h, norm, 1e-6, ws, bs, cpu.ISA_CODES[isa], 2, attn, o, o_b)
     torch.testing.assert_close(h, want, rtol=1e-4, atol=1e-4 * ffn ** 0.5)
+
+
+@pytest.mark.parametrize("isa", isa_params())
+@pytest.mark.parametrize("M,D,V,bias", [(1, 64, 300, False), (3, 70, 129, True)])
+def test_norm_head_is_the_final_norm_then_the_head(monkeypatch, isa, M, D, V, bias):
+    use_isa(monkeypatch, isa)
+    gen = torch.Generator().manual_seed(M * V)
+    h, norm = torch.randn(M, D, generator=gen), torch.randn(D, generator=gen)
+    w = torch.randn(V, D, generator=gen)
+    b = torch.randn(V, generator=gen) if bias else None
+    got = cpu.load().norm_head(h, norm, 1e-5, [w], [b], cpu.ISA_CODES[isa], 2)
+    torch.testing.assert_close(got, F.linear(_rms(h, norm, 1e-5), w, b), rtol=1e-4, atol=1e-4)
+    assert torch.equal(h, h.clone())  # h is read, not written
+    with pytest.raises(RuntimeError, match="norm must be"):
+        cpu.load().norm_head(h, norm[:-1], 1e-5, [w], [b], cpu.ISA_CODES[isa], 2)
+    with pytest.raises(RuntimeError, match="expected 1 weight"):
+        cpu.load().norm_head(h, norm, 1e-5, [w, w], [b, b], cpu.ISA_CODES[isa], 2)
 
 
 @pytest.mark.parametrize("isa", isa_params())

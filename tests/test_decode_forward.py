@@ -67,6 +67,32 @@ def test_decode_loop_matches_transformers_with_torch_linears():
     torch.testing.assert_close(logits["magicpig"], logits["transformers"], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("rope_type", ["default", "linear", "dynamic"])
+def test_rotary_table_holds_the_modules_values(rope_type):
+    """cos / sin read from DecodeForward's table of ROTARY_BLOCK positions equal the rotary module's own, bit for
+    bit, across the table's blocks and for a batch at different positions; a dynamic type skips the table."""
+    from transformers import AutoModelForCausalLM
+
+    from magicpig.decode_forward import ROTARY_BLOCK
+    from tiny_models import tiny_config
+
+    config = tiny_config("llama")
+    config.rope_parameters = dict(config.rope_parameters, rope_type=rope_type, factor=2.0)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    assert model.model.rotary_emb.rope_type == rope_type
+    fwd = DecodeForward(model)
+    assert fwd.rotary_table_ok == (rope_type != "dynamic")
+    h = torch.zeros(2, 1, model.config.hidden_size)
+    for pos in ([5, 5], [ROTARY_BLOCK + 4, 7], [3 * ROTARY_BLOCK - 1, 3 * ROTARY_BLOCK], [0, 2]):
+        positions = torch.tensor(pos)[:, None]
+        cos, sin = fwd._rotary(h, positions)
+        want_cos, want_sin = model.model.rotary_emb(h, positions)
+        assert cos.shape == (2, want_cos.shape[-1]) and cos.is_contiguous() and sin.is_contiguous()
+        assert torch.equal(cos, want_cos[:, 0]) and torch.equal(sin, want_sin[:, 0])
+    assert (fwd.rotary_table[1] is not None) == fwd.rotary_table_ok
+
+
 def test_auto_uses_the_loop_only_where_it_applies():
     model = tiny_model("llama")
     assert unsupported_reason(model) is None

@@ -50,6 +50,7 @@ static bool finite_row(const float* x, int64_t d) {
 
 void attend(const AttendArgs& a, int isa, float* out, float* lse, int threads) {
   const AttendGroupFn fn = MP_VARIANT_FN(isa, attend_group);
+  const ListTokensFn list = MP_VARIANT_FN(isa, list_tokens);
   const int64_t G = a.H / a.Hkv, W = (a.n_max + 63) / 64, d = a.d;
   const int64_t groups = a.B * a.Hkv;
   // split each group's token range into items of about split_tokens tokens, and at least two items per
@@ -71,22 +72,10 @@ void attend(const AttendArgs& a, int isa, float* out, float* lse, int threads) {
     for (int64_t it = 0; it < items; ++it) {
       const int64_t grp = it / splits, s = it % splits, b = grp / a.Hkv, kvh = grp % a.Hkv;
       const int64_t w0 = s * W / splits, w1 = (s + 1) * W / splits;
-      const uint64_t* bits = a.bits + (b * a.H + kvh * G) * W;  // G consecutive bitsets
-      ids.clear();
-      masks.clear();
-      for (int64_t w = w0; w < w1; ++w) {
-        uint64_t any = 0;
-        for (int64_t g = 0; g < G; ++g) any |= bits[g * W + w];
-        while (any) {
-          const int t = __builtin_ctzll(any);
-          any &= any - 1;
-          uint64_t mask = 0;
-          for (int64_t g = 0; g < G; ++g) mask |= ((bits[g * W + w] >> t) & 1u) << g;
-          ids.push_back(static_cast<uint32_t>(w * 64 + t));
-          masks.push_back(mask);
-        }
-      }
-      fn(a, b, kvh, ids.data(), masks.data(), static_cast<int64_t>(ids.size()), part + it * part_size);
+      grow(ids, (w1 - w0) * 64 + kListSlack);
+      grow(masks, (w1 - w0) * 64 + kListSlack);
+      const int64_t U = list(a.bits + (b * a.H + kvh * G) * W, G, W, w0, w1, ids.data(), masks.data());
+      fn(a, b, kvh, ids.data(), masks.data(), U, part + it * part_size);
     }
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < a.B * a.H; ++bh) merge_parts(part, splits, G, d, a.q, a.H, a.Hkv, bh, out, lse);

@@ -217,6 +217,51 @@ static inline float dot_row_sumsq(const float* q, const void* row, bool bf16, in
               : dot_row_sumsq(q, static_cast<const float*>(row), d, sumsq);
 }
 
+// Kernel 3's token list of one work item (magicpig_cpu.h, ListTokensFn). AVX-512 with G <= 32: per 16 bits of
+// a word, the set positions and their heads' bits are compressed into place, without the branch per token of
+// the loop at the end (which mispredicts where each word's bits run out).
+int64_t list_tokens(const uint64_t* bits, int64_t G, int64_t W, int64_t w0, int64_t w1, uint32_t* ids,
+                    uint64_t* masks) {
+  int64_t n = 0;
+#if defined(MP_AVX512)
+  if (G <= 32) {
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    uint64_t word[32];
+    for (int64_t w = w0; w < w1; ++w) {
+      uint64_t any = 0;
+      for (int64_t g = 0; g < G; ++g) any |= word[g] = bits[g * W + w];
+      for (int c = 0; c < 4 && (any >> (16 * c)) != 0; ++c) {
+        const __mmask16 sel = static_cast<__mmask16>(any >> (16 * c));
+        __m512i heads = _mm512_setzero_si512();
+        for (int64_t g = 0; g < G; ++g)
+          heads = _mm512_mask_or_epi32(heads, static_cast<__mmask16>(word[g] >> (16 * c)), heads,
+                                       _mm512_set1_epi32(static_cast<int>(1u << g)));
+        const __m512i id = _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int>(w * 64 + 16 * c)));
+        _mm512_storeu_si512(ids + n, _mm512_maskz_compress_epi32(sel, id));
+        heads = _mm512_maskz_compress_epi32(sel, heads);
+        _mm512_storeu_si512(masks + n, _mm512_cvtepu32_epi64(_mm512_castsi512_si256(heads)));
+        _mm512_storeu_si512(masks + n + 8, _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(heads, 1)));
+        n += __builtin_popcount(sel);
+      }
+    }
+    return n;
+  }
+#endif
+  for (int64_t w = w0; w < w1; ++w) {
+    uint64_t any = 0;
+    for (int64_t g = 0; g < G; ++g) any |= bits[g * W + w];
+    while (any) {
+      const int t = __builtin_ctzll(any);
+      any &= any - 1;
+      uint64_t mask = 0;
+      for (int64_t g = 0; g < G; ++g) mask |= ((bits[g * W + w] >> t) & 1u) << g;
+      ids[n] = static_cast<uint32_t>(w * 64 + t);
+      masks[n++] = mask;
+    }
+  }
+  return n;
+}
+
 // The U tokens (ids sorted, masks = heads of the group that sampled each token) are read once, in
 // blocks of kBlock tokens, with an online softmax per head across blocks. Within a block:
 //   1. keys: q.k of every (token, head) pair, its head, 1 / |k| of its token (|k| from the same read)
@@ -359,40 +404,106 @@ static inline __m512 sum16(const __m512* v) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD));
 }
 
-// scale * q . k of the nb (<= 16) key rows of a block for one query head q of C * 16 floats, into w[0..16)
-// (lanes past nb are 0): q held in registers, one FMA per 16 key elements, the 16 sums by sum16.
-template <int C>
+// scale * q_h . k of the nb (<= 16) key rows of a block for HG query heads q_h = q + h * C * 16 (C * 16 floats
+// each), into w[h * kBlock + 0..16) (lanes past nb are 0): each key row is loaded once for the HG heads, whose
+// queries stay in registers (HG * C of them), one FMA per 16 key elements and head, the 16 sums per head by sum16.
+template <int C, int HG>
 static inline void block_logits(const float* q, const char* K, int64_t k_row, int64_t nb, bool bf16,
                                 float scale, float* w) {
-  __m512 qv[C], dots[16];
+  __m512 qv[HG][C], dots[HG][16];
 #pragma GCC unroll 8
-  for (int c = 0; c < C; ++c) qv[c] = _mm512_loadu_ps(q + 16 * c);
+  for (int h = 0; h < HG; ++h)
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) qv[h][c] = _mm512_loadu_ps(q + (h * C + c) * 16);
   for (int64_t t = 0; t < 16; ++t) {
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    __m512 s0[HG], s1[HG];
+#pragma GCC unroll 8
+    for (int h = 0; h < HG; ++h) s0[h] = s1[h] = _mm512_setzero_ps();
     if (t < nb) {
       const char* row = K + t * k_row;
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
         const __m512 x = bf16 ? vload(reinterpret_cast<const uint16_t*>(row) + 16 * c)
                               : _mm512_loadu_ps(reinterpret_cast<const float*>(row) + 16 * c);
-        if (c % 2 == 0) s0 = _mm512_fmadd_ps(qv[c], x, s0);
-        else s1 = _mm512_fmadd_ps(qv[c], x, s1);
+#pragma GCC unroll 8
+        for (int h = 0; h < HG; ++h) {
+          if (c % 2 == 0) s0[h] = _mm512_fmadd_ps(qv[h][c], x, s0[h]);
+          else s1[h] = _mm512_fmadd_ps(qv[h][c], x, s1[h]);
+        }
       }
     }
-    dots[t] = _mm512_add_ps(s0, s1);
+#pragma GCC unroll 8
+    for (int h = 0; h < HG; ++h) dots[h][t] = _mm512_add_ps(s0[h], s1[h]);
   }
-  _mm512_storeu_ps(w, _mm512_mul_ps(sum16(dots), _mm512_set1_ps(scale)));
+#pragma GCC unroll 8
+  for (int h = 0; h < HG; ++h) _mm512_storeu_ps(w + h * kBlock, _mm512_mul_ps(sum16(dots[h]), _mm512_set1_ps(scale)));
+}
+
+// acc_h += sum_j w[h * kBlock + j] * row_j for HG heads (acc_h = acc + h * acc_stride, C * 16 floats) over the m
+// value rows: each row is loaded once for the HG heads, whose accumulators stay in registers; per head the same
+// sums in the same order as accumulate_rows.
+template <int C, int HG>
+static inline void accumulate_heads(float* acc, int64_t acc_stride, const float* w, const char* const* rows,
+                                    int64_t m, bool bf16) {
+  __m512 a[HG][C];
+#pragma GCC unroll 8
+  for (int h = 0; h < HG; ++h)
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) a[h][c] = _mm512_loadu_ps(acc + h * acc_stride + 16 * c);
+  for (int64_t j = 0; j < m; ++j) {
+    __m512 wv[HG];
+#pragma GCC unroll 8
+    for (int h = 0; h < HG; ++h) wv[h] = _mm512_set1_ps(w[h * kBlock + j]);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const __m512 x = bf16 ? vload(reinterpret_cast<const uint16_t*>(rows[j]) + 16 * c)
+                            : _mm512_loadu_ps(reinterpret_cast<const float*>(rows[j]) + 16 * c);
+#pragma GCC unroll 8
+      for (int h = 0; h < HG; ++h) a[h][c] = _mm512_fmadd_ps(wv[h], x, a[h][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int h = 0; h < HG; ++h)
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(acc + h * acc_stride + 16 * c, a[h][c]);
+}
+
+// Heads g0 .. g0 + hg (hg <= kHeadsPerPass<C>) of a block: logits (logits) or value accumulation (else).
+template <int C>
+constexpr int kHeadsPerPass = C == 4 ? 4 : 2;  // registers: HG * C queries or accumulators, of 32
+
+template <int C>
+static inline void heads_pass(bool logits, int hg, const float* q, const char* K, int64_t k_row, int64_t nb,
+                              bool bf16, float scale, float* w, float* acc, int64_t acc_stride,
+                              const char* const* rows) {
+  switch (hg) {
+#define MP_HEADS_CASE(HG)                                                                      \
+  case HG:                                                                                     \
+    if constexpr (HG <= kHeadsPerPass<C>) {                                                    \
+      if (logits) block_logits<C, HG>(q, K, k_row, nb, bf16, scale, w);                        \
+      else accumulate_heads<C, HG>(acc, acc_stride, w, rows, nb, bf16);                        \
+    }                                                                                          \
+    break;
+    MP_HEADS_CASE(1)
+    MP_HEADS_CASE(2)
+    MP_HEADS_CASE(3)
+    MP_HEADS_CASE(4)
+#undef MP_HEADS_CASE
+  }
 }
 #endif
 
 // Kernel 5 body: exact attention of the G query heads of kv-head kvh of sequence b over the keys
 // [t0, t1) (rows of a.k / a.v at their strides), the partial softmax state per head in part as kernel 3
 // leaves it. Keys are read in order (the hardware prefetcher follows), blocks of kBlock tokens: the
-// logits of every head of the group (with AVX-512 and d = 64 or 128, head by head over the block's key
-// rows, which stay in L1: block_logits), then each head's accumulator over the block's value rows (still
-// in cache). Single-thread CPU time per (token, head) on warm data, AMD EPYC, with dot_row and scalar
-// max / sum instead of block_logits, max_of and sum_of / with them: 9/3 heads, d = 64, float32 6.65 /
-// 5.2-5.4 ns; 14/2, d = 64: 5.9 / 4.8; 32/8, d = 128: 11.3 / 9.2 (bfloat16 7.7 / 6.4, 7.4 / 6.2, 12.5 / 11.1).
+// logits of every head of the group, then each head's accumulator over the block's value rows (still in
+// cache). With AVX-512 and d = 64 or 128 both go a few heads per pass (heads_pass), so that a pass loads each
+// key / value row once for its heads instead of once per head: the kernel is bound by its loads and FMAs as
+// much as by memory (3 kv-heads of 9 query heads, d = 64, on the 2-core AMD EPYC: 4096 keys warm 0.149 ms
+// head by head, 0.101 in passes; 32768 keys from memory 1.69 / 1.47 ms; the same sums in the same order).
+// Single-thread CPU time per (token, head) on warm data before the passes, with dot_row and scalar max / sum
+// instead of block_logits, max_of and sum_of / with them: 9/3 heads, d = 64, float32 6.65 / 5.2-5.4 ns;
+// 14/2, d = 64: 5.9 / 4.8; 32/8, d = 128: 11.3 / 9.2 (bfloat16 7.7 / 6.4, 7.4 / 6.2, 12.5 / 11.1).
 void exact_range(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t t1, float* part) {
   const int64_t d = a.d, G = a.H / a.Hkv, elt = a.bf16 ? 2 : 4;
   const char* K = static_cast<const char*>(a.k) + (b * a.k_stride[0] + kvh * a.k_stride[1]) * elt;
@@ -410,17 +521,21 @@ void exact_range(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t
   for (int64_t u0 = t0; u0 < t1; u0 += kBlock) {
     const int64_t nb = t1 - u0 < kBlock ? t1 - u0 : kBlock;
     for (int64_t t = 0; t < nb; ++t) rows[t] = V + (u0 + t) * v_row;
-    bool logits_done = false;
+    // AVX-512 with d = 64 or 128 (most models): the block's logits and value rows a few heads per pass
+    // (heads_pass), each row loaded once per pass
+    bool heads_in_passes = false;
 #if defined(MP_AVX512)
-    if (d == 64 || d == 128) {  // most models: each head's logits of the block at once
-      for (int64_t g = 0; g < G; ++g) {
-        if (d == 64) block_logits<4>(q0 + g * d, K + u0 * k_row, k_row, nb, a.bf16, a.scale, w + g * kBlock);
-        else block_logits<8>(q0 + g * d, K + u0 * k_row, k_row, nb, a.bf16, a.scale, w + g * kBlock);
+    heads_in_passes = d == 64 || d == 128;
+    if (heads_in_passes) {
+      const int64_t per = d == 64 ? kHeadsPerPass<4> : kHeadsPerPass<8>;
+      for (int64_t g = 0; g < G; g += per) {
+        const int hg = static_cast<int>(G - g < per ? G - g : per);
+        if (d == 64) heads_pass<4>(true, hg, q0 + g * d, K + u0 * k_row, k_row, nb, a.bf16, a.scale, w + g * kBlock, nullptr, 0, nullptr);
+        else heads_pass<8>(true, hg, q0 + g * d, K + u0 * k_row, k_row, nb, a.bf16, a.scale, w + g * kBlock, nullptr, 0, nullptr);
       }
-      logits_done = true;
     }
 #endif
-    if (!logits_done) {
+    if (!heads_in_passes) {
       for (int64_t t = 0; t < nb; ++t) {
         const char* krow = K + (u0 + t) * k_row;
         for (int64_t g = 0; g < G; ++g) w[g * kBlock + t] = a.scale * dot_row(q0 + g * d, krow, a.bf16, d);
@@ -441,7 +556,18 @@ void exact_range(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t
       for (int64_t t = 0; t < nb; ++t) wg[t] -= acc[0];
       exp_inplace(wg, nb);
       acc[1] += sum_of(wg, nb);
-      accumulate_rows(acc + 2, wg, rows, nb, a.bf16, d);
+      if (!heads_in_passes) accumulate_rows(acc + 2, wg, rows, nb, a.bf16, d);
     }
+#if defined(MP_AVX512)
+    if (heads_in_passes) {
+      const int64_t per = d == 64 ? kHeadsPerPass<4> : kHeadsPerPass<8>;
+      for (int64_t g = 0; g < G; g += per) {
+        const int hg = static_cast<int>(G - g < per ? G - g : per);
+        float* acc = part + g * (d + 2) + 2;
+        if (d == 64) heads_pass<4>(false, hg, nullptr, nullptr, 0, nb, a.bf16, 0.f, w + g * kBlock, acc, d + 2, rows);
+        else heads_pass<8>(false, hg, nullptr, nullptr, 0, nb, a.bf16, 0.f, w + g * kBlock, acc, d + 2, rows);
+      }
+    }
+#endif
   }
 }

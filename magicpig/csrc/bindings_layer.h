@@ -1,7 +1,7 @@
-// Python bindings of kernels 4 (linear) and 6 (attention_in, mlp_residual): the decode step's linear layers
-// and the two halves of a Llama-family layer around its attention. Included once, by bindings.cpp (the one
-// translation unit that includes torch, whose headers take most of the module's build), which registers
-// them with ``define_layer``.
+// Python bindings of kernels 4 (linear) and 6 (attention_in, mlp_residual, norm_head): the decode step's linear
+// layers, the two halves of a Llama-family layer around its attention and the model's output. Included once, by
+// bindings.cpp (the one translation unit that includes torch, whose headers take most of the module's build),
+// which registers them with ``define_layer``.
 #pragma once
 
 #include <torch/extension.h>
@@ -165,6 +165,19 @@ torch::Tensor mlp_residual(torch::Tensor h, torch::Tensor norm, double eps, std:
   return h;
 }
 
+// kernel 6, the model's output: h (M, D); norm (D,) its final RMSNorm; weights / biases: the output head
+// (V, D) -> logits (M, V) = RMSNorm(h) W^T + b
+torch::Tensor norm_head(torch::Tensor h, torch::Tensor norm, double eps, std::vector<torch::Tensor> weights,
+                        std::vector<c10::optional<torch::Tensor>> biases, int64_t isa, int64_t threads) {
+  check_layer_in(h, norm, weights.size(), 1);
+  auto normed = torch::empty_like(h);
+  auto y = torch::empty({h.size(0), rows_of(weights)}, torch::kFloat32);
+  auto parts = linear_parts(normed, weights, biases, y, false);
+  magicpig::LayerIn a{h.size(0), h.size(1), h.data_ptr<float>(), norm.data_ptr<float>(), static_cast<float>(eps)};
+  magicpig::norm_head(a, parts.data(), 1, normed.data_ptr<float>(), static_cast<int>(isa), static_cast<int>(threads));
+  return y;
+}
+
 inline void define_layer(pybind11::module& m) {
   namespace py = pybind11;
   m.def("linear", &linear, "kernel 4: (x, weights, biases, isa, threads, into=None) -> [x W_p^T + b_p for each p] "
@@ -177,6 +190,7 @@ inline void define_layer(pybind11::module& m) {
         "o=None, o_bias=None) -> h (+= attn o^T + o_bias) += MLP(RMSNorm(h)), in place", py::arg("h"), py::arg("norm"),
         py::arg("eps"), py::arg("weights"), py::arg("biases"), py::arg("isa"), py::arg("threads"),
         py::arg("attn") = py::none(), py::arg("o") = py::none(), py::arg("o_bias") = py::none());
+  m.def("norm_head", &norm_head, "kernel 6: (h, norm, eps, [W_head], biases, isa, threads) -> RMSNorm(h) W_head^T + b");
 }
 
 }  // namespace layer_bindings

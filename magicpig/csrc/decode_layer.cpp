@@ -1,8 +1,8 @@
-// Kernel 6: the two halves of a Llama-family decoder layer's decode step around its attention (see
-// magicpig_cpu.h), so that a step of a CPU model costs a few module calls per layer instead of some forty
-// tensor operations. The element-wise parts (RMSNorm, the rotary embedding, SiLU-and-multiply, the last in
-// the ISA variant's vector loop) run on the calling thread: a step has one row per sequence, a few thousand
-// floats, microseconds of work. The linear layers run through kernel 4 with all threads.
+// Kernel 6: the two halves of a Llama-family decoder layer's decode step around its attention, and the model's
+// final norm and output head (see magicpig_cpu.h), so that a step of a CPU model costs a few module calls per
+// layer instead of some forty tensor operations. The element-wise parts (RMSNorm, the rotary embedding,
+// SiLU-and-multiply, the last in the ISA variant's vector loop) run on the calling thread: a step has one row per
+// sequence, a few thousand floats, microseconds of work. The linear layers run through kernel 4 with all threads.
 #include <cmath>
 #include <vector>
 
@@ -52,6 +52,11 @@ void mlp(const LayerIn& a, const LinearArgs* gate_up, LinearArgs& down, float* n
     silu(g, u, act + m * F, F);
   }
   linear(&down, 1, isa, threads);
+}
+
+void norm_head(const LayerIn& a, const LinearArgs* head, int64_t parts, float* normed, int isa, int threads) {
+  rms_norm_rows(a.h, a.M, a.D, a.norm, a.eps, normed);
+  linear(head, parts, isa, threads);
 }
 
 }  // namespace magicpig

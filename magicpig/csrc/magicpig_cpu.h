@@ -87,6 +87,14 @@ struct AttendArgs {
 using AttendGroupFn = void (*)(const AttendArgs& a, int64_t b, int64_t kvh, const uint32_t* ids,
                                const uint64_t* masks, int64_t U, float* part);
 
+// The token list of one work item: the tokens of words [w0, w1) of the G bitsets bits[g * W + w] that any
+// head of the group sampled, in increasing order (ids), and for each the heads that sampled it (masks, bit
+// g). ids and masks need room for kListSlack entries past the count (whole vectors are stored). Returns the
+// count.
+constexpr int64_t kListSlack = 16;
+using ListTokensFn = int64_t (*)(const uint64_t* bits, int64_t G, int64_t W, int64_t w0, int64_t w1,
+                                 uint32_t* ids, uint64_t* masks);
+
 // Exact correction -ln(u + 1e-4) for one cosine (double-precision binomial tail, as magicpig.lsh).
 float exact_correction(float cos, int K, int L, int min_collisions);
 
@@ -191,6 +199,8 @@ void attention_in(const LayerIn& a, const LinearArgs* qkv, float* normed, int is
 // reads act and usually accumulates into h (the residual).
 void mlp(const LayerIn& a, const LinearArgs* gate_up, LinearArgs& down, float* normed, float* act, int isa,
          int threads);
+// The model's output: head[0..parts) (the output head, usually one part) of normed = RMSNorm(h).
+void norm_head(const LayerIn& a, const LinearArgs* head, int64_t parts, float* normed, int isa, int threads);
 
 // Kernel 7: rows x[b, h, j] - center[b, h] (j < m) written to rows n + j of buf (B, H_kv, cap, d),
 // contiguous; x has a contiguous last dim and strides x_stride (elements) for its first three. x and buf
@@ -230,6 +240,7 @@ uint64_t gather_rows(const void* data, int64_t row_bytes, const int64_t* rows, i
 #define MP_VARIANT_ENTRY_POINTS                                                                    \
   void attend_group(const AttendArgs&, int64_t, int64_t, const uint32_t*, const uint64_t*, int64_t, \
                     float*);                                                                          \
+  int64_t list_tokens(const uint64_t*, int64_t, int64_t, int64_t, int64_t, uint32_t*, uint64_t*);    \
   void exact_range(const ExactArgs&, int64_t, int64_t, int64_t, int64_t, float*);                  \
   void linear_block(const LinearArgs&, int64_t o0, int64_t on);                                     \
   /* x (M, I) -> q (M, I) int8, d (M, I / kQ8Block): the Q8_0 rule per block (d = max |x| / 127, */   \

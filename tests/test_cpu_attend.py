@@ -55,6 +55,27 @@ def test_zero_and_all_sampled(monkeypatch, isa):
     torch.testing.assert_close(lse, r_lse, rtol=1e-4, atol=2e-5)
 
 
+@pytest.mark.parametrize("L", [255, 256, 300])
+def test_min_collisions_two_counts_past_a_byte(L):
+    """Kernel 2 counts min_collisions = 2 in a byte per token up to L = 255 tables and in two bitsets beyond (a token in
+    all 256 tables would wrap a byte to 0): the sampled sets equal the reference's either side, where some tokens
+    collide in every table and others in exactly one or two."""
+    K, n = 2, 200
+    keys, values, codes, counts, q, q_codes = random_layer(1, 1, 2, n, 16, K, L, seed=L)
+    codes[..., :5, :] = q_codes[0, 0]  # tokens 0-4 share query head 0's bucket in every table
+    codes[..., 5:8, :] = (q_codes[0, 0] + 1) % (1 << K)  # tokens 5-7 in none of them, ...
+    codes[..., 6, 0] = q_codes[0, 0, 0]  # ... then 6 in one and 7 in two
+    codes[..., 7, :2] = q_codes[0, 0, :2]
+    layer = cpu.OffloadedLayer.build(keys, values, codes, counts, K, L)
+    out, lse, sampled = layer.attend(q, q_codes, 2)
+    r_out, r_lse, r_sampled = reference_attend(keys, values, counts, codes, q, q_codes, K, L, 2)
+    assert torch.equal(sampled, r_sampled)
+    torch.testing.assert_close(out, r_out, rtol=1e-4, atol=2e-5)
+    torch.testing.assert_close(lse, r_lse, rtol=1e-4, atol=2e-5)
+    head0 = set(layer.retrieve(q_codes, 2)[0][0].tolist())
+    assert {0, 1, 2, 3, 4, 7} <= head0 and not {5, 6} & head0
+
+
 @pytest.mark.parametrize("isa", isa_params())
 def test_32bit_ids_and_parallel_splits(monkeypatch, isa):
     use_isa(monkeypatch, isa)

@@ -1,8 +1,12 @@
 // Kernel 2: retrieval. For query head (b, h) of kv-head h / G, read the query's bucket in each of the
 // L tables and count, per token, how many buckets it appeared in; a token whose count reaches
 // min_collisions gets its bit set in bits[b, h].
-// min_collisions == 2 (the paper's rule): two bitsets of n bits (L1-resident), "seen once" and the
-// output, updated without branches: out |= once & bit; once |= bit. min_collisions == 1: out |= bit.
+// min_collisions == 2 (the paper's rule) and L <= 255: a byte per token counts its buckets (one load and one
+// store per bucket entry), then one pass over the counters writes each 64 of them as an output word (count >= 2)
+// and zeroes them for the next query. Against two bitsets updated without branches ("seen once" and the output:
+// out |= once & bit; once |= bit; two loads and two stores per entry into words that the nearby entries also
+// update), still used for L > 255 and min_collisions == 1 (out |= bit): the 32K SmolLM2 step 1.0 ms faster
+// (median of 8 alternations in one process), retrieval 8% of its samples instead of 11%.
 // min_collisions > 2: uint8 counters saturating at min_collisions. Counters
 // are never reset per query: each query counts from a fresh base (value = base + count, anything <= base
 // reads as 0) and the thread's counter array is cleared only when the 8-bit base would overflow, so a
@@ -10,6 +14,9 @@
 // fetched for all tables first (with prefetches), then every cache line of the L id lists is loaded
 // once before any is counted, so that many misses are in flight.
 #include <omp.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -31,8 +38,29 @@ static int popcount_words(const uint64_t* x, int64_t W) {
   return found;
 }
 
+// Bit t of the result: c[t] >= 2, for the 64 counters at c, which are set to zero.
+static inline uint64_t twice_mask(uint8_t* c) {
+  uint64_t word = 0;
+#if defined(__SSE2__)
+  const __m128i two = _mm_set1_epi8(2), zero = _mm_setzero_si128();
+  for (int k = 0; k < 4; ++k) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 16 * k));
+    const int ge = _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(v, two), v));  // max(v, 2) == v: v >= 2
+    word |= static_cast<uint64_t>(static_cast<uint16_t>(ge)) << (16 * k);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(c + 16 * k), zero);
+  }
+#else
+  for (int k = 0; k < 64; ++k) {
+    word |= static_cast<uint64_t>(c[k] >= 2) << k;
+    c[k] = 0;
+  }
+#endif
+  return word;
+}
+
 // Per-thread counters, kept across calls (OpenMP reuses its threads).
 struct Counters {
+  std::vector<uint8_t> per_token;  // min_collisions == 2: a count per token, zero between queries (twice_mask)
   std::vector<uint8_t> value;
   std::vector<uint64_t> once;
   unsigned base = 0;
@@ -42,6 +70,11 @@ struct Counters {
     grow(once, W);
     std::memset(once.data(), 0, static_cast<size_t>(W) * sizeof(uint64_t));
     return once.data();
+  }
+  // n zero counters (per_token)
+  uint8_t* zeroed(int64_t n) {
+    if (static_cast<int64_t>(per_token.size()) < n) per_token.assign(static_cast<size_t>(n), 0);
+    return per_token.data();
   }
   // make room for n tokens and a fresh base for a query needing m more values; returns the base
   unsigned fresh(int64_t n, int m) {
@@ -82,6 +115,18 @@ static void retrieve_head(const Tables& t, int64_t bh_kv, const int32_t* qc, int
   }
   counters.sink += touch;
   int32_t found = 0;
+  if (m == 2 && t.L <= 255) {
+    const int64_t W = (t.n_max + 63) / 64;
+    uint8_t* __restrict count = counters.zeroed(W * 64);
+    for (int64_t j = 0; j < t.L; ++j) {
+      const Id* const end = ids + hi[j];
+      for (const Id* e = ids + lo[j]; e < end; ++e) ++count[*e];
+    }
+    for (int64_t w = 0; w < W; ++w) bits[w] = twice_mask(count + w * 64);
+    *sampled = popcount_words(bits, W);
+    *entries = total;
+    return;
+  }
   if (m <= 2) {
     const int64_t W = (t.n_max + 63) / 64;
     uint64_t* __restrict once = counters.seen(W);

@@ -468,27 +468,21 @@ static inline void accumulate_heads(float* acc, int64_t acc_stride, const float*
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(acc + h * acc_stride + 16 * c, a[h][c]);
 }
 
-// Heads g0 .. g0 + hg (hg <= kHeadsPerPass<C>) of a block: logits (logits) or value accumulation (else).
+// Heads per pass at a head dim of C * 16 floats: HG * C queries or accumulators held in registers (of 32).
 template <int C>
-constexpr int kHeadsPerPass = C == 4 ? 4 : 2;  // registers: HG * C queries or accumulators, of 32
+constexpr int kHeadsPerPass = C == 4 ? 4 : 2;
 
-template <int C>
-static inline void heads_pass(bool logits, int hg, const float* q, const char* K, int64_t k_row, int64_t nb,
-                              bool bf16, float scale, float* w, float* acc, int64_t acc_stride,
-                              const char* const* rows) {
-  switch (hg) {
-#define MP_HEADS_CASE(HG)                                                                      \
-  case HG:                                                                                     \
-    if constexpr (HG <= kHeadsPerPass<C>) {                                                    \
-      if (logits) block_logits<C, HG>(q, K, k_row, nb, bf16, scale, w);                        \
-      else accumulate_heads<C, HG>(acc, acc_stride, w, rows, nb, bf16);                        \
-    }                                                                                          \
-    break;
-    MP_HEADS_CASE(1)
-    MP_HEADS_CASE(2)
-    MP_HEADS_CASE(3)
-    MP_HEADS_CASE(4)
-#undef MP_HEADS_CASE
+// f.template operator()<HG>() with HG = hg (1 <= hg <= kHeadsPerPass<C>): a pass's head count as the template
+// argument of block_logits / accumulate_heads.
+template <int C, typename F>
+static inline void with_heads(int hg, const F& f) {
+  if (hg == 1) {
+    f.template operator()<1>();
+  } else if (hg == 2) {
+    f.template operator()<2>();
+  } else if constexpr (kHeadsPerPass<C> >= 4) {
+    if (hg == 3) f.template operator()<3>();
+    else f.template operator()<4>();
   }
 }
 #endif
@@ -497,7 +491,7 @@ static inline void heads_pass(bool logits, int hg, const float* q, const char* K
 // [t0, t1) (rows of a.k / a.v at their strides), the partial softmax state per head in part as kernel 3
 // leaves it. Keys are read in order (the hardware prefetcher follows), blocks of kBlock tokens: the
 // logits of every head of the group, then each head's accumulator over the block's value rows (still in
-// cache). With AVX-512 and d = 64 or 128 both go a few heads per pass (heads_pass), so that a pass loads each
+// cache). With AVX-512 and d = 64 or 128 both go a few heads per pass (with_heads), so that a pass loads each
 // key / value row once for its heads instead of once per head: the kernel is bound by its loads and FMAs as
 // much as by memory (3 kv-heads of 9 query heads, d = 64, on the 2-core AMD EPYC: 4096 keys warm 0.149 ms
 // head by head, 0.101 in passes; 32768 keys from memory 1.69 / 1.47 ms; the same sums in the same order).
@@ -512,6 +506,9 @@ void exact_range(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t
   const float* q0 = a.q + (b * a.H + kvh * G) * d;
   float w[64 * kBlock];
   const char* rows[kBlock];
+#if defined(MP_AVX512)
+  const int64_t per_pass = d == 64 ? kHeadsPerPass<4> : kHeadsPerPass<8>;
+#endif
   for (int64_t g = 0; g < G; ++g) {
     float* p = part + g * (d + 2);
     p[0] = -__builtin_inff();
@@ -521,17 +518,19 @@ void exact_range(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t
   for (int64_t u0 = t0; u0 < t1; u0 += kBlock) {
     const int64_t nb = t1 - u0 < kBlock ? t1 - u0 : kBlock;
     for (int64_t t = 0; t < nb; ++t) rows[t] = V + (u0 + t) * v_row;
-    // AVX-512 with d = 64 or 128 (most models): the block's logits and value rows a few heads per pass
-    // (heads_pass), each row loaded once per pass
+    // AVX-512 with d = 64 or 128 (most models): the block's logits and value rows a few heads per pass, each
+    // row loaded once per pass (block_logits, accumulate_heads)
     bool heads_in_passes = false;
 #if defined(MP_AVX512)
     heads_in_passes = d == 64 || d == 128;
     if (heads_in_passes) {
-      const int64_t per = d == 64 ? kHeadsPerPass<4> : kHeadsPerPass<8>;
-      for (int64_t g = 0; g < G; g += per) {
-        const int hg = static_cast<int>(G - g < per ? G - g : per);
-        if (d == 64) heads_pass<4>(true, hg, q0 + g * d, K + u0 * k_row, k_row, nb, a.bf16, a.scale, w + g * kBlock, nullptr, 0, nullptr);
-        else heads_pass<8>(true, hg, q0 + g * d, K + u0 * k_row, k_row, nb, a.bf16, a.scale, w + g * kBlock, nullptr, 0, nullptr);
+      const char* Kb = K + u0 * k_row;
+      for (int64_t g = 0; g < G; g += per_pass) {
+        const int hg = static_cast<int>(G - g < per_pass ? G - g : per_pass);
+        const float* q = q0 + g * d;
+        float* wg = w + g * kBlock;
+        if (d == 64) with_heads<4>(hg, [&]<int HG>() { block_logits<4, HG>(q, Kb, k_row, nb, a.bf16, a.scale, wg); });
+        else with_heads<8>(hg, [&]<int HG>() { block_logits<8, HG>(q, Kb, k_row, nb, a.bf16, a.scale, wg); });
       }
     }
 #endif
@@ -560,12 +559,12 @@ void exact_range(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t
     }
 #if defined(MP_AVX512)
     if (heads_in_passes) {
-      const int64_t per = d == 64 ? kHeadsPerPass<4> : kHeadsPerPass<8>;
-      for (int64_t g = 0; g < G; g += per) {
-        const int hg = static_cast<int>(G - g < per ? G - g : per);
+      for (int64_t g = 0; g < G; g += per_pass) {
+        const int hg = static_cast<int>(G - g < per_pass ? G - g : per_pass);
         float* acc = part + g * (d + 2) + 2;
-        if (d == 64) heads_pass<4>(false, hg, nullptr, nullptr, 0, nb, a.bf16, 0.f, w + g * kBlock, acc, d + 2, rows);
-        else heads_pass<8>(false, hg, nullptr, nullptr, 0, nb, a.bf16, 0.f, w + g * kBlock, acc, d + 2, rows);
+        const float* wg = w + g * kBlock;
+        if (d == 64) with_heads<4>(hg, [&]<int HG>() { accumulate_heads<4, HG>(acc, d + 2, wg, rows, nb, a.bf16); });
+        else with_heads<8>(hg, [&]<int HG>() { accumulate_heads<8, HG>(acc, d + 2, wg, rows, nb, a.bf16); });
       }
     }
 #endif

@@ -506,8 +506,13 @@ void exact_range(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t
   const float* q0 = a.q + (b * a.H + kvh * G) * d;
   float w[64 * kBlock];
   const char* rows[kBlock];
+  // AVX-512 with d = 64 or 128 (most models): a block's logits and value rows a few heads per pass, each row
+  // loaded once per pass (block_logits, accumulate_heads)
 #if defined(MP_AVX512)
+  const bool heads_in_passes = d == 64 || d == 128;
   const int64_t per_pass = d == 64 ? kHeadsPerPass<4> : kHeadsPerPass<8>;
+#else
+  const bool heads_in_passes = false;
 #endif
   for (int64_t g = 0; g < G; ++g) {
     float* p = part + g * (d + 2);
@@ -518,11 +523,7 @@ void exact_range(const ExactArgs& a, int64_t b, int64_t kvh, int64_t t0, int64_t
   for (int64_t u0 = t0; u0 < t1; u0 += kBlock) {
     const int64_t nb = t1 - u0 < kBlock ? t1 - u0 : kBlock;
     for (int64_t t = 0; t < nb; ++t) rows[t] = V + (u0 + t) * v_row;
-    // AVX-512 with d = 64 or 128 (most models): the block's logits and value rows a few heads per pass, each
-    // row loaded once per pass (block_logits, accumulate_heads)
-    bool heads_in_passes = false;
 #if defined(MP_AVX512)
-    heads_in_passes = d == 64 || d == 128;
     if (heads_in_passes) {
       const char* Kb = K + u0 * k_row;
       for (int64_t g = 0; g < G; g += per_pass) {

@@ -174,7 +174,7 @@ torch::Tensor norm_head(torch::Tensor h, torch::Tensor norm, double eps, std::ve
   auto y = torch::empty({h.size(0), rows_of(weights)}, torch::kFloat32);
   auto parts = linear_parts(normed, weights, biases, y, false);
   magicpig::LayerIn a{h.size(0), h.size(1), h.data_ptr<float>(), norm.data_ptr<float>(), static_cast<float>(eps)};
-  magicpig::norm_head(a, parts.data(), 1, normed.data_ptr<float>(), static_cast<int>(isa), static_cast<int>(threads));
+  magicpig::norm_head(a, parts[0], normed.data_ptr<float>(), static_cast<int>(isa), static_cast<int>(threads));
   return y;
 }
 

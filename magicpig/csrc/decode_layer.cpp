@@ -54,9 +54,9 @@ void mlp(const LayerIn& a, const LinearArgs* gate_up, LinearArgs& down, float* n
   linear(&down, 1, isa, threads);
 }
 
-void norm_head(const LayerIn& a, const LinearArgs* head, int64_t parts, float* normed, int isa, int threads) {
+void norm_head(const LayerIn& a, const LinearArgs& head, float* normed, int isa, int threads) {
   rms_norm_rows(a.h, a.M, a.D, a.norm, a.eps, normed);
-  linear(head, parts, isa, threads);
+  linear(&head, 1, isa, threads);
 }
 
 }  // namespace magicpig

@@ -199,8 +199,8 @@ void attention_in(const LayerIn& a, const LinearArgs* qkv, float* normed, int is
 // reads act and usually accumulates into h (the residual).
 void mlp(const LayerIn& a, const LinearArgs* gate_up, LinearArgs& down, float* normed, float* act, int isa,
          int threads);
-// The model's output: head[0..parts) (the output head, usually one part) of normed = RMSNorm(h).
-void norm_head(const LayerIn& a, const LinearArgs* head, int64_t parts, float* normed, int isa, int threads);
+// The model's output: normed = RMSNorm(h), then the output head, whose input is normed.
+void norm_head(const LayerIn& a, const LinearArgs& head, float* normed, int isa, int threads);
 
 // Kernel 7: rows x[b, h, j] - center[b, h] (j < m) written to rows n + j of buf (B, H_kv, cap, d),
 // contiguous; x has a contiguous last dim and strides x_stride (elements) for its first three. x and buf
